@@ -1,0 +1,1 @@
+"""Load testing: the locustfile (tritonclient users, load shapes), the headless runner, metrics scraping."""

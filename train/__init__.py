@@ -1,0 +1,1 @@
+"""Training: model zoo, data, the training loop, its profile, and ONNX export."""

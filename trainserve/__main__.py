@@ -1,0 +1,3 @@
+from trainserve.cli import main
+
+main()

@@ -1,0 +1,1 @@
+"""One module per CLI command: typer options and a call into the stage that does the work."""
