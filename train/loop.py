@@ -187,7 +187,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                                          memory.current_bytes(), phase="eval"))
                 entry.update(evaluate(forward, splits, device, cfg, channels_last))
             history.append(entry)
-            log.info("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
+            log.debug("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
             card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
             if is_main:
                 ckpt.save(out_dir / CHECKPOINT_NAME, {
