@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -127,7 +128,8 @@ def _export_dynamo(model: Any, args: tuple, card: ModelCard, path: Path, opset: 
     import torch
 
     batch = torch.export.Dim("batch")
-    with _quiet("torch.onnx", "torch.export", "onnxscript", "onnx_ir"):
+    with _quiet("torch.onnx", "torch.export", "onnxscript", "onnx_ir"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch's own deprecations inside the exporter
         torch.onnx.export(model, args, str(path), dynamo=True, external_data=False, verbose=False,
                           input_names=[t.name for t in card.inputs], output_names=[t.name for t in card.outputs],
                           dynamic_shapes=tuple({0: batch} for _ in card.inputs), opset_version=opset)
@@ -137,7 +139,8 @@ def _export_torchscript(model: Any, args: tuple, card: ModelCard, path: Path, op
     import torch
 
     axes = {t.name: {0: "batch"} for t in [*card.inputs, *card.outputs]}
-    with _quiet("torch.onnx"):
+    with _quiet("torch.onnx"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # the TorchScript exporter is deprecated; it is the fallback
         torch.onnx.export(model, args, str(path), dynamo=False, input_names=[t.name for t in card.inputs],
                           output_names=[t.name for t in card.outputs], dynamic_axes=axes,
                           opset_version=opset or 17)
