@@ -64,6 +64,7 @@ class ModelEntry:
     model: LoadedModel | None = None
     batcher: Batcher | None = None
     config: object | None = None  # ModelConfig protobuf when it could be read
+    error: Exception | None = None  # the load error behind `reason`
     stats: ModelStats = field(init=False)
 
     def __post_init__(self) -> None:
@@ -125,13 +126,13 @@ class ServerCore:
                         entry.batcher = Batcher(entry.model, entry.stats, batching)
                         entry.state = "READY"
                     except (ServeError, ValueError) as e:
-                        entry.reason = str(e)
+                        entry.reason, entry.error = str(e), e
                         log.error("model %s version %s failed to load: %s", name, v, e)
                 if not versions:
                     raise ServeError(f"no version directory with a model file under {repo / name}")
             except ServeError as e:
                 log.error("model %s failed to load: %s", name, e)
-                versions.setdefault("", ModelEntry(name, "", reason=str(e)))
+                versions.setdefault("", ModelEntry(name, "", reason=str(e), error=e))
             ready = [v for v, e in versions.items() if e.ready]
             if ready:
                 self._latest[name] = max(ready, key=int)

@@ -23,6 +23,10 @@ class LoadError(ServeError):
     """A model version that could not be loaded; it is reported not ready with this message."""
 
 
+class CudaUnavailable(LoadError):
+    """--device cuda, but onnxruntime fell back to the CPU: the server refuses to start."""
+
+
 @dataclass(frozen=True)
 class TensorSpec:
     """One input or output as the protocol shows it: KServe datatype, shape with -1 for any size (batch first)."""
@@ -138,7 +142,7 @@ def _make_session(path: Path, device: str, intra: int, inter: int):
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise LoadError(f"onnxruntime could not load '{path}': {e}") from None
     if device == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
-        raise LoadError(
+        raise CudaUnavailable(
             f"CUDA was requested but onnxruntime fell back to {session.get_providers()} for '{path}': "
             "check that onnxruntime-gpu and the CUDA libraries are installed, or serve with --device cpu"
         )
