@@ -88,7 +88,10 @@ class HttpFrontEnd:
             await self._runner.cleanup()
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
-        parts = [unquote(p) for p in request.path.strip("/").split("/")]
+        path = request.rel_url.raw_path  # still quoted: a '%2F' inside a model name must not split it
+        parts = path.strip("/").split("/")
+        if "%" in path:
+            parts = [unquote(p) for p in parts]
         method = request.method
         try:
             if not parts or parts[0] != "v2":

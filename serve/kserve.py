@@ -7,6 +7,7 @@ BYTES elements travel as a 4-byte little-endian length then the bytes, in the bi
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass
 
@@ -76,9 +77,9 @@ def _tensor_from_json(t: dict, name: str, datatype: str, shape: tuple[int, ...])
             array = np.array(data, dtype=numpy_dtype(datatype))
     except (ValueError, TypeError) as e:
         raise InvalidArgument(f"input '{name}': data does not match datatype {datatype}: {e}") from None
-    if array.size != int(np.prod(shape)):
+    if array.size != math.prod(shape):
         raise InvalidArgument(
-            f"input '{name}': shape {list(shape)} expects {int(np.prod(shape))} elements, the request has {array.size}"
+            f"input '{name}': shape {list(shape)} expects {math.prod(shape)} elements, the request has {array.size}"
         )
     return array.reshape(shape)
 
@@ -122,7 +123,7 @@ def parse_infer_request(body: bytes, header_length: int | None) -> InferRequest:
             )
         chunk = binary[offset : offset + size]
         offset += size
-        count = int(np.prod(shape))
+        count = math.prod(shape)
         if datatype == "BYTES":
             inputs[name] = deserialize_bytes(chunk, count, name).reshape(shape)
         else:
