@@ -19,23 +19,9 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-# KServe datatype -> numpy dtype; BYTES is numpy object (each element a `bytes`).
-DTYPES: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BYTES": np.dtype(np.object_),
-}
-_DATATYPES = {dt: name for name, dt in DTYPES.items()}
+from serve.datatypes import KSERVE_TO_NUMPY as DTYPES
+from serve.datatypes import kserve_datatype as datatype_of
+from serve.errors import InvalidArgument
 
 # Which InferTensorContents field holds a datatype's typed elements (FP16 has none: raw only).
 _CONTENTS_FIELD = {
@@ -50,18 +36,8 @@ _CONTENTS_FIELD = {
 }
 
 
-class CodecError(ValueError):
-    """A tensor that cannot be decoded as declared; the front end answers INVALID_ARGUMENT."""
-
-
-def datatype_of(array: np.ndarray) -> str:
-    """The KServe datatype name of a numpy array (str/bytes arrays are BYTES)."""
-    if array.dtype.kind in ("O", "S", "U"):
-        return "BYTES"
-    try:
-        return _DATATYPES[array.dtype]
-    except KeyError:
-        raise CodecError(f"numpy dtype {array.dtype} has no KServe v2 datatype") from None
+class CodecError(InvalidArgument):
+    """A tensor that cannot be decoded as declared (gRPC INVALID_ARGUMENT)."""
 
 
 def encode_bytes_tensor(array: np.ndarray) -> bytes:

@@ -22,7 +22,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from serve.errors import ServeError
-from serve.grpc_codec import CodecError, decode_inputs, encode_response, params_to_dict, requested_outputs
+from serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
 
 log = logging.getLogger(__name__)
 
@@ -47,10 +47,8 @@ class GrpcConfig:
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str]:
     """The gRPC status code and message for an error raised while serving an RPC."""
-    if isinstance(error, ServeError):
+    if isinstance(error, ServeError):  # the codec's errors are InvalidArgument too
         return getattr(grpc.StatusCode, error.grpc_code, grpc.StatusCode.INTERNAL), error.message
-    if isinstance(error, CodecError):
-        return grpc.StatusCode.INVALID_ARGUMENT, str(error)
     log.exception("unexpected error in a gRPC handler", exc_info=error)
     return grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}"
 
@@ -131,13 +129,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             outputs = await self.core.infer(request.model_name, request.model_version, decode_inputs(request),
                                             requested_outputs(request), params_to_dict(request.parameters))
             return encode_response(request.model_name, version, request.id, outputs)
-        except (ServeError, CodecError) as error:
+        except ServeError as error:
             if request.id:  # Triton names the request in inference errors
-                prefix = f"[request id: {request.id}] "
-                if isinstance(error, ServeError):
-                    error.message = prefix + error.message
-                else:
-                    error.args = (prefix + str(error),)
+                error.message = f"[request id: {request.id}] {error.message}"
             raise
 
     @_rpc
@@ -196,13 +190,16 @@ for _name in ("RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemor
 class GrpcServer:
     """The gRPC endpoint's lifecycle on the running event loop: `await start()`, then `await stop()`."""
 
+    name = "grpc"
+
     def __init__(self, core: Any, config: GrpcConfig | None = None) -> None:
         self.core = core
         self.config = config or GrpcConfig()
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None  # bound port, known after start()
 
-    async def start(self) -> None:
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port (the OS's choice for port 0)."""
         options = [("grpc.max_receive_message_length", self.config.max_message_bytes),
                    ("grpc.max_send_message_length", self.config.max_message_bytes),
                    ("grpc.so_reuseport", 0)]  # a taken port must fail, not be shared
@@ -218,9 +215,16 @@ class GrpcServer:
         await server.start()
         self._server, self.port = server, port
         log.info("gRPC on %s:%d", self.config.host, port)
+        return port
 
-    async def stop(self) -> None:
-        """Refuse new RPCs and let in-flight ones finish for up to grace_s."""
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Refuse new RPCs and let in-flight ones finish for up to grace_s (default: the config's)."""
         if self._server is not None:
-            await self._server.stop(self.config.grace_s)
+            await self._server.stop(self.config.grace_s if grace_s is None else grace_s)
             self._server = None
+
+
+def create_frontend(core: Any, host: str, port: int, options: Any) -> GrpcServer:
+    """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit."""
+    return GrpcServer(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
+                                       grace_s=options.drain_timeout_s))

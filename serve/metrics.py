@@ -206,6 +206,8 @@ def _open_nvml(gpu_index: int) -> tuple[Any, Any] | None:
 class MetricsServer:
     """GET /metrics on its own port, in the caller's event loop (aiohttp)."""
 
+    name = "metrics"
+
     def __init__(self, stats: StatsSource, host: str = "127.0.0.1", port: int = 8002,
                  resources: ResourceReader | None = None) -> None:
         self._stats, self._host, self._port = stats, host, port
@@ -218,7 +220,8 @@ class MetricsServer:
         return web.Response(text=render(self._stats(), resources), content_type="text/plain",
                             charset="utf-8", headers={"X-Metrics-Format": "0.0.4"})
 
-    async def start(self) -> None:
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port (the OS's choice for port 0)."""
         app = web.Application()
         app.router.add_get("/metrics", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
@@ -231,10 +234,18 @@ class MetricsServer:
             raise
         self.port = site._server.sockets[0].getsockname()[1]  # port 0 -> the one the OS chose
         log.info("metrics on http://%s:%d/metrics", self._host, self.port)
+        return self.port
 
-    async def stop(self) -> None:
+    async def stop(self, grace_s: float = 0.0) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
         if self._resources is not None:
             self._resources.close()
+
+
+def create_frontend(core: Any, host: str, port: int, options: Any) -> MetricsServer:
+    """The hook serve/server.py calls: /metrics over the core's statistics and this machine's resources."""
+    gpu_index = 0  # the device the core's sessions use (onnxruntime's default CUDA device)
+    return MetricsServer(lambda: [s.to_dict() for s in core.statistics()], host, port,
+                         resources=ResourceReader(gpu_index=gpu_index))
