@@ -117,3 +117,35 @@ def test_metrics_server_reports_a_busy_port():
             await first.stop()
 
     asyncio.run(scenario())
+
+
+def test_running_server_counters_increase_after_requests(tmp_path):
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from tests.serve.inprocess import running_server
+    from tests.serve.tiny_models import make_repository
+
+    repo = make_repository(tmp_path / "repo", classifier_delay_us=0)
+    with running_server(repo) as (_, ports):
+        url = f"http://127.0.0.1:{ports['metrics']}/metrics"
+        scrape = lambda: parse(urllib.request.urlopen(url, timeout=5).read().decode())  # noqa: E731
+        types, before = scrape()
+        assert set(types) == set(METRIC_NAMES)
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as client:
+            for rows in (1, 2, 3):
+                x = np.ones((rows, 4), np.float32)
+                client.infer("classifier", [grpcclient.InferInput("input", [rows, 4], "FP32").set_data_from_numpy(x)])
+            bad = grpcclient.InferInput("input", [1, 4], "FP64").set_data_from_numpy(np.ones((1, 4)))
+            with pytest.raises(Exception):
+                client.infer("classifier", [bad])
+        _, after = scrape()
+    model = '{model="classifier",version="2"}'
+    assert after[("nv_inference_request_success", model)] == before[("nv_inference_request_success", model)] + 3
+    assert after[("nv_inference_request_failure", model)] == before[("nv_inference_request_failure", model)] + 1
+    assert after[("nv_inference_count", model)] == before[("nv_inference_count", model)] + 6
+    assert after[("nv_inference_exec_count", model)] >= before[("nv_inference_exec_count", model)] + 1
+    assert after[("nv_inference_request_duration_us", model)] > before[("nv_inference_request_duration_us", model)]
+    assert after[("nv_inference_compute_infer_duration_us", model)] > before[("nv_inference_compute_infer_duration_us", model)]
+    assert 0.0 <= after[("nv_cpu_utilization", "")] <= 1.0
+    assert after[("nv_cpu_memory_total_bytes", "")] > 0
