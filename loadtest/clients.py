@@ -2,9 +2,10 @@
 
 The request tensors (InferInput objects) are built once per user. On HTTP the default path goes one
 step further: tritonclient's own `generate_request_body` encodes the request once, and each call
-posts those same bytes with the same headers over geventhttpclient (the HTTP library tritonclient
-itself uses), so the server sees exactly what `InferenceServerClient.infer` would send, without
-re-encoding JSON and tensors on every call. `http_client="tritonclient"` calls `infer` each time.
+writes those same bytes (with the headers tritonclient sends) on a keep-alive connection
+(loadtest/rawhttp.py), so the server sees the binary-tensor request `InferenceServerClient.infer`
+would send, without re-encoding JSON and tensors and rebuilding headers on every call.
+`http_client="tritonclient"` calls `InferenceServerClient.infer` each time instead.
 """
 
 from __future__ import annotations
@@ -37,27 +38,26 @@ class HttpInfer:
             self.client = th.InferenceServerClient(url, concurrency=concurrency, connection_timeout=timeout_s,
                                                    network_timeout=timeout_s)
             return
-        from geventhttpclient import HTTPClient
-        from geventhttpclient.url import URL
+        from loadtest.rawhttp import RawHttpClient, encode_request
 
-        self.body, json_size = th.InferenceServerClient.generate_request_body(self.inputs, outputs=self.outputs)
-        self.headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
-        self.path = f"/v2/models/{quote(info.name)}/infer"
-        self.http = HTTPClient.from_url(URL("http://" + url), concurrency=concurrency,
-                                        connection_timeout=timeout_s, network_timeout=timeout_s)
+        # tritonclient encodes the request once; these are the bytes its own infer() would send
+        body, json_size = th.InferenceServerClient.generate_request_body(self.inputs, outputs=self.outputs)
+        headers = {"Inference-Header-Content-Length": str(json_size)} if json_size is not None else {}
+        host, _, port = url.rpartition(":")
+        self.request = encode_request("POST", url, f"/v2/models/{quote(info.name)}/infer", headers, body)
+        self.http = RawHttpClient(host, int(port), concurrency=concurrency, timeout_s=timeout_s)
 
     def call(self) -> tuple[int, dict[str, np.ndarray] | None]:
         if self.mode == "tritonclient":
             result = self.client.infer(self.model, self.inputs, outputs=self.outputs)
             outputs = {o.name(): result.as_numpy(o.name()) for o in self.outputs}
             return sum(a.nbytes for a in outputs.values()), outputs
-        response = self.http.post(self.path, body=self.body, headers=self.headers)
-        data = response.read()
-        if response.status_code != 200:
-            raise _http_error(response.status_code, data)
+        status, headers, data = self.http.send(self.request)
+        if status != 200:
+            raise _http_error(status, data)
         if not self.want_outputs:
             return len(data), None
-        return len(data), self._outputs(data, response.get("Inference-Header-Content-Length"))
+        return len(data), self._outputs(data, headers.get("inference-header-content-length"))
 
     def _outputs(self, data: bytes, header_length: str | None) -> dict[str, np.ndarray]:
         from tritonclient.http import InferResult

@@ -43,6 +43,11 @@ class Collector:
         self.started: float | None = None
         self.stopped: float | None = None
         self._watchdog: gevent.Greenlet | None = None
+        # CPU seconds of this process (time.process_time) and, on a master, of each worker
+        self._cpu_mark = time.process_time()
+        self.cpu_start = self._cpu_mark
+        self.cpu_stop: float | None = None
+        self.worker_cpu: dict[str, float] = {}
         ev = environment.events
         ev.request.add_listener(self.on_request)
         ev.report_to_master.add_listener(self.on_report_to_master)
@@ -59,15 +64,21 @@ class Collector:
     def on_report_to_master(self, client_id: str, data: dict[str, Any]) -> None:
         data[_KEY] = self.total.to_dict()
         self.total = Histogram()
+        now = time.process_time()
+        data[_KEY + "_cpu"] = now - self._cpu_mark
+        self._cpu_mark = now
 
     def on_worker_report(self, client_id: str, data: dict[str, Any]) -> None:
         if _KEY in data:
             self.total.merge(Histogram.from_dict(data[_KEY]))
+        if self.started is not None and _KEY + "_cpu" in data:
+            self.worker_cpu[client_id] = self.worker_cpu.get(client_id, 0.0) + float(data[_KEY + "_cpu"])
 
     def on_test_start(self, **_: Any) -> None:
         self.total = Histogram()
         self.ramp, self.saturation, self.aborted, self.stopped = [], None, None, None
         self.started = time.perf_counter()
+        self.cpu_start, self.cpu_stop, self.worker_cpu = time.process_time(), None, {}
         self.started_wall = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if not isinstance(self.env.runner, WorkerRunner) and self._watchdog is None:
             self._watchdog = gevent.spawn(self._watch)
@@ -75,6 +86,7 @@ class Collector:
     def on_test_stop(self, **_: Any) -> None:
         if self.started is not None and self.stopped is None:
             self.stopped = time.perf_counter()
+            self.cpu_stop = time.process_time()
         if self._watchdog is not None:
             self._watchdog.kill(block=False)
             self._watchdog = None
@@ -133,7 +145,17 @@ class Collector:
             "shape": type(self.env.shape_class).__name__ if self.env.shape_class else None,
             "workers": self.env.runner.worker_count if isinstance(self.env.runner, MasterRunner) else 0,
             "options": opts,
+            "load_generator": self.cpu_usage(end),
         }
+
+    def cpu_usage(self, end: float) -> dict[str, Any]:
+        """CPU seconds the load generator's processes spent during the test (workers: as reported)."""
+        own = (self.cpu_stop if self.cpu_stop is not None else time.process_time()) - self.cpu_start
+        role = "master" if isinstance(self.env.runner, MasterRunner) else "local"
+        per_process = {role: round(own, 3), **{k: round(v, 3) for k, v in self.worker_cpu.items()}}
+        window = end - self.started if self.started is not None else None
+        return {"cpu_s": round(sum(per_process.values()), 3), "per_process_cpu_s": per_process,
+                "max_process_core_fraction": round(max(per_process.values()) / window, 3) if window else None}
 
     def write_results(self) -> None:
         path = getattr(self.env.parsed_options, "results_json", "") if self.env.parsed_options else ""
