@@ -48,6 +48,9 @@ class Collector:
         self.cpu_start = self._cpu_mark
         self.cpu_stop: float | None = None
         self.worker_cpu: dict[str, float] = {}
+        # wall-clock span of the requests (s since the epoch): the measured window, also across workers
+        self.first_request: float | None = None
+        self.last_request: float | None = None
         ev = environment.events
         ev.request.add_listener(self.on_request)
         ev.report_to_master.add_listener(self.on_report_to_master)
@@ -60,17 +63,27 @@ class Collector:
                    **_: Any) -> None:
         if exception is None:
             self.total.record(response_time)
+        now = time.time()  # wall clock: comparable between the processes of one run
+        if self.first_request is None:
+            self.first_request = now
+        self.last_request = now
 
     def on_report_to_master(self, client_id: str, data: dict[str, Any]) -> None:
         data[_KEY] = self.total.to_dict()
         self.total = Histogram()
         now = time.process_time()
         data[_KEY + "_cpu"] = now - self._cpu_mark
+        data[_KEY + "_span"] = [self.first_request, self.last_request]
         self._cpu_mark = now
 
     def on_worker_report(self, client_id: str, data: dict[str, Any]) -> None:
         if _KEY in data:
             self.total.merge(Histogram.from_dict(data[_KEY]))
+        first, last = data.get(_KEY + "_span") or (None, None)
+        if first is not None and (self.first_request is None or first < self.first_request):
+            self.first_request = first
+        if last is not None and (self.last_request is None or last > self.last_request):
+            self.last_request = last
         if self.started is not None and _KEY + "_cpu" in data:
             self.worker_cpu[client_id] = self.worker_cpu.get(client_id, 0.0) + float(data[_KEY + "_cpu"])
 
@@ -79,6 +92,7 @@ class Collector:
         self.ramp, self.saturation, self.aborted, self.stopped = [], None, None, None
         self.started = time.perf_counter()
         self.cpu_start, self.cpu_stop, self.worker_cpu = time.process_time(), None, {}
+        self.first_request = self.last_request = None
         self.started_wall = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if not isinstance(self.env.runner, WorkerRunner) and self._watchdog is None:
             self._watchdog = gevent.spawn(self._watch)
@@ -133,6 +147,8 @@ class Collector:
         return {
             "started": self.started_wall,
             "window_s": round(end - self.started, 3) if self.started is not None else None,
+            "requests_window_s": round(self.last_request - self.first_request, 3)
+            if self.first_request is not None and self.last_request is not None else None,
             "latency": self.total.summary(),
             "histogram": self.total.to_dict(),
             "requests": stats.num_requests,

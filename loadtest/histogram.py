@@ -79,8 +79,8 @@ class Histogram:
         min and max are bucket bounds of the difference, since the exact extremes are not kept.
         """
         out = Histogram()
-        for i, c in self.counts.items():
-            d = c - earlier.counts.get(i, 0)
+        for i in self.counts.keys() | earlier.counts.keys():
+            d = self.counts.get(i, 0) - earlier.counts.get(i, 0)
             if d < 0:
                 raise ValueError("minus: 'earlier' is not a snapshot of this histogram")
             if d:

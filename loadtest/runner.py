@@ -200,7 +200,8 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
     """The profile record of one load test from the locustfile's results and the scraped metrics."""
     lat = results["latency"]
     ok = lat["count"]
-    window = results.get("window_s") or config.duration_s
+    # from the first to the last request: excludes the time workers take to connect and start users
+    window = results.get("requests_window_s") or results.get("window_s") or config.duration_s
     requests_s = ok / window if window else None
     record = ProfileRecord(
         phase="infer", model=config.model, backend=info.backend, device=info.device,  # type: ignore[arg-type]

@@ -119,4 +119,4 @@ class PoissonRate(LoadTestShape):
         if limit is not None and self.get_run_time() >= limit:
             return None
         n = _options(self).open_loop_users
-        return n, float(n), [OpenLoopUser]
+        return n, 100.0, [OpenLoopUser]  # all at once
