@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,6 +44,11 @@ def _read_line(proc: subprocess.Popen, pattern: re.Pattern[str], timeout_s: floa
     raise RuntimeError(f"server did not become ready: {''.join(seen)[-2000:]}")
 
 
+def _drain(proc: subprocess.Popen) -> None:
+    """Keep reading the server's output: a full pipe would block its logging and then the server."""
+    threading.Thread(target=lambda: [None for _ in proc.stdout], daemon=True).start()
+
+
 @pytest.fixture(scope="session")
 def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """{'http': 'H:P', 'grpc': 'H:P', 'metrics': 'H:P'} of `trainserve serve` on the tiny repository."""
@@ -53,6 +59,7 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
                             cwd=REPO_ROOT)
     try:
         m = _read_line(proc, READY, 60)
+        _drain(proc)
         yield dict(part.split("=", 1) for part in m.group(1).split())
     finally:
         _stop(proc)
@@ -67,6 +74,7 @@ def start_stub(*args: str) -> tuple[subprocess.Popen, str]:
     except BaseException:
         _stop(proc)
         raise
+    _drain(proc)
     return proc, f"127.0.0.1:{m.group(1)}"
 
 
