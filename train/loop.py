@@ -104,6 +104,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     channels_last = family == "cnn" and device == "cuda"
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
+    memory.moment("weights")
     n_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.effective_lr, weight_decay=cfg.weight_decay,
                                   fused=device == "cuda")
@@ -158,14 +159,18 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 scaler.scale(loss).backward()
                 if first:
                     memory.gradients = tensor_bytes(p.grad for p in model.parameters())
+                    memory.moment("after_backward")
                 scaler.step(optimizer)
                 scaler.update()
                 if first:
                     memory.optimizer = optimizer_state_bytes(optimizer)
+                    memory.moment("after_step")
                     first = False
                 optimizer.zero_grad(set_to_none=True)
                 timer.end(len(y))
                 step += 1
+                if sampler is not None and step - start_step == cfg.warmup_steps:
+                    sampler.mark()  # utilization and energy cover the measured steps only
                 seen += len(y)
                 loss_sum += loss.detach() * len(y)
                 correct += (logits.detach().argmax(-1) == y).sum()
