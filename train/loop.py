@@ -112,6 +112,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     history: list[dict[str, Any]] = []
     start_step = 0
     if state is not None:
+        memory.use_moments = False
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
@@ -200,6 +201,10 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                     "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                     "epoch": step // spe, "step": step, "card": card.to_dict(), "rng": ckpt.rng_state(),
                     "train_config": cfg.to_dict(), "history": history})
+    except torch.OutOfMemoryError:
+        done = f"; the checkpoint of epoch {history[-1]['epoch']} is kept" if history else ""
+        raise UserError(f"out of memory on {device} at batch size {cfg.batch_size}{done}; "
+                        "lower --batch-size (or use --precision bf16)") from None
     finally:
         if sampler is not None:
             sampler.stop()

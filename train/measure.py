@@ -121,6 +121,7 @@ class MemoryTracker:
         self.rss_peak = self.rss_base
         self.weights = self.gradients = self.optimizer = None  # bytes, from tensor sizes
         self._cuda_at: dict[str, int] = {}  # allocated bytes at moments, relative to the baseline
+        self.use_moments = True  # False on resume: the optimizer state is loaded before the first step
         self._cuda_base = 0
         if device == "cuda":
             import torch
@@ -154,7 +155,7 @@ class MemoryTracker:
         self.sample()
         memory.rss_peak_bytes = self.rss_peak
         memory.rss_growth_bytes = max(0, self.rss_peak - self.rss_base)
-        if self.device == "cuda" and {"weights", "after_backward", "after_step"} <= set(self._cuda_at):
+        if self.device == "cuda" and self.use_moments and {"weights", "after_backward", "after_step"} <= set(self._cuda_at):
             import torch
 
             from train.memory import breakdown_from_measurements, fill_memory
@@ -166,8 +167,16 @@ class MemoryTracker:
             fill_memory(memory, b)
             return {"source": "cuda_allocator", "consistent": b["consistent"], "notes": b["notes"]}
         memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes = self.weights, self.gradients, self.optimizer
-        memory.peak_bytes = memory.rss_growth_bytes
         known = sum(b for b in (self.weights, self.gradients, self.optimizer) if b is not None)
+        if self.device == "cuda":
+            import torch
+
+            memory.cuda_allocated_peak_bytes = torch.cuda.max_memory_allocated() - self._cuda_base
+            memory.cuda_reserved_peak_bytes = torch.cuda.max_memory_reserved()
+            memory.peak_bytes = memory.cuda_allocated_peak_bytes
+            memory.activations_bytes = max(0, memory.peak_bytes - known)
+            return {"source": "cuda_allocator_peak_and_tensor_sizes", "notes": []}
+        memory.peak_bytes = memory.rss_growth_bytes
         memory.activations_bytes = max(0, memory.peak_bytes - known)
         return {"source": "rss_growth_and_tensor_sizes",
                 "notes": ["CPU peak is the process RSS growth over training; it includes allocator and library caches"]}
