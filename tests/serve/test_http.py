@@ -57,7 +57,7 @@ def test_model_endpoints(client):
     assert client.get_model_config("ints", "1")["input"][0]["data_type"] == "TYPE_INT64"
     index = {(m["name"], m["version"]): m for m in client.get_model_repository_index()}
     assert index[("classifier", "1")]["state"] == "READY"
-    assert index[("broken", "1")]["state"] == "UNAVAILABLE" and "INVALID_PROTOBUF" in index[("broken", "1")]["reason"]
+    assert index[("broken", "1")]["state"] == "UNAVAILABLE" and "model.onnx" in index[("broken", "1")]["reason"]
 
 
 def test_infer_binary_and_json_with_requested_outputs_and_request_id(client):
