@@ -98,6 +98,7 @@ class ServerCore:
         self._entries: dict[str, dict[str, ModelEntry]] = {}  # model -> version -> entry
         self._latest: dict[str, str] = {}  # model -> highest READY version
         self._accepting = False
+        self.draining = False  # set when shutdown begins: ready turns False while in-flight requests finish
         self.live = True
 
     # ---------------------------------------------------------------- lifecycle
@@ -155,7 +156,7 @@ class ServerCore:
     @property
     def ready(self) -> bool:
         """Accepting requests and at least one model ready (Triton with --strict-readiness=false)."""
-        return self._accepting and bool(self._latest)
+        return self._accepting and not self.draining and bool(self._latest)
 
     @property
     def idle(self) -> bool:
