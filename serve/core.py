@@ -46,6 +46,7 @@ class CoreOptions:
     intra_op_threads: int = 0  # per session unless config.pbtxt's parameters say; 0 = onnxruntime default
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
     max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
+    allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
 
     def __post_init__(self) -> None:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
@@ -111,7 +112,7 @@ class ServerCore:
         if not repo.is_dir():
             raise FileNotFoundError(f"model repository {repo} is not a directory")
         session_options = SessionOptions(
-            self.options.device, self.options.intra_op_threads, self.options.inter_op_threads
+            self.options.device, self.options.intra_op_threads, self.options.inter_op_threads, self.options.allow_spinning
         )
         for model_dir in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
             name = model_dir.name
