@@ -257,34 +257,12 @@ class ServerCore:
 
 
 def _read_model(model_dir: Path) -> tuple[object, list[str]]:
-    """(ModelConfig, served version names) through serve.repository, or the private fallback until it exists."""
-    try:
-        from serve import repository  # the export helper's reader (Triton's auto-complete rules)
-    except ImportError:
-        repository = None
-    if repository is not None:
-        config = repository.read_model_config(model_dir)
-        on_disk = repository.version_folders(model_dir)
-        return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]
-    from serve import _config
+    """(ModelConfig completed as Triton would, served version names) of one model directory."""
+    from serve import repository
 
-    config = _config.read_model_config(model_dir)
-    return config, _versions_to_load(model_dir, config)
-
-
-def _versions_to_load(model_dir: Path, config) -> list[str]:
-    """Version directories selected by config's version_policy (default: the latest one)."""
-    available = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()))
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice")
-    if kind == "all":
-        chosen = available
-    elif kind == "specific":
-        chosen = [v for v in available if v in set(policy.specific.versions)]
-    else:
-        n = policy.latest.num_versions if kind == "latest" and policy.latest.num_versions > 0 else 1
-        chosen = available[-n:]
-    return [str(v) for v in chosen]
+    config = repository.read_model_config(model_dir)
+    on_disk = repository.version_folders(model_dir)
+    return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]
 
 
 def _shape_str(shape: Iterable[int]) -> str:
