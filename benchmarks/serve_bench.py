@@ -163,9 +163,18 @@ def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warm
         p.start()
         pipes.append(parent)
         workers.append(p)
-    reports = [pipe.recv() for pipe in pipes]
-    for p in workers:
-        p.join(timeout=30)
+    reports = []
+    try:
+        for pipe, p in zip(pipes, workers):
+            # a client that died (import error, crash) must fail the run, not hang it
+            if not pipe.poll(max(end - time.monotonic(), 0) + 60):
+                raise SystemExit(f"client process {p.pid} sent no report (exit code {p.exitcode})")
+            reports.append(pipe.recv())
+    finally:
+        for p in workers:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
     lat = np.array([x for r in reports for x in r["latencies"]])
     if lat.size == 0:
         raise SystemExit(f"no successful requests to {url}: {[r['errors'] for r in reports]}")
