@@ -26,7 +26,10 @@ def _onnx_io(onnx_path: Path) -> tuple[list[tuple[str, str, list[int]]], list[tu
     """(name, TYPE_*, dims with -1 for dynamic) for the graph's inputs and outputs."""
     import onnx
 
-    model = onnx.load(str(onnx_path), load_external_data=False)
+    try:
+        model = onnx.load(str(onnx_path), load_external_data=False)
+    except Exception as e:  # protobuf DecodeError and friends: not an ONNX file
+        raise ConfigError(f"cannot read the ONNX model {onnx_path} to complete its configuration: {e}") from None
     init_names = {i.name for i in model.graph.initializer}
 
     def describe(values) -> list[tuple[str, str, list[int]]]:

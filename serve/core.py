@@ -64,6 +64,7 @@ class ModelEntry:
     model: LoadedModel | None = None
     batcher: Batcher | None = None
     config: object | None = None  # ModelConfig protobuf when it could be read
+    error: Exception | None = None  # the load error behind `reason`
     stats: ModelStats = field(init=False)
 
     def __post_init__(self) -> None:
@@ -97,6 +98,7 @@ class ServerCore:
         self._entries: dict[str, dict[str, ModelEntry]] = {}  # model -> version -> entry
         self._latest: dict[str, str] = {}  # model -> highest READY version
         self._accepting = False
+        self.draining = False  # set when shutdown begins: ready turns False while in-flight requests finish
         self.live = True
 
     # ---------------------------------------------------------------- lifecycle
@@ -105,33 +107,34 @@ class ServerCore:
 
         Raises FileNotFoundError for a missing repository directory.
         """
-        from serve import _config as repository  # switch to serve.repository once the export helper's lands
-
         repo = Path(self.options.model_repository)
         if not repo.is_dir():
             raise FileNotFoundError(f"model repository {repo} is not a directory")
         session_options = SessionOptions(
             self.options.device, self.options.intra_op_threads, self.options.inter_op_threads
         )
-        for name in repository.list_models(repo):
+        for model_dir in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            name = model_dir.name
             versions = self._entries.setdefault(name, {})
             try:
-                config = repository.read_model_config(repo / name)
-                for v in _versions_to_load(repo / name, config):
+                config, served = _read_model(model_dir)
+                if not served:
+                    raise ServeError(f"no version directory with a model file under {model_dir}")
+                for v in served:
                     versions[v] = entry = ModelEntry(name, v, config=config)
                     try:
-                        entry.model = LoadedModel(name, v, repo / name, config, session_options)
+                        entry.model = LoadedModel(name, v, model_dir, config, session_options)
                         batching = BatchingConfig.from_model_config(config, self.options.max_queue_size)
                         entry.batcher = Batcher(entry.model, entry.stats, batching)
                         entry.state = "READY"
                     except (ServeError, ValueError) as e:
-                        entry.reason = str(e)
+                        entry.reason, entry.error = str(e), e
                         log.error("model %s version %s failed to load: %s", name, v, e)
-                if not versions:
-                    raise ServeError(f"no version directory with a model file under {repo / name}")
-            except ServeError as e:
+            except Exception as e:  # any reason this model cannot be read: it is not ready, the others serve
                 log.error("model %s failed to load: %s", name, e)
-                versions.setdefault("", ModelEntry(name, "", reason=str(e)))
+                on_disk = sorted((p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=int)
+                for v in on_disk[-1:] or [""]:  # Triton lists the failed model's latest version, with the reason
+                    versions.setdefault(v, ModelEntry(name, v, reason=str(e), error=e))
             ready = [v for v, e in versions.items() if e.ready]
             if ready:
                 self._latest[name] = max(ready, key=int)
@@ -153,7 +156,7 @@ class ServerCore:
     @property
     def ready(self) -> bool:
         """Accepting requests and at least one model ready (Triton with --strict-readiness=false)."""
-        return self._accepting and bool(self._latest)
+        return self._accepting and not self.draining and bool(self._latest)
 
     @property
     def idle(self) -> bool:
@@ -250,6 +253,22 @@ class ServerCore:
         if outputs is None:
             return result
         return {n: result[n] for n in outputs}
+
+
+def _read_model(model_dir: Path) -> tuple[object, list[str]]:
+    """(ModelConfig, served version names) through serve.repository, or the private fallback until it exists."""
+    try:
+        from serve import repository  # the export helper's reader (Triton's auto-complete rules)
+    except ImportError:
+        repository = None
+    if repository is not None:
+        config = repository.read_model_config(model_dir)
+        on_disk = repository.version_folders(model_dir)
+        return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]
+    from serve import _config
+
+    config = _config.read_model_config(model_dir)
+    return config, _versions_to_load(model_dir, config)
 
 
 def _versions_to_load(model_dir: Path, config) -> list[str]:

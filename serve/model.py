@@ -6,6 +6,7 @@ Knows nothing of HTTP or gRPC: it takes numpy arrays and returns numpy arrays.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,10 @@ DEVICES = ("cpu", "cuda")
 
 class LoadError(ServeError):
     """A model version that could not be loaded; it is reported not ready with this message."""
+
+
+class CudaUnavailable(LoadError):
+    """--device cuda, but onnxruntime fell back to the CPU: the server refuses to start."""
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,18 @@ class LoadedModel:
         path = model_dir / version / (config.default_model_filename or "model.onnx")
         if not path.exists():
             raise LoadError(f"unable to find '{path}' for model '{name}'")
-        intra = int(_param(config, "intra_op_thread_count") or options.intra_op_threads)
-        inter = int(_param(config, "inter_op_thread_count") or options.inter_op_threads)
         count = sum(g.count or 1 for g in config.instance_group) or 1
-        self.sessions = [_make_session(path, options.device, intra, inter) for _ in range(count)]
+        try:
+            intra = int(_param(config, "intra_op_thread_count") or options.intra_op_threads)
+            inter = int(_param(config, "inter_op_thread_count") or options.inter_op_threads)
+        except ValueError:
+            raise LoadError(f"model '{name}': intra/inter_op_thread_count parameters must be integers") from None
+        if intra == 0:
+            # pin a number rather than leave onnxruntime's default, so it can be reported: the cores shared by instances
+            intra = max(1, (os.cpu_count() or 1) // count)
+        gpus = [g for grp in config.instance_group for g in grp.gpus]
+        device_id = gpus[0] if gpus else 0
+        self.sessions = [_make_session(path, options.device, intra, inter, device_id) for _ in range(count)]
         sess_inputs = {i.name for i in self.sessions[0].get_inputs()}
         missing = [t.name for t in self.inputs if t.name not in sess_inputs]
         if missing:
@@ -125,20 +138,22 @@ def _to_bytes(a: np.ndarray) -> np.ndarray:
     return np.vectorize(lambda s: s.encode() if isinstance(s, str) else bytes(s), otypes=[object])(a)
 
 
-def _make_session(path: Path, device: str, intra: int, inter: int):
+def _make_session(path: Path, device: str, intra: int, inter: int, device_id: int = 0):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = intra
     so.inter_op_num_threads = inter
     so.log_severity_level = 3  # errors only: onnxruntime's warnings would flood the server log
-    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    providers: list = ["CPUExecutionProvider"]
+    if device == "cuda":
+        providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
     try:
         session = ort.InferenceSession(str(path), sess_options=so, providers=providers)
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
         raise LoadError(f"onnxruntime could not load '{path}': {e}") from None
     if device == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
-        raise LoadError(
+        raise CudaUnavailable(
             f"CUDA was requested but onnxruntime fell back to {session.get_providers()} for '{path}': "
             "check that onnxruntime-gpu and the CUDA libraries are installed, or serve with --device cpu"
         )

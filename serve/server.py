@@ -25,12 +25,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from serve.core import ServerCore
+from pathlib import Path
+
+from serve.core import CoreOptions, ServerCore
 
 log = logging.getLogger(__name__)
 
 # front end name -> module that provides create_frontend(core, host, port, options)
 FRONTEND_MODULES = {"http": "serve.http", "grpc": "serve.grpc_server", "metrics": "serve.metrics"}
+
+
+class StartError(Exception):
+    """The server could not start (a port in use, no loadable model): one sentence saying what to do."""
+
+
+class StartError(Exception):
+    """The server could not start (a port in use, no loadable model): one sentence saying what to do."""
 
 
 class FrontEnd(Protocol):
@@ -92,7 +102,13 @@ class Server:
                     continue
                 module = importlib.import_module(module_name)
                 frontend = module.create_frontend(self.core, self.options.host, port, self.options)
-                self.ports[name] = await frontend.start()
+                try:
+                    self.ports[name] = await frontend.start()
+                except OSError as e:
+                    raise StartError(
+                        f"the {name} front end cannot listen on {self.options.host}:{port} ({e.strerror or e}): "
+                        f"stop whatever uses it or pick another port with --{name}-port"
+                    ) from None
                 self.frontends.append(frontend)
         except BaseException:
             await self.stop()
@@ -102,6 +118,7 @@ class Server:
     async def stop(self) -> None:
         """Stop listening, let in-flight requests finish (up to drain_timeout_s), then stop the core."""
         grace = self.options.drain_timeout_s
+        self.core.draining = True  # health/ready answers "not ready" from now on
         await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
         await self.core.stop()
 
@@ -121,3 +138,41 @@ async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int 
         await server.stop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
+
+
+def run_server(
+    model_repository: Path,
+    device: str = "cpu",
+    host: str = "127.0.0.1",
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    threads: int = 0,
+    max_queue_size: int = 1024,
+    max_body_bytes: int = 64 * 1024 * 1024,
+    on_ready: Callable[[str], None] = print,
+) -> None:
+    """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
+    from serve.model import CudaUnavailable
+
+    try:
+        core_options = CoreOptions(Path(model_repository), device, threads, 1, max_queue_size)
+        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes)
+    except ValueError as e:
+        raise StartError(f"invalid server option: {e}") from None
+    core = ServerCore(core_options)
+    try:
+        core.load()
+    except FileNotFoundError:
+        raise StartError(
+            f"model repository {model_repository} does not exist: pass --model-repository a directory "
+            "laid out as <model>/<version>/model.onnx (trainserve export writes one)"
+        ) from None
+    entries = core.index()
+    cuda = [e for e in entries if isinstance(e.error, CudaUnavailable)]
+    if cuda:
+        raise StartError(str(cuda[0].error))
+    if not any(e.ready for e in entries):
+        reasons = "; ".join(f"{e.name}: {e.reason}" for e in entries) or "it holds no model directories"
+        raise StartError(f"no model in {model_repository} could be loaded ({reasons})")
+    asyncio.run(run_until_signalled(Server(core, options), lambda ports: on_ready(ready_line(host, ports))))
