@@ -3,7 +3,7 @@
 Same model (a CNN from the zoo, exported to ONNX), same client (tritonclient.http, binary tensors,
 in separate client processes so the client never shares the server's GIL):
   (a) onnxruntime `session.run` in this process: the limit;
-  (b) the embedded server (serve/server.py: core, dynamic batcher, HTTP/gRPC/metrics front ends);
+  (b) the embedded server, `trainserve serve` (core, dynamic batcher, HTTP/gRPC/metrics front ends);
   (c) benchmarks/minimal_kserve.py: aiohttp around one session, no batching: the baseline.
 Targets (issue 5): (b) batch-1 p50 at concurrency 1 <= (a) + 0.4 ms; (b) req/s at concurrency 16
 batch 1 >= 1.5x (c); (b) samples/s with batch-64 requests at concurrency 4 >= 85% of (a) at batch 64.
@@ -17,10 +17,8 @@ Writes $OUT/serve_bench-<device>.json (default OUT=./bench-out).
 from __future__ import annotations
 
 import argparse
-import asyncio
 import datetime
 import json
-import logging
 import multiprocessing as mp
 import os
 import platform
@@ -29,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -206,6 +205,8 @@ def start_process(cmd: list[str], pattern: str, timeout_s: float = 120) -> tuple
             break
         lines.append(line)
         if m := re.search(pattern, line):
+            # keep reading its output, or a full pipe would stall the server mid-benchmark
+            threading.Thread(target=proc.stdout.read, daemon=True).start()
             return proc, int(m.group(1))
     stop_process(proc)
     raise SystemExit(f"server {cmd} did not become ready:\n{''.join(lines[-20:])}")
@@ -218,18 +219,6 @@ def stop_process(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
-
-
-def serve_embedded(repo: str, device: str, threads: int) -> None:
-    """The embedded server exactly as `trainserve serve` runs it: core + every front end, one loop."""
-    from serve.core import CoreOptions, ServerCore
-    from serve.server import Server, ServerOptions, ready_line, run_until_signalled
-
-    logging.basicConfig(level=logging.WARNING)
-    core = ServerCore(CoreOptions(model_repository=Path(repo), device=device, intra_op_threads=threads))
-    core.load()
-    server = Server(core, ServerOptions(http_port=0, grpc_port=0, metrics_port=0))
-    asyncio.run(run_until_signalled(server, lambda ports: print(ready_line("127.0.0.1", ports), flush=True)))
 
 
 # ------------------------------------------------------------------ main
@@ -261,8 +250,9 @@ def run(args: argparse.Namespace) -> dict:
         if gpu:
             scenarios["gpu_dynamic"] = (args.gpu_request_batch, args.gpu_concurrency)
         servers = {
-            "embedded": [sys.executable, __file__, "--serve-embedded", str(repo), "--device", args.device,
-                         "--threads", str(args.threads)],
+            "embedded": [sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
+                         "--device", args.device, "--threads", str(args.threads), "--http-port", "0",
+                         "--grpc-port", "0", "--metrics-port", "0"],
             "minimal": [sys.executable, str(REPO_ROOT / "benchmarks" / "minimal_kserve.py"), str(onnx_path),
                         "--name", MODEL, "--port", "0", "--threads", str(args.threads), "--provider",
                         "CUDAExecutionProvider" if gpu else "CPUExecutionProvider"],
@@ -309,12 +299,8 @@ def main() -> None:
     parser.add_argument("--gpu-batches", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256, 512])
     parser.add_argument("--gpu-request-batch", type=int, default=32, help="rows per request in the GPU point")
     parser.add_argument("--gpu-concurrency", type=int, default=64, help="users in the GPU point")
-    parser.add_argument("--serve-embedded", metavar="REPO", help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.preset = args.preset or ("small" if args.device == "cuda" else "tiny")
-    if args.serve_embedded:
-        serve_embedded(args.serve_embedded, args.device, args.threads)
-        return
     if args.device == "cuda":
         args.client_procs = max(args.client_procs, min(16, os.cpu_count() or 1))
     result = run(args)
