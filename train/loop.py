@@ -105,6 +105,8 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     model = build_model(splits.config)
     family = cfg.model
     channels_last = family == "cnn" and device == "cuda"
+    if channels_last:
+        torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
     memory.moment("weights")
