@@ -40,17 +40,23 @@ EVAL_BATCH = 256  # samples per onnxruntime call when measuring accuracy
 
 def cpu_session(path: Path) -> Any:
     """An onnxruntime session on the CPU provider, failing loudly if another provider was used."""
+    return ort_session(path, PROVIDER)
+
+
+def ort_session(path: Path, provider: str) -> Any:
+    """An onnxruntime session on `provider` only; a UserError if onnxruntime fell back to another one."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.log_severity_level = 3  # errors only: fp16 models log a warning per Cast fallback
     try:
-        session = ort.InferenceSession(str(path), opts, providers=[PROVIDER])
+        session = ort.InferenceSession(str(path), opts, providers=[provider])
     except Exception as e:  # onnxruntime raises its own Fail / InvalidGraph / NotImplemented types
-        raise UserError(f"onnxruntime cannot load {path} on the CPU ({type(e).__name__}: "
+        raise UserError(f"onnxruntime cannot load {path} on {provider} ({type(e).__name__}: "
                         f"{str(e).strip().splitlines()[0][:300]}); re-export with another --opset") from None
-    if session.get_providers()[0] != PROVIDER:
-        raise UserError(f"onnxruntime used {session.get_providers()} instead of {PROVIDER} for {path}")
+    if session.get_providers()[0] != provider:
+        raise UserError(f"onnxruntime used {session.get_providers()} instead of {provider} for {path}; "
+                        "check that its libraries (CUDA, cuDNN) are installed")
     return session
 
 

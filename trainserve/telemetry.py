@@ -8,9 +8,10 @@ NVML or without readable RAPL gives nulls, never an error.
         train()
     s.apply(record, samples=n)   # fills record.utilization and record.energy
 
-Cost: one tick reads a handful of NVML counters and /proc files, about 0.2 ms of one core's CPU
-time, plus listing child processes every 2 s (~5 ms): about 0.5% of one core at 10 Hz. The sampler
-measures its own CPU time (`overhead_*` in summary()), so every profile says what measuring cost.
+Cost: one tick reads a handful of NVML counters and /proc files: measured 0.55 ms of CPU on the
+2-core development sandbox (where opening a file is slow), plus listing child processes every 2 s
+(~5 ms), about 0.8% of one core at 10 Hz; less on a plain Linux host. The sampler measures its own
+CPU time (`overhead_*` in summary()), so every profile says what measuring cost.
 """
 
 from __future__ import annotations
