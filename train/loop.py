@@ -69,6 +69,9 @@ def prepare(cfg: TrainConfig, out_dir: Path, resume: bool) -> _Setup:
     model_cfg = preset_config(cfg.model, cfg.preset)
     device = resolve_device(cfg.device)
     check_precision(device, cfg.precision)
+    if cfg.find_max_batch and device != "cuda":
+        raise UserError("--find-max-batch needs a CUDA device (on a CPU the OS kills the process instead of "
+                        "reporting out of memory); pass --device cuda or leave it out")
     state = None
     if resume:
         state = ckpt.load(out_dir / CHECKPOINT_NAME)
@@ -102,6 +105,8 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     model = build_model(splits.config)
     family = cfg.model
     channels_last = family == "cnn" and device == "cuda"
+    if channels_last:
+        torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
     memory.moment("weights")
@@ -214,12 +219,37 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
 
     record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
                           channels_last, wall_s)
+    if cfg.find_max_batch:
+        del forward, optimizer, loader  # free what training held, so the search sees the memory a fresh run has
+        record.memory.max_batch = search_max_batch(model, splits, cfg, device)
     if is_main:
         card.save(out_dir)
         write_json_atomic(out_dir / HISTORY_NAME, {"epochs": history, "steps_per_epoch": spe,
                                                     "batch_size": cfg.batch_size})
         record.save(out_dir / PROFILE_NAME)
     return FitResult(out_dir, card, history, record, resumed_from_step=start_step)
+
+
+def search_max_batch(model: Any, splits: Splits, cfg: TrainConfig, device: str) -> dict[str, Any]:
+    """{"train": N, "infer": M, "ratio": M/N} for this model and precision, on synthetic batches."""
+    import torch
+
+    from train.maxbatch import max_batches
+
+    sample = torch.from_numpy(splits.x_train[:1])
+    high = getattr(splits.config, "vocab_size", 0)  # token ids for the transformer
+    classes = splits.config.num_classes
+
+    def make_batch(n: int) -> tuple[Any, Any]:
+        shape = (n, *sample.shape[1:])
+        x = (torch.randint(0, high, shape, device=device) if cfg.model == "transformer"
+             else torch.randn(shape, device=device))
+        if cfg.model == "cnn":
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, torch.randint(0, classes, (n,), device=device)
+
+    torch.cuda.empty_cache()
+    return max_batches(model, make_batch, cfg.precision, device, start=cfg.batch_size)
 
 
 def evaluate(forward: Any, splits: Splits, device: str, cfg: TrainConfig, channels_last: bool) -> dict[str, float]:

@@ -50,6 +50,8 @@ def train(
     run: RunOpt = "default",
     runs_dir: RunsDirOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from RUN's checkpoint, exactly.")] = False,
+    find_max_batch: Annotated[bool, typer.Option("--find-max-batch", help=(
+        "CUDA: after training, find the largest batch that fits for training and for inference."))] = False,
 ) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
     from train.config import TrainConfig
@@ -59,7 +61,7 @@ def train(
     cfg = TrainConfig(model=model, preset=preset, device=devices[0], precision=precision, batch_size=batch_size,
                       epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale, seed=seed, workers=workers,
                       compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
-                      sync_timing=sync_timing)
+                      sync_timing=sync_timing, find_max_batch=find_max_batch)
     root = run_dir(run, runs_dir)
     if len(devices) > 1:
         if sorted(devices) != ["cpu", "cuda"] or resume:
