@@ -48,6 +48,7 @@ class DistContext:
     device: str = "cpu"  # "cpu" or "cuda:<local_rank>"
     sync_checks: int = 0  # steps whose parameters were compared across ranks (debug hook)
     sync_check: bool = field(default=False, repr=False)
+    baseline_throughput: float | None = None  # samples/s of a 1-process run, for scaling efficiency
 
     @property
     def distributed(self) -> bool:
@@ -85,18 +86,29 @@ def read_env(environ: dict[str, str] | None = None) -> tuple[int, int, int]:
     return rank, world, local
 
 
-def setup(device: str) -> DistContext:
-    """Join the process group when launched by torchrun; `device` is the resolved "cpu" or "cuda".
+_CURRENT: DistContext | None = None
 
-    Returns rank 0 of 1 (no process group) otherwise.
+
+def current() -> DistContext:
+    """The context `setup` made in this process (rank 0 of 1 when none was made)."""
+    return _CURRENT if _CURRENT is not None else DistContext()
+
+
+def setup(device: str) -> DistContext:
+    """Join the process group when launched by torchrun; `device` is "cpu", "cuda" or "auto".
+
+    Returns rank 0 of 1 (no process group) otherwise. The loop keeps using plain "cuda": the
+    current CUDA device is set to this rank's GPU here.
     """
+    global _CURRENT
     if not launched_by_torchrun():
-        return DistContext(device="cuda:0" if device.startswith("cuda") else "cpu")
+        _CURRENT = DistContext(device="cuda:0" if device.startswith("cuda") else "cpu")
+        return _CURRENT
     import torch
     import torch.distributed as dist
 
     rank, world, local = read_env()
-    kind = "cuda" if device.startswith("cuda") else "cpu"
+    kind = "cuda" if device.startswith("cuda") or (device == "auto" and torch.cuda.is_available()) else "cpu"
     if kind == "cuda":
         os.environ.update(GPU_ENV)  # read by NCCL when the communicator is created, below
         if local >= torch.cuda.device_count():
@@ -111,14 +123,16 @@ def setup(device: str) -> DistContext:
     if kind == "cuda":
         kwargs["device_id"] = torch.device(dev)  # binds NCCL eagerly to this rank's GPU
     dist.init_process_group(**kwargs)
-    ctx = DistContext(rank=rank, world_size=world, local_rank=local, backend=backend, device=dev,
-                      sync_check=os.environ.get(CHECK_SYNC_ENV) == "1")
-    log.debug("joined process group: %s", ctx)
-    return ctx
+    _CURRENT = DistContext(rank=rank, world_size=world, local_rank=local, backend=backend, device=dev,
+                           sync_check=os.environ.get(CHECK_SYNC_ENV) == "1")
+    log.debug("joined process group: %s", _CURRENT)
+    return _CURRENT
 
 
 def teardown() -> None:
     """Leave the process group if one is up (safe to call twice, and after errors)."""
+    global _CURRENT
+    _CURRENT = None
     try:
         import torch.distributed as dist
     except ImportError:  # pragma: no cover
@@ -322,6 +336,21 @@ def apply_to_record(record: Any, ctx: DistContext, ranks: list[dict[str, Any]], 
         record.speed.throughput_samples_s = summary["aggregate_throughput_samples_s"]
         if summary["peak_bytes_max"] is not None:
             record.memory.peak_bytes = summary["peak_bytes_max"]
+
+
+def epoch_means(ctx: DistContext, entry: dict[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Rank-mean of a history entry's per-rank figures (train loss, accuracy); unchanged alone."""
+    if not ctx.distributed:
+        return {}
+    rows = all_gather(ctx, {k: entry[k] for k in keys if entry.get(k) is not None})
+    return {k: round(sum(r[k] for r in rows) / len(rows), 5) for k in rows[0]}
+
+
+def finish(record: Any, ctx: DistContext, samples: int, window_s: float, per_rank_batch: int) -> None:
+    """Gather every rank's throughput and peak memory into `record` (a collective: all ranks call it)."""
+    stats = rank_stats(ctx, samples, window_s, record.memory.peak_bytes, record.speed.latency.p50_ms)
+    ranks = gather_rank_stats(ctx, stats)
+    apply_to_record(record, ctx, ranks, per_rank_batch, ctx.baseline_throughput)
 
 
 def baseline_throughput_from(path: Any) -> float:
