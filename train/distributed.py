@@ -125,6 +125,8 @@ def setup(device: str) -> DistContext:
     dist.init_process_group(**kwargs)
     _CURRENT = DistContext(rank=rank, world_size=world, local_rank=local, backend=backend, device=dev,
                            sync_check=os.environ.get(CHECK_SYNC_ENV) == "1")
+    if rank != 0:  # one voice: only rank 0 logs progress; the others report warnings and errors
+        logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))
     log.debug("joined process group: %s", _CURRENT)
     return _CURRENT
 
@@ -346,11 +348,15 @@ def epoch_means(ctx: DistContext, entry: dict[str, Any], keys: tuple[str, ...]) 
     return {k: round(sum(r[k] for r in rows) / len(rows), 5) for k in rows[0]}
 
 
-def finish(record: Any, ctx: DistContext, samples: int, window_s: float, per_rank_batch: int) -> None:
-    """Gather every rank's throughput and peak memory into `record` (a collective: all ranks call it)."""
-    stats = rank_stats(ctx, samples, window_s, record.memory.peak_bytes, record.speed.latency.p50_ms)
+def finish(record: Any, ctx: DistContext, times: Any, cfg: Any) -> None:
+    """Gather every rank's throughput and peak memory into `record` (a collective: all ranks call it).
+
+    `times` is the loop's train.measure.StepTimes, `cfg` its TrainConfig.
+    """
+    stats = rank_stats(ctx, times.samples, times.total_s, record.memory.peak_bytes, record.speed.latency.p50_ms)
     ranks = gather_rank_stats(ctx, stats)
-    apply_to_record(record, ctx, ranks, per_rank_batch, ctx.baseline_throughput)
+    apply_to_record(record, ctx, ranks, cfg.batch_size, ctx.baseline_throughput)
+    record.settings["effective_lr"] = scaled_lr(cfg.lr, cfg.batch_size, ctx.world_size, cfg.lr_scale)
 
 
 def baseline_throughput_from(path: Any) -> float:

@@ -1,12 +1,15 @@
 """`trainserve train --nproc N`: re-launch the same command under torchrun on this machine.
 
-The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m trainserve
-train ...` (the given arguments, without --nproc) and waits. On Ctrl-C or SIGTERM it asks torchrun
+The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m train.launch`
+and waits; each worker runs `trainserve train ...` with the given arguments (without --nproc), handed
+over in TRAINSERVE_ARGV (JSON) because torchrun's own parser would read `--run` as an abbreviation
+of its `--run-path`. On Ctrl-C or SIGTERM it asks torchrun
 to stop its workers, waits, and kills whatever is left, so no process outlives the run.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -18,6 +21,7 @@ from trainserve.errors import UserError
 
 log = logging.getLogger(__name__)
 
+ARGV_ENV = "TRAINSERVE_ARGV"  # the workers' trainserve arguments, a JSON list of strings
 STOP_GRACE_S = 20.0  # torchrun's own grace for its workers is 30 s; we give it this, then SIGKILL
 
 
@@ -38,18 +42,20 @@ def strip_nproc(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def torchrun_command(nproc: int, args: Sequence[str], python: str | None = None) -> list[str]:
+def torchrun_command(nproc: int, python: str | None = None) -> list[str]:
+    """torchrun on this machine only (standalone rendezvous on a free port), workers run this module."""
     if nproc < 1:
         raise UserError(f"--nproc {nproc} is invalid; use 1 or more processes")
     return [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(nproc), "-m", "trainserve", *args]
+            "--nproc-per-node", str(nproc), "-m", "train.launch"]
 
 
-def child_env(device: str, nproc: int) -> dict[str, str]:
-    """The workers' environment: NVLink multicast off for GPU runs, the cores shared between ranks."""
+def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, str]:
+    """The workers' environment: their arguments, NVLink multicast off for GPU runs, cores shared."""
     from train.distributed import GPU_ENV
 
     env = dict(os.environ)
+    env[ARGV_ENV] = json.dumps(list(args))
     if device != "cpu":  # "cuda" or "auto": harmless on CPU, required on GPU
         env.update(GPU_ENV)
     # torchrun forces OMP_NUM_THREADS=1 when unset; give each rank its share of the cores instead.
@@ -60,9 +66,9 @@ def child_env(device: str, nproc: int) -> dict[str, str]:
 
 def run_torchrun(nproc: int, args: Sequence[str], device: str = "auto") -> int:
     """Run the command under torchrun and return its exit code; stops every process on interrupt."""
-    cmd = torchrun_command(nproc, args)
-    env = child_env(device, nproc)
-    log.info("launching %d processes: %s", nproc, " ".join(cmd[1:]))
+    cmd = torchrun_command(nproc)
+    env = child_env(device, nproc, args)
+    log.info("launching %d processes: %s (trainserve %s)", nproc, " ".join(cmd[1:]), " ".join(args))
     proc = subprocess.Popen(cmd, env=env)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
@@ -103,3 +109,35 @@ def stop(proc: subprocess.Popen) -> None:
         except psutil.NoSuchProcess:
             pass
     psutil.wait_procs(alive, timeout=5.0)
+
+
+def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) -> int | None:
+    """For `trainserve train --nproc N`: run this command line under torchrun and return its exit code.
+
+    None means "train in this process": no --nproc, or we already are a torchrun worker.
+    """
+    from train.distributed import launched_by_torchrun
+
+    if nproc is None or launched_by_torchrun():
+        return None
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "train" not in args:
+        raise UserError("--nproc re-launches the command line under torchrun; run `trainserve train --nproc N ...` "
+                        "from a shell, or start torchrun yourself (docs/distributed.md)")
+    return run_torchrun(nproc, strip_nproc(args), device)
+
+
+def worker_main() -> None:
+    """A torchrun worker: run `trainserve <TRAINSERVE_ARGV>` in this process."""
+    try:
+        args = json.loads(os.environ[ARGV_ENV])
+    except (KeyError, json.JSONDecodeError) as e:
+        raise SystemExit(f"train.launch is started by `trainserve train --nproc N`, which sets {ARGV_ENV} ({e})")
+    sys.argv = ["trainserve", *args]
+    from trainserve.cli import main
+
+    main()
+
+
+if __name__ == "__main__":
+    worker_main()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from train import distributed, launch
@@ -88,14 +90,14 @@ def test_summary_aggregates_and_scaling_efficiency():
 def test_launch_command_strips_nproc_and_shares_cores(monkeypatch):
     args = launch.strip_nproc(["train", "--nproc", "2", "--model", "cnn", "--nproc=3", "--steps", "4"])
     assert args == ["train", "--model", "cnn", "--steps", "4"]
-    cmd = launch.torchrun_command(2, args, python="py")
-    assert cmd[:6] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    assert cmd[6:] == ["-m", "trainserve", *args]
+    cmd = launch.torchrun_command(2, python="py")
+    assert cmd == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "train.launch"]
     with pytest.raises(UserError, match="--nproc 0"):
-        launch.torchrun_command(0, args)
+        launch.torchrun_command(0)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
-    env = launch.child_env("cuda", 2)
+    env = launch.child_env("cuda", 2, args)
+    assert json.loads(env[launch.ARGV_ENV]) == args
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert int(env["OMP_NUM_THREADS"]) >= 1
     assert "NCCL_NVLS_ENABLE" not in launch.child_env("cpu", 2)
