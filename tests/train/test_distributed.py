@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import time
 
+import psutil
 import pytest
 
+from tests.conftest import subprocess_env, trainserve_cmd
 from train import distributed, launch
 from train.distributed import DistContext
 from trainserve.errors import UserError
@@ -101,3 +107,80 @@ def test_launch_command_strips_nproc_and_shares_cores(monkeypatch):
     assert env["NCCL_NVLS_ENABLE"] == "0" and env["TORCH_SYMM_MEM_DISABLE_MULTICAST"] == "1"
     assert int(env["OMP_NUM_THREADS"]) >= 1
     assert "NCCL_NVLS_ENABLE" not in launch.child_env("cpu", 2)
+
+
+# --- real runs: `trainserve train --nproc 2` on CPU (gloo) ------------------------------------------
+
+TINY = ["--model", "mlp", "--preset", "tiny", "--device", "cpu", "--batch-size", "32", "--samples", "512",
+        "--warmup-steps", "2"]
+
+
+def _train(tmp_path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    # OMP_NUM_THREADS=1: two ranks on two cores, no oversubscription on a loaded CI machine
+    env = subprocess_env(TRAINSERVE_DDP_CHECK_SYNC="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(trainserve_cmd("train", "--nproc", "2", *TINY, "--runs-dir", str(tmp_path), *args),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    finally:
+        _stop_tree(proc)
+    assert not psutil.Process().children(recursive=True), "a training process outlived the run"
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
+
+
+def _stop_tree(proc: subprocess.Popen) -> None:
+    """Kill the launcher and anything it started (only reached when a test fails or times out)."""
+    if proc.poll() is None:
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        proc.kill()
+        proc.wait()
+        for k in kids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                k.kill()
+        psutil.wait_procs(kids, timeout=5)
+
+
+@pytest.mark.slow
+def test_two_processes_train_in_sync_then_resume_until_ctrl_c(tmp_path):
+    torch = pytest.importorskip("torch")
+    r = _train(tmp_path, "--epochs", "2", "--run", "ddp")
+    assert r.returncode == 0, r.stdout[-3000:]
+    out = tmp_path / "ddp" / "train"
+    hist = json.loads((out / "history.json").read_text())["epochs"]
+    assert [h["step"] for h in hist] == [8, 16]  # 512 rows / (32 per rank x 2 ranks) = 8 steps per epoch
+    assert hist[1]["train_loss"] < hist[0]["train_loss"]  # loss falls
+    prof = json.loads((out / "profile.json").read_text())
+    ddp = prof["extra"]["ddp"]
+    assert (ddp["world_size"], ddp["backend"], ddp["global_batch_size"]) == (2, "gloo", 64)
+    assert ddp["sync_checks"] == 16  # ranks compared (bitwise identical) after every one of the 16 steps
+    ranks = prof["extra"]["ranks"]
+    assert [x["rank"] for x in ranks] == [0, 1] and all(x["throughput_samples_s"] > 0 for x in ranks)
+    assert prof["speed"]["throughput_samples_s"] == ddp["aggregate_throughput_samples_s"]
+    assert prof["speed"]["throughput_samples_s"] > max(x["throughput_samples_s"] for x in ranks) * 0.9
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 16 and not any(k.startswith("module.") for k in state["model"])
+
+    # resume from that checkpoint with a long schedule; stop it with Ctrl-C once it has gone on
+    env = subprocess_env(TRAINSERVE_DDP_CHECK_SYNC="1", OMP_NUM_THREADS="1")
+    proc = subprocess.Popen(trainserve_cmd("train", "--nproc", "2", *TINY, "--runs-dir", str(tmp_path),
+                                           "--epochs", "1000", "--run", "ddp", "--resume"),
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        resumed = state
+        while resumed["step"] < 24:  # rank 0 rewrites the checkpoint (atomically) after each epoch
+            assert proc.poll() is None, "the resumed run stopped"
+            assert time.monotonic() < deadline, "the resumed run made no progress"
+            time.sleep(0.2)
+            resumed = torch.load(out / "checkpoint.pt", weights_only=True)
+        assert [h["step"] for h in resumed["history"][:3]] == [8, 16, 24]  # continued, not restarted
+        assert resumed["history"][:2] == hist
+        assert not torch.equal(resumed["model"]["net.0.weight"], state["model"]["net.0.weight"])
+        kids = psutil.Process(proc.pid).children(recursive=True)
+        assert len(kids) >= 3  # torchrun and two workers
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=45) != 0
+        _, alive = psutil.wait_procs(kids, timeout=10)
+        assert not alive, f"still running after Ctrl-C: {alive}"
+    finally:
+        _stop_tree(proc)
