@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from train import checkpoint as ckpt
+from train import distributed
 from train.card import CHECKPOINT_NAME, ModelCard, TensorSpec
 from train.config import TrainConfig
 from train.data import Splits, load_splits
@@ -91,6 +92,9 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
 
     setup = prepare(cfg, Path(out_dir), resume)
     device, splits, state = setup.device, setup.splits, setup.state
+    dist_ctx = distributed.current()  # rank 0 of 1 unless launched by torchrun (see train/distributed.py)
+    if dist_ctx.distributed:
+        rank, world_size = dist_ctx.rank, dist_ctx.world_size
     is_main = rank == 0
     out_dir = Path(out_dir)
     if is_main and state is None:
@@ -105,7 +109,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
     n_params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.effective_lr, weight_decay=cfg.weight_decay,
+    optimizer = torch.optim.AdamW(model.parameters(), lr=distributed.scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale), weight_decay=cfg.weight_decay,
                                   fused=device == "cuda")
     scaler = grad_scaler(device, cfg.precision)
     history: list[dict[str, Any]] = []
@@ -115,7 +119,8 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         history, start_step = list(state["history"]), int(state["step"])
-    forward = torch.compile(model) if cfg.compile else model
+    forward = distributed.wrap(model, dist_ctx)  # DDP when world_size > 1; `model` stays the plain module
+    forward = torch.compile(forward) if cfg.compile else forward
 
     workers = cfg.workers if cfg.workers is not None else (min(4, _cpus() // 2) if device == "cuda" else 0)
     pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
@@ -166,6 +171,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 optimizer.zero_grad(set_to_none=True)
                 timer.end(len(y))
                 step += 1
+                distributed.after_step(model, dist_ctx, step)
                 seen += len(y)
                 loss_sum += loss.detach() * len(y)
                 correct += (logits.detach().argmax(-1) == y).sum()
@@ -186,6 +192,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                     on_progress(Progress(epoch + 1, n_epochs, step, total_steps, entry["train_loss"], None,
                                          memory.current_bytes(), phase="eval"))
                 entry.update(evaluate(forward, splits, device, cfg, channels_last))
+            entry.update(distributed.epoch_means(dist_ctx, entry, ("train_loss", "train_accuracy")))
             history.append(entry)
             log.info("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
             card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
@@ -204,6 +211,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
 
     record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
                           channels_last, wall_s)
+    distributed.finish(record, dist_ctx, timer.times, cfg)
     if is_main:
         card.save(out_dir)
         write_json_atomic(out_dir / HISTORY_NAME, {"epochs": history, "steps_per_epoch": spe,
