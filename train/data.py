@@ -82,19 +82,19 @@ def _synthetic(config: ModelConfig, samples: int, seed: int) -> Splits:
 
 
 def _synth_tabular(cfg: MLPConfig, rng: np.random.Generator, centers: Any, n: int) -> Any:
-    """Gaussian clusters: one centre per class, unit-variance centres, noise std 1.5."""
+    """Gaussian clusters: one centre per class, unit-variance centres, noise std 1."""
     if centers is None:
         return rng.normal(0.0, 1.0, (cfg.num_classes, cfg.in_features)).astype(np.float32)
     y = rng.integers(0, cfg.num_classes, n)
-    x = centers[y] + rng.normal(0.0, 1.5, (n, cfg.in_features)).astype(np.float32)
+    x = centers[y] + rng.normal(0.0, 1.0, (n, cfg.in_features)).astype(np.float32)
     return x.astype(np.float32), y.astype(np.int64)
 
 
 def _synth_images(cfg: CNNConfig, rng: np.random.Generator, templates: Any, n: int) -> Any:
-    """Per-class low-frequency templates, shifted by up to 2 pixels, plus pixel noise (std 1)."""
+    """Per-class low-frequency templates (std 2), shifted by up to 2 pixels, plus pixel noise (std 1)."""
     c, s = cfg.in_channels, cfg.image_size
     if templates is None:
-        coarse = rng.normal(0.0, 1.0, (cfg.num_classes, c, 4, 4)).astype(np.float32)  # (K, C, 4, 4)
+        coarse = rng.normal(0.0, 2.0, (cfg.num_classes, c, 4, 4)).astype(np.float32)  # (K, C, 4, 4)
         reps = -(-s // 4)
         return np.repeat(np.repeat(coarse, reps, axis=2), reps, axis=3)[:, :, :s, :s]  # (K, C, S, S)
     y = rng.integers(0, cfg.num_classes, n)

@@ -194,7 +194,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 entry.update(evaluate(forward, splits, device, cfg, channels_last))
             entry.update(distributed.epoch_means(dist_ctx, entry, ("train_loss", "train_accuracy")))
             history.append(entry)
-            log.info("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
+            log.debug("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
             card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
             if is_main:
                 ckpt.save(out_dir / CHECKPOINT_NAME, {
