@@ -109,7 +109,8 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
     n_params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=distributed.scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale), weight_decay=cfg.weight_decay,
+    lr = distributed.scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # global batch under DDP
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
                                   fused=device == "cuda")
     scaler = grad_scaler(device, cfg.precision)
     history: list[dict[str, Any]] = []
