@@ -7,6 +7,8 @@ checkpoint each epoch); its throughput is over its measured steps. Runs bare, pi
 compares the pipeline with the faster bare run. Results go to $OUT/train_bare-<suite>.json
 (OUT defaults to ./bench-out); the file is rewritten after every case, so a cut-short run keeps its results.
 
+  python benchmarks/train_bare.py --suite gpu --quick   # H200 in ~2 minutes, with the per-component runs
+  python benchmarks/train_bare.py --suite overhead  # no GPU: host overhead per step of a sub-millisecond step
   python benchmarks/train_bare.py --suite gpu       # H200: cnn small b512 bf16, transformer small b128 bf16 (eager, compiled)
   python benchmarks/train_bare.py --suite host-cpu  # the same cnn/transformer small runs on the host's CPU cores
   python benchmarks/train_bare.py --suite cpu       # no GPU: tiny presets on the CPU
@@ -38,6 +40,11 @@ class Case:
     device: str = "auto"
     warmup: int = 20
     bare_runs: int = 2  # bare before and after the pipeline (drift shows); 1 where a run is slow
+    components: bool = True  # also run the pipeline with telemetry off and with the DataLoader path
+
+
+# Pipeline variants that explain a gap: each changes one thing against the default pipeline.
+COMPONENTS = {"telemetry_off": {"telemetry": False}, "host_loader": {"data_placement": "host"}}
 
 
 SUITES = {
@@ -51,7 +58,14 @@ SUITES = {
     # a machine without a GPU: tiny presets, about two minutes on 2 busy cores
     "cpu": [Case("cnn", "tiny", 64, "fp32", 30, device="cpu", warmup=5),
             Case("transformer", "tiny", 64, "fp32", 30, device="cpu", warmup=5)],
+    # host overhead per step, magnified: a model whose step takes well under a millisecond
+    "overhead": [Case("mlp", "tiny", 32, "fp32", 400, device="cpu", warmup=20)],
 }
+# --quick: the GPU suite within ~2 minutes on an H200 (fewer steps, the compiled case without components)
+QUICK = {"gpu": [Case("cnn", "small", 512, "bf16", 400, device="cuda"),
+                 Case("transformer", "small", 128, "bf16", 200, device="cuda"),
+                 Case("transformer", "small", 128, "bf16", 200, compile=True, device="cuda", warmup=30,
+                      bare_runs=1, components=False)]}
 
 
 def bare(case: Case, device: str, model_cfg) -> dict:
@@ -105,14 +119,14 @@ def bare(case: Case, device: str, model_cfg) -> dict:
             "seconds": round(dt, 3)}
 
 
-def pipeline(case: Case, device: str) -> dict:
+def pipeline(case: Case, device: str, **overrides) -> dict:
     from train.config import TrainConfig
     from train.loop import fit
 
     samples = case.batch * min(128, case.steps + case.warmup)  # epochs of <= 128 steps: eval + checkpoint between
     cfg = TrainConfig(model=case.model, preset=case.preset, device=device, precision=case.precision,
                       batch_size=case.batch, steps=case.steps + case.warmup, lr=1e-4, samples=samples,
-                      compile=case.compile, warmup_steps=case.warmup)
+                      compile=case.compile, warmup_steps=case.warmup, **overrides)
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         r = fit(cfg, Path(tmp) / "train")
@@ -123,6 +137,9 @@ def pipeline(case: Case, device: str) -> dict:
             "step_p90_ms": rec.speed.latency.p90_ms, "step_p99_ms": rec.speed.latency.p99_ms,
             "measured_steps": rec.speed.latency.count, "data_wait_share": rec.extra.get("data_wait_share"),
             "workers": rec.settings.get("workers"), "timing": rec.settings.get("timing"),
+            "data_placement": rec.settings.get("data_placement"), "gpu_released": rec.memory.gpu_released,
+            "gpu_held_bytes": rec.memory.gpu_held_bytes, "gpu_release": rec.extra.get("gpu_release"),
+            "telemetry_tick_ms": tel.get("overhead_tick_ms"),
             "telemetry_on": bool(tel), "telemetry_overhead_percent_of_core": tel.get("overhead_percent_of_core"),
             "gpu_util_mean_percent": rec.utilization.gpu_util_mean_percent, "mfu": rec.speed.mfu,
             "achieved_tflops": rec.speed.achieved_tflops, "flops_per_sample": rec.speed.flops_per_sample,
@@ -150,6 +167,13 @@ def run_case(case: Case) -> dict:
         bares.append(bare(case, device, model_cfg))
     best = max(b["samples_s"] for b in bares)
     out.update(bare=bares, pipeline=p, pipeline_over_bare=round(p["samples_s"] / best, 4) if p["samples_s"] else None)
+    if case.components:
+        out["components"] = {}
+        for name, overrides in COMPONENTS.items():
+            c = pipeline(case, device, **overrides)
+            out["components"][name] = {"samples_s": c["samples_s"], "step_p50_ms": c["step_p50_ms"],
+                                       "data_placement": c["data_placement"], "telemetry_on": c["telemetry_on"],
+                                       "over_bare": round(c["samples_s"] / best, 4) if c["samples_s"] else None}
     out["within_5_percent"] = out["pipeline_over_bare"] is not None and out["pipeline_over_bare"] >= 0.95
     return out
 
@@ -165,15 +189,19 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--quick", action="store_true", help="fewer steps (the gpu suite in about 2 minutes)")
     args = ap.parse_args()
-    cases = SUITES[args.suite] if args.suite else [
+    suites = QUICK | {k: v for k, v in SUITES.items() if k not in QUICK} if args.quick else SUITES
+    cases = suites[args.suite] if args.suite else [
         Case(args.model, args.preset, args.batch, args.precision, args.steps, args.compile, args.device, args.warmup)]
     out_dir = Path(os.environ.get("OUT", "bench-out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     out_file = out_dir / f"train_bare-{args.suite or 'custom'}.json"
     from trainserve.profile import host_info
 
-    results = {"benchmark": "train_bare", "suite": args.suite, "host": host_info(), "results": []}
+    results = {"benchmark": "train_bare", "suite": args.suite, "quick": args.quick, "host": host_info(),
+               "results": []}
+    t_suite = time.perf_counter()
     for case in cases:
         print(f"== {case}", flush=True)
         try:
@@ -183,7 +211,10 @@ def main() -> None:
         results["results"].append(res)
         print(json.dumps({k: res.get(k) for k in ("pipeline_over_bare", "error")} |
                          {"bare": [b["samples_s"] for b in res.get("bare", [])],
-                          "pipeline": res.get("pipeline", {}).get("samples_s")}), flush=True)
+                          "pipeline": res.get("pipeline", {}).get("samples_s"),
+                          "components": {k: v["over_bare"] for k, v in res.get("components", {}).items()}}),
+              flush=True)
+        results["suite_seconds"] = round(time.perf_counter() - t_suite, 1)
         out_file.write_text(json.dumps(results, indent=2))
     print(f"wrote {out_file}")
 

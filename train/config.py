@@ -14,6 +14,7 @@ Precision = Literal["fp32", "bf16", "fp16"]
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALES = ("none", "linear")
+PLACEMENTS = ("auto", "host", "device")
 LR_REFERENCE_BATCH = 256  # linear scaling rule: lr * batch_size / 256 (Goyal et al.)
 
 
@@ -46,6 +47,8 @@ class TrainConfig:
     warmup_steps: int = 5  # first steps left out of step-time statistics (compile, cudnn autotune)
     sync_timing: bool = False  # CUDA: synchronise after every step instead of timing with CUDA events
     find_max_batch: bool = False  # CUDA: after training, search the largest train and inference batch
+    data_placement: str = "auto"  # auto | host (DataLoader, pinned, async copy) | device (split kept on the device)
+    telemetry: bool = True  # the background resource sampler (utilization, energy); off only to measure its cost
 
     def __post_init__(self) -> None:
         _check(self.device in DEVICES, "device", self.device, " | ".join(DEVICES))
@@ -61,6 +64,7 @@ class TrainConfig:
         _check(self.workers is None or 0 <= self.workers <= 64, "workers", self.workers, "0..64, or unset (auto)")
         _check(self.samples >= 16, "samples", self.samples, "an integer >= 16")
         _check(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "an integer >= 0")
+        _check(self.data_placement in PLACEMENTS, "data_placement", self.data_placement, " | ".join(PLACEMENTS))
         _check(bool(self.dataset), "dataset", self.dataset, "synthetic | digits | a path to an .npz file")
 
     @property

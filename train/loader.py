@@ -32,15 +32,18 @@ class EpochBatches:
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
         self.epoch, self._skip = epoch, skip
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def index_batches(self) -> list[Any]:
+        """This rank's remaining index batches of the current epoch, as int64 tensors."""
         import torch
 
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + self.epoch)
         order = torch.randperm(self.n, generator=g)
         bs = min(self.batch_size, self.n)
         batches = [order[i * bs:(i + 1) * bs] for i in range(self.batches_total)]
-        mine = batches[self.rank::self.world_size][: len(self)]
-        for b in mine[self._skip:]:
+        return batches[self.rank::self.world_size][: len(self)][self._skip:]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for b in self.index_batches():
             yield b.tolist()
 
 
@@ -71,6 +74,65 @@ def make_loader(x: np.ndarray, y: np.ndarray, batches: EpochBatches, workers: in
                       generator=torch.Generator().manual_seed(batches.seed),
                       pin_memory=pin_memory, persistent_workers=workers > 0,
                       prefetch_factor=4 if workers > 0 else None)
+
+
+PLACEMENTS = ("auto", "host", "device")
+DEVICE_DATA_SHARE = 0.25  # auto keeps the training split on the GPU when it needs < this share of free memory
+
+
+def choose_placement(requested: str, device: str, nbytes: int, workers_given: bool) -> str:
+    """"device": the split lives where the model runs and batches are gathered there (no DataLoader,
+    no host work per step beyond one gather); "host": DataLoader workers, pinned memory, async copies.
+
+    auto picks device on CPU (the arrays are already in memory) and on CUDA when the split takes
+    under a quarter of the free device memory; explicitly asked-for --workers keep the DataLoader."""
+    if requested != "auto":
+        return requested
+    if workers_given:
+        return "host"
+    if device != "cuda":
+        return "device"
+    import torch
+
+    free, _ = torch.cuda.mem_get_info()
+    return "device" if nbytes < DEVICE_DATA_SHARE * free else "host"
+
+
+class ResidentBatches:
+    """The training split kept on `device` (the GPU, or plain CPU memory); each step is one gather.
+
+    Same batch order as the DataLoader path (EpochBatches), so resume and DDP sharding behave
+    identically. Per epoch the indices go to the device once; per step there are two index_select
+    kernels and no host-device copy. CNN images are stored NHWC, so a gathered batch viewed as
+    NCHW is already channels_last (no conversion kernel)."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, batches: EpochBatches, device: str,
+                 channels_last: bool) -> None:
+        import torch
+
+        xt, yt = torch.from_numpy(x), torch.from_numpy(y)
+        self.channels_last = channels_last and xt.dim() == 4
+        if self.channels_last:
+            xt = xt.permute(0, 2, 3, 1)
+        self.x = xt.to(device).contiguous()
+        self.y = yt.to(device)
+        self.batches, self.device = batches, device
+        self.nbytes = self.x.numel() * self.x.element_size() + self.y.numel() * self.y.element_size()
+
+    def __iter__(self) -> Iterator[tuple[Any, Any]]:
+        import torch
+
+        idx = self.batches.index_batches()
+        if not idx:
+            return
+        sizes = [len(b) for b in idx]
+        flat = torch.cat(idx).to(self.device, non_blocking=False)
+        start = 0
+        for n in sizes:
+            i = flat[start:start + n]
+            start += n
+            x = self.x.index_select(0, i)
+            yield (x.permute(0, 3, 1, 2) if self.channels_last else x), self.y.index_select(0, i)
 
 
 class DeviceFeed:

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from train import checkpoint as ckpt
-from train import distributed
+from train import distributed, release
 from train.card import CHECKPOINT_NAME, ModelCard, TensorSpec
 from train.config import TrainConfig
 from train.data import Splits, load_splits
 from train.device import autocast, check_precision, grad_scaler, resolve_device
-from train.loader import DeviceFeed, EpochBatches, make_loader
+from train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
 from train.measure import MemoryTracker, StepTimer, optimizer_state_bytes, tensor_bytes
 from train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.errors import UserError
@@ -93,6 +93,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     """Train `cfg` and write checkpoint.pt, model.json, history.json, profile.json into `out_dir`."""
     import torch
 
+    gpu_before = release.before(cfg.device)  # NVML, before this run touches the GPU
     setup = prepare(cfg, Path(out_dir), resume)
     device, splits, state = setup.device, setup.splits, setup.state
     dist_ctx = distributed.current()  # rank 0 of 1 unless launched by torchrun (see train/distributed.py)
@@ -104,11 +105,20 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
         for name in (CHECKPOINT_NAME, HISTORY_NAME, PROFILE_NAME, "model.json"):  # a fresh run replaces the old one
             (out_dir / name).unlink(missing_ok=True)
 
+    family = cfg.model
+    channels_last = family == "cnn" and device == "cuda"
+    batches = EpochBatches(len(splits.x_train), cfg.batch_size, cfg.seed, rank, world_size)
+    data_bytes = splits.x_train.nbytes + splits.y_train.nbytes
+    placement = choose_placement(cfg.data_placement, device, data_bytes, cfg.workers is not None)
+    workers = pin = resident = None
+    if placement == "device":  # before the memory baseline: the resident split is not training memory
+        resident = ResidentBatches(splits.x_train, splits.y_train, batches, device, channels_last)
+    else:
+        workers = cfg.workers if cfg.workers is not None else (min(4, _cpus() // 2) if device == "cuda" else 0)
+        pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
     memory = MemoryTracker(device)
     torch.manual_seed(cfg.seed)
     model = build_model(splits.config)
-    family = cfg.model
-    channels_last = family == "cnn" and device == "cuda"
     if channels_last:
         torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
@@ -119,6 +129,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
                                   fused=device == "cuda")
     scaler = grad_scaler(device, cfg.precision)
+    scaling = scaler.is_enabled()  # fp16 only: otherwise the scaler's calls are skipped, not just no-ops
     history: list[dict[str, Any]] = []
     start_step = 0
     if state is not None:
@@ -130,9 +141,6 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     forward = distributed.wrap(model, dist_ctx)  # DDP when world_size > 1; `model` stays the plain module
     forward = torch.compile(forward) if cfg.compile else forward
 
-    workers = cfg.workers if cfg.workers is not None else (min(4, _cpus() // 2) if device == "cuda" else 0)
-    pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
-    batches = EpochBatches(len(splits.x_train), cfg.batch_size, cfg.seed, rank, world_size)
     spe = len(batches)  # steps per epoch
     total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * spe
     n_epochs = math.ceil(total_steps / spe)
@@ -141,20 +149,23 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                         "raise --epochs or --steps to train further")
     if state is not None:
         ckpt.set_rng_state(state["rng"])  # last: nothing above may draw random numbers after this
-    loader = make_loader(splits.x_train, splits.y_train, batches, workers, pin)
+    loader = make_loader(splits.x_train, splits.y_train, batches, workers, pin) if placement == "host" else None
     card = _card(cfg, splits, n_params)
     timer = StepTimer(device, cfg.warmup_steps, sync=cfg.sync_timing)
-    sampler = _telemetry_sampler(device)
+    sampler = _telemetry_sampler(device) if cfg.telemetry else None
     step, first = start_step, True
     t_last = time.perf_counter()
     t_start = t_last
     loss_fn = torch.nn.functional.cross_entropy
+    shown = _LazyLoss(device)
+    x = y = logits = loss = feed = loss_sum = correct = None  # freed by name after training
+    rss_every = 16  # CPU: read the RSS every few steps (a /proc read, ~20 us)
 
     try:
         for epoch in range(start_step // spe, n_epochs):
             model.train()
             batches.set_epoch(epoch, skip=step - epoch * spe)
-            feed = iter(DeviceFeed(iter(loader), device, channels_last))
+            feed = iter(resident) if loader is None else iter(DeviceFeed(iter(loader), device, channels_last))
             loss_sum = torch.zeros((), device=device)
             correct = torch.zeros((), device=device, dtype=torch.long)
             seen, t_epoch = 0, time.perf_counter()
@@ -168,32 +179,42 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 with autocast(device, cfg.precision):
                     logits = forward(x)
                     loss = loss_fn(logits.float(), y)
-                scaler.scale(loss).backward()
+                if scaling:
+                    scaler.scale(loss).backward()
+                else:
+                    loss.backward()
                 if first:
                     memory.gradients = tensor_bytes(p.grad for p in model.parameters())
                     memory.moment("after_backward")
-                scaler.step(optimizer)
-                scaler.update()
+                if scaling:
+                    scaler.step(optimizer)
+                    scaler.update()
+                else:
+                    optimizer.step()
                 if first:
                     memory.optimizer = optimizer_state_bytes(optimizer)
                     memory.moment("after_step")
                     first = False
                 optimizer.zero_grad(set_to_none=True)
-                timer.end(len(y))
+                n = len(y)
+                # running sums stay on the device: no host sync inside the step
+                loss_sum.add_(loss.detach(), alpha=n)
+                correct.add_((logits.detach().argmax(-1) == y).sum())
+                timer.end(n)
                 step += 1
+                seen += n
                 if sampler is not None and step - start_step == cfg.warmup_steps:
                     sampler.mark()  # utilization and energy cover the measured steps only
-                distributed.after_step(model, dist_ctx, step)
-                seen += len(y)
-                loss_sum += loss.detach() * len(y)
-                correct += (logits.detach().argmax(-1) == y).sum()
-                if device == "cpu":
+                if dist_ctx.sync_check:
+                    distributed.after_step(model, dist_ctx, step)
+                if device == "cpu" and step % rss_every == 0:
                     memory.sample()
-                now = time.perf_counter()
-                if on_progress is not None and now - t_last >= PROGRESS_EVERY_S:
-                    t_last = now
-                    on_progress(Progress(epoch + 1, n_epochs, step, total_steps, (loss_sum / max(seen, 1)).item(),
-                                         seen / (now - t_epoch), memory.current_bytes()))
+                if on_progress is not None:
+                    now = time.perf_counter()
+                    if now - t_last >= PROGRESS_EVERY_S:
+                        t_last = now
+                        on_progress(Progress(epoch + 1, n_epochs, step, total_steps, shown.read(loss_sum, seen),
+                                             seen / (now - t_epoch), memory.current_bytes()))
             timer.flush()
             train_s = time.perf_counter() - t_epoch
             entry = {"epoch": epoch + 1, "step": step, "train_loss": _r((loss_sum / max(seen, 1)).item()),
@@ -227,10 +248,16 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
 
     record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
                           channels_last, wall_s)
+    record.settings["data_placement"] = placement
+    record.extra["data_on_device_bytes"] = resident.nbytes if placement == "device" and device == "cuda" else 0
     distributed.finish(record, dist_ctx, timer.times, cfg)
+    # free what training held, so the search sees the memory a fresh run has
+    del forward, optimizer, loader, feed, resident, x, y, logits, loss, loss_sum, correct
     if cfg.find_max_batch:
-        del forward, optimizer, loader  # free what training held, so the search sees the memory a fresh run has
         record.memory.max_batch = search_max_batch(model, splits, cfg, device)
+    del model
+    if device == "cuda" and not dist_ctx.distributed:
+        release.finish(record, gpu_before)
     if is_main:
         card.save(out_dir)
         write_json_atomic(out_dir / HISTORY_NAME, {"epochs": history, "steps_per_epoch": spe,
@@ -290,6 +317,33 @@ def _card(cfg: TrainConfig, splits: Splits, n_params: int) -> ModelCard:
                      inputs=[TensorSpec(**t) for t in inputs], outputs=[TensorSpec(**t) for t in outputs],
                      classes=splits.classes, precision=cfg.precision, dataset=splits.source,
                      data=splits.params, parameters=n_params)
+
+
+class _LazyLoss:
+    """The running mean loss for the progress bar without stalling the GPU: each call starts an
+    asynchronous copy to pinned host memory and shows the value the previous call copied."""
+
+    def __init__(self, device: str) -> None:
+        self.cuda = device == "cuda"
+        self.host: Any = None
+        self.event: Any = None
+        self.value: float | None = None
+
+    def read(self, loss_sum: Any, seen: int) -> float | None:
+        if not self.cuda:
+            return float(loss_sum) / max(seen, 1)
+        import torch
+
+        if self.event is not None and self.event.query():
+            self.value = float(self.host[0]) / max(self.host_seen, 1)
+        if self.event is None or self.event.query():
+            if self.host is None:
+                self.host = torch.empty(1, pin_memory=True)
+            self.host.copy_(loss_sum.detach().reshape(1), non_blocking=True)
+            self.host_seen = seen
+            self.event = torch.cuda.Event()
+            self.event.record()
+        return self.value
 
 
 def _telemetry_sampler(device: str) -> Any:

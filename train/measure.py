@@ -42,10 +42,14 @@ class StepTimer:
         self._pending: list[tuple[Any, Any, float, int]] = []  # CUDA events not yet resolved
         self._t0 = self._tf = 0.0
         self._ev0: Any = None
+        self._ev_end: Any = None  # the previous step's end event, reused as the next begin
 
     def begin(self) -> None:
         self._t0 = time.perf_counter()
         if self.events:
+            if self._ev_end is not None:  # back-to-back steps: the last step's end event starts this one
+                self._ev0, self._ev_end = self._ev_end, None
+                return
             import torch
 
             self._ev0 = torch.cuda.Event(enable_timing=True)
@@ -63,6 +67,7 @@ class StepTimer:
 
             ev1 = torch.cuda.Event(enable_timing=True)
             ev1.record()
+            self._ev_end = ev1
             if measured:
                 self._pending.append((self._ev0, ev1, wait_ms, batch))
             else:
@@ -79,6 +84,7 @@ class StepTimer:
 
     def flush(self) -> None:
         """Resolve pending CUDA events (one synchronisation); call at epoch end, outside timed steps."""
+        self._ev_end = None  # whatever runs next (eval, checkpoint) is not part of the next step
         if not self._pending:
             return
         self._pending[-1][1].synchronize()
