@@ -1,6 +1,7 @@
 """GPU check of the telemetry primitives (runs in about a minute on one GPU).
 
 Writes $OUT/telemetry_check.json (OUT defaults to ./bench-out):
+- CPU ms per call of every NVML / psutil reading (read_costs_ms), to explain the cost of a tick;
 - the sampler's NVML fields during a busy bf16 matmul loop (utilization, memory, power, energy
   and its source), and its own overhead (CPU ms per tick, % of one core, % of a step);
 - the device's peak table entry and the MFU of that loop (FLOPs counted by FlopCounterMode);
@@ -26,7 +27,7 @@ from torch import nn
 from train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup
 from train.maxbatch import max_batches
 from trainserve.profile import ProfileRecord
-from trainserve.telemetry import Sampler, gpu_memory_used_bytes, gpu_name, gpu_process_memory_bytes
+from trainserve.telemetry import Sampler, gpu_memory_used_bytes, gpu_name, gpu_process_memory_bytes, read_costs
 
 
 def main() -> None:
@@ -35,7 +36,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         raise SystemExit("telemetry_check needs a CUDA device")
     result: dict = {"device": torch.cuda.get_device_name(0), "nvml_name": gpu_name(0),
-                    "mem_before_bytes": gpu_memory_used_bytes(0)}
+                    "mem_before_bytes": gpu_memory_used_bytes(0),
+                    # CPU ms per call of each reading a tick may make: which one is slow on this host
+                    "read_costs_ms": read_costs(0)}
 
     # A matmul-bound loop: (4096 x 4096) @ (4096 x 4096) in bf16, timed with synchronisation.
     layer = nn.Linear(4096, 4096, bias=False, device="cuda", dtype=torch.bfloat16)

@@ -60,7 +60,9 @@ def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, time
     _add_flops(rec, cfg, device, model, splits)
     _add_estimate(rec, n_params, cfg.precision)
     if sampler is not None:
-        sampler.apply(rec, times.samples)
+        s = sampler.apply(rec, times.samples)
+        if times.total_s > 0:  # the sampler's CPU time over the measured steps, as a share of them
+            rec.extra["telemetry"]["overhead_percent_of_step"] = round(s["overhead_cpu_s"] / times.total_s * 100, 4)
     return rec
 
 

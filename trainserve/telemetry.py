@@ -8,10 +8,12 @@ NVML or without readable RAPL gives nulls, never an error.
         train()
     s.apply(record, samples=n)   # fills record.utilization and record.energy
 
-Cost: one tick reads a handful of NVML counters and /proc files: measured 0.55 ms of CPU on the
-2-core development sandbox (where opening a file is slow), plus listing child processes every 2 s
-(~5 ms), about 0.8% of one core at 10 Hz; less on a plain Linux host. The sampler measures its own
-CPU time (`overhead_*` in summary()), so every profile says what measuring cost.
+Cost: one tick makes three NVML calls (utilization, memory, the energy counter; power comes from
+the counter's delta) and reads the CPU times (os.times for this process, /proc/stat, statm), and
+the child-process list is refreshed every 5 s. A first H200 host measured 3.8 ms of CPU per tick
+with four NVML calls and psutil per-process reads; `read_costs()` times each call separately
+(benchmarks/telemetry_check.py records it). The sampler measures its own CPU time (`overhead_*`
+in summary()), so every profile says what measuring cost.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ LOW_GPU_UTIL_PERCENT = 50.0
 # Memory counted as "in use" for that warning: more than a bare CUDA context (bytes).
 GPU_MEM_IN_USE_BYTES = 1 << 30
 # How often the list of child processes (data-loader workers) is refreshed, seconds.
-CHILDREN_REFRESH_S = 2.0
+CHILDREN_REFRESH_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,7 @@ class _Nvml:
         self.name: str | None = None
         self._energy_ok = True
         self._power_ok = True
+        self._last_energy: tuple[float, float] | None = None  # (monotonic s, counter J) at the last read
         try:
             import pynvml
 
@@ -100,16 +103,23 @@ class _Nvml:
             mem = int(nv.nvmlDeviceGetMemoryInfo(h).used)
         except Exception:
             pass
-        if self._power_ok:
-            try:
-                power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # mW -> W
-            except Exception:
-                self._power_ok = False
         if self._energy_ok:
             try:
                 energy = nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0  # mJ -> J (Volta and newer)
             except Exception:
                 self._energy_ok = False
+        if energy is not None and self._last_energy is not None and energy >= self._last_energy[1]:
+            # mean power since the last tick from the counter: one NVML call fewer per tick
+            t_prev, e_prev = self._last_energy
+            dt = time.monotonic() - t_prev
+            power = (energy - e_prev) / dt if dt > 0 else None
+        elif self._power_ok:
+            try:
+                power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # mW -> W
+            except Exception:
+                self._power_ok = False
+        if energy is not None:
+            self._last_energy = (time.monotonic(), energy)
         return util, mem, power, energy
 
     def close(self) -> None:
@@ -215,6 +225,8 @@ class _Cpu:
         self.include_children = include_children
         self._kids: list[Any] = []
         self._kids_at = -1e9
+        # this process itself: os.times() is one system call, psutil.Process.cpu_times parses /proc
+        self._self = pid is None or pid == os.getpid()
         self._last = (time.monotonic(), self._proc_cpu_s(), self._sys_times())
 
     def _proc_cpu_s(self) -> float:
@@ -227,7 +239,13 @@ class _Cpu:
             except self._psutil.Error:
                 self._kids = []
         total = 0.0
-        for p in [self.proc, *self._kids]:
+        others = self._kids
+        if self._self:
+            t = os.times()  # children_* hold the reaped children's time, so finished workers still count
+            total += t.user + t.system + t.children_user + t.children_system
+        else:
+            others = [self.proc, *self._kids]
+        for p in others:
             try:
                 t = p.cpu_times()
                 # children_* hold the reaped children's time, so finished workers still count.
@@ -254,6 +272,46 @@ class _Cpu:
         except self._psutil.Error:
             rss = None
         return proc_pct, sys_pct, rss
+
+
+def read_costs(gpu_index: int = 0, repeats: int = 20) -> dict[str, float | None]:
+    """CPU milliseconds per call of every reading a tick may make (None: unavailable here).
+
+    For hosts where a tick costs more than expected: tells which NVML or /proc read is slow."""
+    import psutil
+
+    def cost(fn: Any) -> float | None:
+        try:
+            fn()
+            c0 = time.thread_time()
+            for _ in range(repeats):
+                fn()
+            return round((time.thread_time() - c0) / repeats * 1e3, 4)
+        except Exception:
+            return None
+
+    proc = psutil.Process()
+    out: dict[str, float | None] = {
+        "os_times": cost(os.times),
+        "psutil_process_cpu_times": cost(proc.cpu_times),
+        "psutil_children_recursive": cost(lambda: proc.children(recursive=True)),
+        "psutil_cpu_times_system": cost(psutil.cpu_times),
+        "psutil_memory_info": cost(proc.memory_info),
+        "rapl_read": cost(_Rapl().read),
+    }
+    nv = _Nvml(gpu_index)
+    if nv.ok:
+        m, h = nv._nv, nv.handle
+        out |= {"nvml_utilization": cost(lambda: m.nvmlDeviceGetUtilizationRates(h)),
+                "nvml_memory_info": cost(lambda: m.nvmlDeviceGetMemoryInfo(h)),
+                "nvml_power": cost(lambda: m.nvmlDeviceGetPowerUsage(h)),
+                "nvml_total_energy": cost(lambda: m.nvmlDeviceGetTotalEnergyConsumption(h)),
+                "nvml_compute_processes": cost(lambda: m.nvmlDeviceGetComputeRunningProcesses(h)),
+                "nvml_read_as_ticked": cost(nv.read)}
+        nv.close()
+    cpu = _Cpu(None, include_children=True)
+    out["cpu_read_as_ticked"] = cost(cpu.read)
+    return out
 
 
 # ---------------------------------------------------------------- the sampler

@@ -201,3 +201,21 @@ def test_overhead_is_small(monkeypatch):
     summary = s.summary()
     assert summary["overhead_tick_ms"] is not None and summary["overhead_tick_ms"] < 1.0
     assert summary["overhead_cpu_s"] > 0
+
+
+def test_power_comes_from_the_energy_counter_and_read_costs_names_each_call(monkeypatch):
+    fake = FakeNvml()
+    calls = []
+    monkeypatch.setattr(fake, "nvmlDeviceGetPowerUsage", lambda h: calls.append(h) or 200_000, raising=False)
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    nv = telemetry._Nvml(0)
+    first = nv.read()
+    time.sleep(0.05)
+    second = nv.read()
+    # no counter delta yet on the first read: power asked of NVML once; then 50 J over the interval
+    assert first[2] == 200.0 and len(calls) == 1
+    assert second[2] is not None and 50 / 0.5 < second[2] < 50 / 0.04 and len(calls) == 1
+    costs = telemetry.read_costs(0, repeats=2)
+    for name in ("os_times", "psutil_children_recursive", "nvml_utilization", "nvml_total_energy",
+                 "nvml_read_as_ticked", "cpu_read_as_ticked"):
+        assert costs[name] is not None and costs[name] >= 0, name
