@@ -161,17 +161,27 @@ class MemoryTracker:
         self.sample()
         memory.rss_peak_bytes = self.rss_peak
         memory.rss_growth_bytes = max(0, self.rss_peak - self.rss_base)
-        if self.device == "cuda" and self.use_moments and {"weights", "after_backward", "after_step"} <= set(self._cuda_at):
+        parts_known = None not in (self.weights, self.gradients, self.optimizer)
+        if self.device == "cuda" and parts_known:
             import torch
 
             from train.memory import breakdown_from_measurements, fill_memory
 
-            at = self._cuda_at
+            # Parts from tensor sizes (exact); the allocator's readings at the first step's moments also
+            # hold the input batches, logits and loss, so they only cross-check. Activations and
+            # temporaries = peak - parts, so the parts sum to torch's measured peak.
+            w, g, o = self.weights, self.gradients, self.optimizer
             peak = torch.cuda.max_memory_allocated() - self._cuda_base
-            b = breakdown_from_measurements(at["weights"], at["after_backward"], at["after_step"], peak,
-                                            torch.cuda.max_memory_reserved())
+            b = breakdown_from_measurements(w, w + g, w + g + o, peak, torch.cuda.max_memory_reserved())
             fill_memory(memory, b)
-            return {"source": "cuda_allocator", "consistent": b["consistent"], "notes": b["notes"]}
+            at = self._cuda_at if self.use_moments else {}
+            other = {name: at[name] - expected for name, expected in
+                     (("weights", w), ("after_backward", w + g), ("after_step", w + g + o)) if name in at}
+            return {"source": "cuda_allocator_peak_and_tensor_sizes", "consistent": b["consistent"],
+                    "sum_bytes": b["sum_bytes"], "peak_bytes": b["peak_bytes"], "notes": b["notes"],
+                    "allocated_at_moments_bytes": dict(at),
+                    # live bytes beyond the parts at each moment: batches on the device, logits, loss
+                    "other_live_at_moments_bytes": other}
         memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes = self.weights, self.gradients, self.optimizer
         known = sum(b for b in (self.weights, self.gradients, self.optimizer) if b is not None)
         if self.device == "cuda":

@@ -105,4 +105,10 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
 def _add_estimate(rec: ProfileRecord, n_params: int, precision: str) -> None:
     from train.memory import analytic_estimate
 
-    rec.memory.estimate = analytic_estimate(n_params, precision, optimizer="adamw")
+    est = analytic_estimate(n_params, precision, optimizer="adamw")
+    measured = [rec.memory.weights_bytes, rec.memory.gradients_bytes, rec.memory.optimizer_bytes]
+    if None not in measured and sum(measured) > 0:
+        # the estimate counts parameters only; measured weights also hold buffers (BatchNorm statistics)
+        est["measured_states_bytes"] = int(sum(measured))
+        est["estimate_over_measured"] = round(est["total_bytes"] / sum(measured), 4)
+    rec.memory.estimate = est

@@ -77,12 +77,17 @@ def test_fp16_and_bf16_autocast_train_on_cpu(tmp_path):
 
 
 def test_resume_is_exact_with_worker_processes(tmp_path):
+    """The DataLoader path (worker processes) resumes exactly and trains exactly like the resident split."""
     kw = {"model": "mlp", "workers": 1, "samples": 128}
-    _fit(tmp_path, "straight", epochs=2, **kw)
+    straight = _fit(tmp_path, "straight", epochs=2, **kw)
     _fit(tmp_path, "split", epochs=1, **kw)
     _fit(tmp_path, "split", resume=True, epochs=2, **kw)
-    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
+    resident = _fit(tmp_path, "resident", epochs=2, model="mlp", samples=128)
+    a, b, c = _weights(tmp_path / "straight"), _weights(tmp_path / "split"), _weights(tmp_path / "resident")
     assert all(torch.equal(a[k], b[k]) for k in a)
+    assert all(torch.equal(a[k], c[k]) for k in a)
+    assert straight.record.settings["data_placement"] == "host" and straight.record.settings["workers"] == 1
+    assert resident.record.settings["data_placement"] == "device"
 
 
 def test_data_order_is_a_permutation_per_epoch_and_shards_by_rank():

@@ -59,3 +59,30 @@ def test_breakdown_never_negative_and_flags_inconsistency():
     assert b["consistent"] is False and len(b["notes"]) == 2
     with pytest.raises(ValueError, match="peak"):
         breakdown_from_measurements(1, 2, 3, -1)
+
+
+def test_cuda_tracker_parts_are_tensor_sizes_and_sum_to_the_peak(monkeypatch):
+    """The CUDA path of MemoryTracker without a GPU: the allocator's counters are faked."""
+    import torch
+
+    from train.measure import MemoryTracker
+    from trainserve.profile import Memory
+
+    mib = 2**20
+    allocated = {"now": 10 * mib}  # 10 MiB resident before the run (e.g. the data split)
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda: None)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda: allocated["now"])
+    monkeypatch.setattr(torch.cuda, "max_memory_allocated", lambda: 10 * mib + 200 * mib)
+    monkeypatch.setattr(torch.cuda, "max_memory_reserved", lambda: 256 * mib)
+    t = MemoryTracker("cuda")
+    t.weights, t.gradients, t.optimizer = 16 * mib, 16 * mib, 32 * mib
+    for name, live in (("weights", 16), ("after_backward", 16 + 16 + 6), ("after_step", 64 + 6)):
+        allocated["now"] = 10 * mib + live * mib  # 6 MiB of batches and logits live at the first step
+        t.moment(name)
+    m = Memory()
+    info = t.fill(m)
+    assert (m.weights_bytes, m.gradients_bytes, m.optimizer_bytes) == (16 * mib, 16 * mib, 32 * mib)
+    assert m.activations_bytes == 200 * mib - 64 * mib and m.peak_bytes == 200 * mib
+    parts = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes
+    assert abs(parts - m.peak_bytes) <= 0.05 * m.peak_bytes and info["consistent"] is True
+    assert info["other_live_at_moments_bytes"] == {"weights": 0, "after_backward": 6 * mib, "after_step": 6 * mib}
