@@ -107,16 +107,17 @@ def bare(case: Case, device: str, model_cfg) -> dict:
     for _ in range(case.warmup):
         step()
     sync()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     for _ in range(case.steps):
         step()
+    host_s = time.thread_time() - c0  # before the final sync: launching only
     sync()
     dt = time.perf_counter() - t0
     del model, opt, fwd
     if device == "cuda":
         torch.cuda.empty_cache()
     return {"samples_s": round(case.steps * case.batch / dt, 2), "step_mean_ms": round(dt / case.steps * 1e3, 4),
-            "seconds": round(dt, 3)}
+            "seconds": round(dt, 3), "host_cpu_ms_per_step": round(host_s / case.steps * 1e3, 4)}
 
 
 def pipeline(case: Case, device: str, **overrides) -> dict:
@@ -140,6 +141,8 @@ def pipeline(case: Case, device: str, **overrides) -> dict:
             "data_placement": rec.settings.get("data_placement"), "gpu_released": rec.memory.gpu_released,
             "gpu_held_bytes": rec.memory.gpu_held_bytes, "gpu_release": rec.extra.get("gpu_release"),
             "telemetry_tick_ms": tel.get("overhead_tick_ms"),
+            "telemetry_percent_of_step": tel.get("overhead_percent_of_step"),
+            "host_cpu_ms_per_step": rec.extra.get("host_cpu_ms_per_step"),
             "telemetry_on": bool(tel), "telemetry_overhead_percent_of_core": tel.get("overhead_percent_of_core"),
             "gpu_util_mean_percent": rec.utilization.gpu_util_mean_percent, "mfu": rec.speed.mfu,
             "achieved_tflops": rec.speed.achieved_tflops, "flops_per_sample": rec.speed.flops_per_sample,
@@ -172,6 +175,7 @@ def run_case(case: Case) -> dict:
         for name, overrides in COMPONENTS.items():
             c = pipeline(case, device, **overrides)
             out["components"][name] = {"samples_s": c["samples_s"], "step_p50_ms": c["step_p50_ms"],
+                                       "host_cpu_ms_per_step": c["host_cpu_ms_per_step"],
                                        "data_placement": c["data_placement"], "telemetry_on": c["telemetry_on"],
                                        "over_bare": round(c["samples_s"] / best, 4) if c["samples_s"] else None}
     out["within_5_percent"] = out["pipeline_over_bare"] is not None and out["pipeline_over_bare"] >= 0.95

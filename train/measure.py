@@ -20,6 +20,12 @@ class StepTimes:
     data_wait_ms: list[float] = field(default_factory=list)
     warmup_excluded: int = 0
     samples: int = 0  # samples inside the measured steps
+    host_cpu_s: float = 0.0  # main-thread CPU seconds inside the measured steps (launching, feeding)
+
+    @property
+    def host_cpu_ms_per_step(self) -> float | None:
+        """Host CPU per step; near the step time means the GPU waits on Python (host-bound)."""
+        return self.host_cpu_s / len(self.step_ms) * 1e3 if self.step_ms else None
 
     @property
     def total_s(self) -> float:
@@ -40,12 +46,13 @@ class StepTimer:
         self.times = StepTimes()
         self._seen = 0  # steps begun in this process
         self._pending: list[tuple[Any, Any, float, int]] = []  # CUDA events not yet resolved
-        self._t0 = self._tf = 0.0
+        self._t0 = self._tf = self._c0 = 0.0
         self._ev0: Any = None
         self._ev_end: Any = None  # the previous step's end event, reused as the next begin
 
     def begin(self) -> None:
         self._t0 = time.perf_counter()
+        self._c0 = time.thread_time()
         if self.events:
             if self._ev_end is not None:  # back-to-back steps: the last step's end event starts this one
                 self._ev0, self._ev_end = self._ev_end, None
@@ -62,6 +69,8 @@ class StepTimer:
         wait_ms = (self._tf - self._t0) * 1000.0
         measured = self._seen >= self.warmup
         self._seen += 1
+        if measured:
+            self.times.host_cpu_s += time.thread_time() - self._c0
         if self.events:
             import torch
 

@@ -51,6 +51,8 @@ def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, time
     wait = LatencyStats.from_samples_ms(times.data_wait_ms)
     rec.extra = {"parameters": n_params, "data_wait_share": round(share, 4) if share is not None else None,
                  "data_wait_ms": {"mean": wait.mean_ms, "p50": wait.p50_ms, "p99": wait.p99_ms},
+                 "host_cpu_ms_per_step": None if times.host_cpu_ms_per_step is None
+                 else round(times.host_cpu_ms_per_step, 4),
                  "wall_s": round(wall_s, 3), "input_shape": list(splits.x_train.shape[1:]),
                  "memory_breakdown": memory_notes}
     rec.versions = package_versions("torch", "numpy")

@@ -47,6 +47,10 @@ def train(
     samples: SamplesOpt = 2048,
     warmup_steps: WarmupOpt = 5,
     sync_timing: SyncOpt = False,
+    data_placement: Annotated[str, typer.Option(help=(
+        "auto, host (DataLoader workers, pinned memory, async copies) or device (the training split kept on "
+        "the device, batches gathered there); auto keeps it on the GPU when it takes < 25% of free memory "
+        "and --workers is not given."))] = "auto",
     run: RunOpt = "default",
     runs_dir: RunsDirOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from RUN's checkpoint, exactly.")] = False,
@@ -69,7 +73,7 @@ def train(
     cfg = TrainConfig(model=model, preset=preset, device=devices[0], precision=precision, batch_size=batch_size,
                       epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale, seed=seed, workers=workers,
                       compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
-                      sync_timing=sync_timing, find_max_batch=find_max_batch)
+                      sync_timing=sync_timing, find_max_batch=find_max_batch, data_placement=data_placement)
     root = run_dir(run, runs_dir)
     if len(devices) > 1:
         if sorted(devices) != ["cpu", "cuda"] or resume:
