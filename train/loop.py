@@ -252,7 +252,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     record.extra["data_on_device_bytes"] = resident.nbytes if placement == "device" and device == "cuda" else 0
     distributed.finish(record, dist_ctx, timer.times, cfg)
     # free what training held, so the search sees the memory a fresh run has
-    del forward, optimizer, loader, feed, resident, x, y, logits, loss, loss_sum, correct
+    del forward, optimizer, scaler, loader, feed, resident, x, y, logits, loss, loss_sum, correct, shown
     if cfg.find_max_batch:
         record.memory.max_batch = search_max_batch(model, splits, cfg, device)
     del model

@@ -31,8 +31,15 @@ def finish(record: Any, before_bytes: int | None) -> dict[str, Any]:
     """Free torch's cached blocks, read NVML, fill record.memory.gpu_released/gpu_held_bytes."""
     import torch
 
+    import sys
+
+    if "torch._dynamo" in sys.modules:
+        sys.modules["torch._dynamo"].reset()  # compiled graphs keep references to the model's tensors
     gc.collect()  # reference cycles (autograd graphs, compiled wrappers) can still hold tensors
     torch.cuda.synchronize()
+    clear = getattr(torch._C, "_cuda_clearCublasWorkspaces", None)
+    if clear is not None:
+        clear()  # cuBLAS workspaces live in the caching allocator as allocated blocks
     torch.cuda.empty_cache()
     allocated, reserved = torch.cuda.memory_allocated(), torch.cuda.memory_reserved()
     after = gpu_memory_used_bytes(0)
