@@ -46,6 +46,7 @@ class CoreOptions:
     intra_op_threads: int = 0  # per session unless config.pbtxt's parameters say; 0 = onnxruntime default
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
     max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
+    allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
 
     def __post_init__(self) -> None:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
@@ -111,7 +112,7 @@ class ServerCore:
         if not repo.is_dir():
             raise FileNotFoundError(f"model repository {repo} is not a directory")
         session_options = SessionOptions(
-            self.options.device, self.options.intra_op_threads, self.options.inter_op_threads
+            self.options.device, self.options.intra_op_threads, self.options.inter_op_threads, self.options.allow_spinning
         )
         for model_dir in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
             name = model_dir.name
@@ -256,34 +257,12 @@ class ServerCore:
 
 
 def _read_model(model_dir: Path) -> tuple[object, list[str]]:
-    """(ModelConfig, served version names) through serve.repository, or the private fallback until it exists."""
-    try:
-        from serve import repository  # the export helper's reader (Triton's auto-complete rules)
-    except ImportError:
-        repository = None
-    if repository is not None:
-        config = repository.read_model_config(model_dir)
-        on_disk = repository.version_folders(model_dir)
-        return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]
-    from serve import _config
+    """(ModelConfig completed as Triton would, served version names) of one model directory."""
+    from serve import repository
 
-    config = _config.read_model_config(model_dir)
-    return config, _versions_to_load(model_dir, config)
-
-
-def _versions_to_load(model_dir: Path, config) -> list[str]:
-    """Version directories selected by config's version_policy (default: the latest one)."""
-    available = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()))
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice")
-    if kind == "all":
-        chosen = available
-    elif kind == "specific":
-        chosen = [v for v in available if v in set(policy.specific.versions)]
-    else:
-        n = policy.latest.num_versions if kind == "latest" and policy.latest.num_versions > 0 else 1
-        chosen = available[-n:]
-    return [str(v) for v in chosen]
+    config = repository.read_model_config(model_dir)
+    on_disk = repository.version_folders(model_dir)
+    return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]
 
 
 def _shape_str(shape: Iterable[int]) -> str:
