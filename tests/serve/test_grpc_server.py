@@ -275,3 +275,15 @@ def test_grpc_config_validates_fields():
         GrpcConfig(port=70000)
     with pytest.raises(ValueError, match="max_message_bytes"):
         GrpcConfig(max_message_bytes=10)
+
+
+def test_a_taken_port_is_an_os_error(server):
+    from serve.grpc_server import GrpcServer
+
+    port = int(server[1].rsplit(":", 1)[1])
+
+    async def scenario() -> None:
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
+            await GrpcServer(core=None, config=GrpcConfig(port=port)).start()
+
+    asyncio.run(scenario())
