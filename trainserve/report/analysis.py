@@ -389,11 +389,12 @@ def columns(section: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
     cols: list[tuple[str, dict[str, Any] | None]] = []
     for d in devices:
         cols.append((f"Train · {DEVICE_LABEL[d]}", section["train"][d]))
+    several = len(section["infer"]) > 1
     for b, per_device in section["infer"].items():
         for kind, title in (("batch1", "Infer batch 1"), ("saturated", "Infer saturated")):
             for d in devices:
                 v = per_device[d][kind] if per_device[d] else None
-                cols.append((f"{title} · {DEVICE_LABEL[d]} · {b}", v))
+                cols.append((f"{title} · {DEVICE_LABEL[d]}" + (f" · {b}" if several else ""), v))
     if not section["infer"]:
         cols += [(f"Infer · {DEVICE_LABEL[d]}", None) for d in devices]
     return cols

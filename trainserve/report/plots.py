@@ -46,6 +46,17 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def _plain_log_ticks(axis) -> None:
+    """Log axes labelled 0.4, 1, 2,000 rather than 4x10^-1: readers compare numbers, not exponents."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = axis.get_view_interval()
+    wide = lo > 0 and hi / lo > 300  # more than ~2.5 decades: 1-2-5 labels would collide
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda x, _: u.num(x, 2)))
+    axis.set_minor_formatter(NullFormatter())
+
+
 def _style(ax, title: str) -> None:
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold", color="#222")
     for side in ("top", "right"):
@@ -71,6 +82,7 @@ def throughput(section: dict[str, Any]) -> bytes | None:
     for bar, value in zip(bars, values):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {u.num(value)}", va="center", fontsize=8)
     ax.set_xlim(right=max(values) * 6)
+    _plain_log_ticks(ax.xaxis)
     _style(ax, f"{section['model']}: throughput, training (hatched) vs inference")
     return _png(fig)
 
@@ -91,9 +103,10 @@ def latency(section: dict[str, Any]) -> bytes | None:
         ax.barh(y + (1.5 - i) * height, vals, height=height, color=shade, label=title)
     ax.set_yticks(y, [label for label, _ in cols])
     ax.set_xscale("log")
+    _plain_log_ticks(ax.xaxis)
     ax.set_xlabel("ms per training step / per request (log scale)", fontsize=9)
-    ax.legend(fontsize=8, ncols=4, loc="lower right", frameon=False)
-    _style(ax, f"{section['model']}: step time and latency percentiles")
+    ax.legend(fontsize=8, ncols=4, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+    _style(ax, f"{section['model']}: step time and latency percentiles\n")
     return _png(fig)
 
 
@@ -159,9 +172,11 @@ def ramp(section: dict[str, Any]) -> bytes | None:
                         textcoords="offset points", xytext=(4, -10))
     ax.set_xscale("log")
     ax.set_yscale("log")
+    _plain_log_ticks(ax.xaxis)
+    _plain_log_ticks(ax.yaxis)
     ax.set_xlabel("throughput, samples/s (log)", fontsize=9)
     ax.set_ylabel("latency, ms (log)", fontsize=9)
-    ax.legend(fontsize=7.5, frameon=False)
+    ax.legend(fontsize=7.5, frameon=False, loc="upper left")
     _style(ax, f"{section['model']}: latency vs throughput as load ramps up")
     return _png(fig)
 
@@ -170,20 +185,17 @@ def max_batch(section: dict[str, Any]) -> bytes | None:
     mb = {d: v for d, v in section["max_batch"].items() if v["train"] or v["infer"]}
     if not mb:
         return None
-    import numpy as np
-
-    fig = _figure(7.2, 2.2 + 0.3 * len(mb))
+    rows = [(f"{phase} · {DEVICE_LABEL[d]} ({v['precision']})", v[key] or 0, color)
+            for d, v in mb.items()
+            for phase, key, color in (("training", "train", "#d08770"), ("inference", "infer", "#5e81ac"))]
+    fig = _figure(7.2, 0.9 + 0.42 * len(rows))
     ax = fig.add_subplot()
-    y = np.arange(len(mb))
-    for offset, key, color in ((0.2, "train", "#d08770"), (-0.2, "infer", "#5e81ac")):
-        vals = [v[key] or 0 for v in mb.values()]
-        bars = ax.barh(y + offset, vals, height=0.38, color=color, label=key)
-        for bar, value in zip(bars, vals):
-            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {u.num(value)}", va="center", fontsize=8)
-    ax.set_yticks(y, [f"{DEVICE_LABEL[d]} ({v['precision']})" for d, v in mb.items()])
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("largest batch that fits (log2)", fontsize=9)
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
-    ax.margins(x=0.2)
+    labels = [r[0] for r in rows][::-1]
+    values = [r[1] for r in rows][::-1]
+    bars = ax.barh(labels, values, height=0.6, color=[r[2] for r in rows][::-1])
+    for bar, value in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {u.num(value)}", va="center", fontsize=8)
+    ax.set_xlabel("largest batch that fits, samples", fontsize=9)
+    ax.margins(x=0.15)
     _style(ax, f"{section['model']}: largest batch, training vs inference")
     return _png(fig)

@@ -35,6 +35,7 @@ body { margin:0; font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, He
        color:var(--fg); background:var(--bg); }
 header { background:#161b26; color:#e8ebf0; padding:22px 32px 18px; }
 header h1 { margin:0 0 4px; font-size:22px; font-weight:650; letter-spacing:.2px; }
+header h1 code, h2 code { font-size:inherit; }
 header .sub { color:#aab2c0; font-size:13px; }
 header dl { display:grid; grid-template-columns:max-content 1fr; gap:2px 14px; margin:12px 0 0; font-size:12.5px; }
 header dt { color:#8a93a3; } header dd { margin:0; color:#dfe3ea; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
@@ -50,14 +51,17 @@ h2 { font-size:18px; margin:0 0 12px; } h3 { font-size:15px; margin:18px 0 8px; 
 ul.conclusions { margin:6px 0 0; padding-left:20px; } ul.conclusions li { margin:4px 0; }
 .tablewrap { overflow-x:auto; }
 table { border-collapse:collapse; width:100%; font-size:13px; }
-th, td { padding:5px 10px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
+th, td { padding:5px 9px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
 th:first-child, td:first-child { text-align:left; }
-thead th { background:#f0f2f5; font-weight:600; vertical-align:bottom; border-bottom:2px solid #cfd5dd; }
+thead th { background:#f0f2f5; font-weight:600; vertical-align:bottom; border-bottom:2px solid #cfd5dd;
+           white-space:normal; min-width:92px; line-height:1.3; }
+thead th .dev { display:block; font-weight:500; color:var(--muted); font-size:12px; }
 thead th.cpu { border-top:3px solid var(--cpu); } thead th.cuda { border-top:3px solid var(--gpu); }
 thead th .nm { display:block; font-weight:400; font-style:italic; color:var(--muted); font-size:11.5px; }
 tr.group td { background:#fafbfc; font-weight:600; color:#444; text-transform:uppercase; font-size:11px;
               letter-spacing:.6px; text-align:left; }
 td { font-variant-numeric: tabular-nums; } td.nm { color:#b0b6bf; }
+td.src { white-space:normal; word-break:break-all; } td.src code { font-size:11px; color:var(--muted); }
 tbody tr:hover td { background:#f7fafc; }
 .figs { display:grid; grid-template-columns:repeat(auto-fit, minmax(520px, 1fr)); gap:14px; margin-top:14px; }
 .figs img { width:100%; border:1px solid var(--line); border-radius:6px; background:#fff; }
@@ -131,7 +135,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     name = escape(model["model"])
     cols = columns(model)
     head = "".join(
-        f"<th class='{v['device'] if v else _col_device(label)}'>{escape(label)}"
+        f"<th class='{v['device'] if v else _col_device(label)}'>{_two_lines(label)}"
         + ("" if v else f"<span class='nm'>{NOT_MEASURED}</span>") + "</th>"
         for label, v in cols)
     body = []
@@ -144,7 +148,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
                 cls = " class='nm'" if text in (u.MISSING, "") else ""
                 tds.append(f"<td{cls}>{escape(text)}</td>")
             body.append(f"<tr><td>{escape(label)}</td>{''.join(tds)}</tr>")
-    sources = "".join(f"<td><code>{escape(v['source'])}</code></td>" if v else "<td class='nm'>—</td>"
+    sources = "".join(f"<td class='src'><code>{escape(v['source'])}</code></td>" if v else "<td class='nm'>—</td>"
                       for _, v in cols)
     body.append(f"<tr><td>record</td>{sources}</tr>")
     missing = [DEVICE_LABEL[d] for d in ("cpu", "cuda") if d not in model["devices_measured"]]
@@ -158,6 +162,12 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
             f"<tbody>{''.join(body)}</tbody></table></div>"
             + _html_max_batch(model) + (f"<div class='figs'>{figs}</div>" if figs else "")
             + _html_ramps(model) + "</section>")
+
+
+def _two_lines(label: str) -> str:
+    """"Infer batch 1 · GPU · triton" -> the kind on one line, device and backend under it."""
+    kind, _, rest = label.partition(" · ")
+    return f"{escape(kind)}<span class='dev'>{escape(rest)}</span>"
 
 
 def _col_device(label: str) -> str:
