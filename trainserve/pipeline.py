@@ -93,8 +93,11 @@ Progress = Callable[[StageEvent], None]
 
 @dataclass
 class Pipeline:
+    """The stages of one run. `argv` turns a stage's CLI arguments into a command line."""
+
     cfg: RunConfig
     progress: Progress = lambda event: None
+    argv: Callable[..., list[str]] = trainserve_argv
     children: Children = field(default_factory=Children)
 
     def __post_init__(self) -> None:
@@ -132,15 +135,15 @@ class Pipeline:
                   "--batch-size", str(b.train_batch), *self._run_args()]
         device = "cuda" if gpu else "cpu"
         precision = ["--precision", "bf16"] if gpu else []
-        self._stage("train", trainserve_argv("train", *common, "--device", device, *precision,
+        self._stage("train", self.argv("train", *common, "--device", device, *precision,
                                              "--epochs", str(b.train_epochs)),
                     f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
         if gpu:  # the same model on both devices, for the training speedup
-            self._stage("compare", trainserve_argv("compare", *common, *precision, "--steps", str(b.compare_steps)),
+            self._stage("compare", self.argv("compare", *common, *precision, "--steps", str(b.compare_steps)),
                         "training on CPU and GPU")
 
     def _export(self) -> None:
-        self._stage("export", trainserve_argv("export", *self._run_args(),
+        self._stage("export", self.argv("export", *self._run_args(),
                                               "--eval-samples", str(self.cfg.budget.export_eval_samples)),
                     "ONNX, verification, model repository")
 
@@ -149,7 +152,7 @@ class Pipeline:
         t0 = time.monotonic()
         self.progress(StageEvent(name, "start", f"embedded server on the {_label(device)}"))
         server = self.children.start(
-            name, trainserve_argv("serve", "--model-repository", str(self.root / "model_repository"),
+            name, self.argv("serve", "--model-repository", str(self.root / "model_repository"),
                                   "--device", device, "--http-port", "0", "--grpc-port", "0",
                                   "--metrics-port", "0"),
             self.logs / f"{name}.log", env=self.env, capture_stdout=True)
@@ -173,7 +176,7 @@ class Pipeline:
         for scenario, args in scenarios.items():
             stage = f"load-{device}-{scenario}"
             before = _snapshot(self.root / "load")
-            self._stage(stage, trainserve_argv("load", *url, *args), f"{scenario} on {model}")
+            self._stage(stage, self.argv("load", *url, *args), f"{scenario} on {model}")
             _rename_new(self.root / "load", before, f"embedded-{device}-{scenario}")
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
