@@ -11,7 +11,6 @@ from __future__ import annotations
 import datetime as _dt
 import logging
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -164,20 +163,20 @@ class Pipeline:
         model = f"{self.cfg.model}_{'gpu' if device == 'cuda' else 'cpu'}"
         b = self.cfg.budget
         url = ["--url", addresses["http"], "--model", model, *self._run_args()]
-        if "metrics" in addresses and addresses["metrics"] != "off":
-            url += ["--metrics-url", addresses["metrics"]]
+        if addresses.get("metrics", "off") != "off":
+            url += ["--metrics-url", f"http://{addresses['metrics']}/metrics"]
+        ramp_s = b.ramp_step_s * (b.ramp_max_users + 1)  # an upper bound: the ramp stops at saturation
         scenarios = {
-            "ramp": ["--ramp", "--batch", "1", "--ramp-step", f"{b.ramp_step_s:g}s",
-                     "--ramp-max-users", str(b.ramp_max_users)],
+            "ramp": ["--ramp", "--batch", "1", "--ramp-step-s", f"{b.ramp_step_s:g}",
+                     "--ramp-max-users", str(b.ramp_max_users), "--duration", f"{ramp_s:.0f}s"],
             "batch1": ["--users", "1", "--batch", "1", "--duration", f"{b.measure_s:g}s"],
             "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
                           "--duration", f"{b.measure_s:g}s"],
         }
         for scenario, args in scenarios.items():
-            stage = f"load-{device}-{scenario}"
-            before = _snapshot(self.root / "load")
-            self._stage(stage, self.argv("load", *url, *args), f"{scenario} on {model}")
-            _rename_new(self.root / "load", before, f"embedded-{device}-{scenario}")
+            target = f"embedded-{device}-{scenario}"  # the record's file name: load/<target>.json
+            self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
+                        f"{scenario} on {model}")
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
     def _report(self) -> Path:
@@ -226,26 +225,6 @@ def _last_line(path: Path) -> str:
 
 def _label(device: str) -> str:
     return "GPU" if device == "cuda" else "CPU"
-
-
-def _snapshot(folder: Path) -> dict[Path, float]:
-    return {p: p.stat().st_mtime for p in folder.glob("*")} if folder.is_dir() else {}
-
-
-def _rename_new(folder: Path, before: dict[Path, float], stem: str) -> None:
-    """Give the files one load run wrote (its record and CSVs) the scenario's name, so the next
-    run against the same target does not overwrite them."""
-    if not folder.is_dir():
-        return
-    new = [p for p in folder.glob("*") if p.is_file() and not p.name.startswith(".")
-           and before.get(p) != p.stat().st_mtime and not p.name.startswith(stem)]
-    records = [p for p in new if p.suffix == ".json"]
-    if len(records) != 1:
-        return  # nothing or several written: leave the files as the load stage named them
-    old_stem = records[0].stem
-    for p in new:
-        if p.name.startswith(old_stem):
-            shutil.move(p, folder / (stem + p.name[len(old_stem):]))
 
 
 def _cuda_available() -> bool:

@@ -24,7 +24,7 @@ from trainserve.profile import LatencyStats, ProfileRecord  # noqa: E402
 def _opts(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     for name in ("--run", "--runs-dir", "--model", "--url", "--batch", "--users", "--device", "--model-repository",
-                 "--duration", "--ramp-step", "--ramp-max-users", "--metrics-url"):
+                 "--duration", "--ramp-step-s", "--ramp-max-users", "--metrics-url", "--target"):
         p.add_argument(name)
     p.add_argument("--ramp", action="store_true")
     args, _ = p.parse_known_args(argv)
@@ -70,9 +70,9 @@ def main() -> None:
         if a.ramp:
             r.extra["ramp"] = [{"users": u, "rate": None, "requests_s": 800.0 * u, "throughput_samples_s": 800.0 * u,
                                 "p50_ms": 1.0 + u / 4, "p90_ms": 1.3 + u / 4, "p99_ms": 2.0 + u / 4} for u in (1, 2, 4)]
-        out = run / "load" / f"embedded-{a.model}.json"
+        out = run / "load" / f"{a.target}.json"
         r.save(out)
-        out.with_name(f"embedded-{a.model}_stats.csv").write_text("Type,Name\n")
+        out.with_name(f"{a.target}_stats.csv").write_text("Type,Name\n")
     time.sleep(0.1)
 
 

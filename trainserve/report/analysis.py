@@ -153,7 +153,8 @@ def _pick_train(entries: list[Entry]) -> dict[str, Any] | None:
 def _infer_views(entries: list[Entry]) -> dict[str, Any]:
     """Batch 1 (latency at one request in flight) and saturated (the most samples/s seen)."""
     batch1 = None
-    singles = [e for e in entries if e.record.batch_size == 1 and (e.record.concurrency or 1) == 1]
+    # a ramp's overall latency mixes every step, so only plain measurements count as batch 1
+    singles = [e for e in entries if e.record.batch_size == 1 and (e.record.concurrency or 1) == 1 and not _ramp(e)]
     if singles:
         batch1 = view(min(singles, key=lambda e: _p50(e) if _p50(e) is not None else float("inf")), "batch1")
     else:
