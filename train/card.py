@@ -39,7 +39,8 @@ class ModelCard:
     outputs: list[TensorSpec]
     classes: list[str]
     precision: str = "fp32"  # precision it was trained in (weights are stored in fp32)
-    dataset: str = ""
+    dataset: str = ""  # "synthetic" | "digits" | absolute path of the user's .npz
+    data: dict[str, Any] = field(default_factory=dict)  # how to rebuild the splits: seed, samples, ...
     parameters: int = 0
     metrics: dict[str, Any] = field(default_factory=dict)  # final eval accuracy/loss
     checkpoint: str = CHECKPOINT_NAME  # file name beside the card

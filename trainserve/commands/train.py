@@ -1,17 +1,112 @@
-"""`trainserve train` and `trainserve compare` (not built yet)."""
+"""`trainserve train` and `trainserve compare`: thin wrappers over train.loop and train.compare."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
 from trainserve.errors import UserError, cli_errors
 
+ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model family: mlp, cnn or transformer.")]
+PresetOpt = Annotated[str, typer.Option("--preset", "-p", help="Size preset: tiny, small or base.")]
+PrecisionOpt = Annotated[str, typer.Option(help="fp32, bf16 or fp16 (autocast; fp16 adds a GradScaler).")]
+BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per optimizer step.")]
+EpochsOpt = Annotated[int, typer.Option(help="Epochs to train (the total, also with --resume).")]
+StepsOpt = Annotated[int | None, typer.Option(help="Total optimizer steps; overrides --epochs.")]
+LrOpt = Annotated[float, typer.Option(help="AdamW learning rate (before --lr-scale).")]
+LrScaleOpt = Annotated[str, typer.Option(help="none, or linear: lr * batch-size / 256.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed for weights, synthetic data and data order.")]
+WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes [default: 0 on CPU, up to 4 on CUDA].")]
+CompileOpt = Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile the model.")]
+DatasetOpt = Annotated[str, typer.Option(help="synthetic, digits (scikit-learn, bundled), or PATH.npz with arrays x, y.")]
+SamplesOpt = Annotated[int, typer.Option(help="Synthetic data: training rows.")]
+WarmupOpt = Annotated[int, typer.Option(help="Steps left out of step-time statistics.")]
+SyncOpt = Annotated[bool, typer.Option("--sync-timing/--event-timing",
+                                       help="CUDA: synchronise after every step instead of timing with CUDA events.")]
+RunOpt = Annotated[str, typer.Option(help="Run name: artifacts go to RUNS_DIR/RUN/train.")]
+RunsDirOpt = Annotated[Path | None, typer.Option(help="Folder of runs [default: ./runs or $TRAINSERVE_RUNS].")]
+
 
 @cli_errors
-def train() -> None:
-    """Not built yet."""
-    raise UserError("trainserve train is not built yet")
+def train(
+    model: ModelOpt = "cnn",
+    preset: PresetOpt = "tiny",
+    device: Annotated[str, typer.Option(help="cpu, cuda or auto; 'cpu,cuda' trains on both (trainserve compare).")] = "auto",
+    precision: PrecisionOpt = "fp32",
+    batch_size: BatchOpt = 64,
+    epochs: EpochsOpt = 3,
+    steps: StepsOpt = None,
+    lr: LrOpt = 1e-3,
+    lr_scale: LrScaleOpt = "none",
+    seed: SeedOpt = 0,
+    workers: WorkersOpt = None,
+    compile: CompileOpt = False,
+    dataset: DatasetOpt = "synthetic",
+    samples: SamplesOpt = 2048,
+    warmup_steps: WarmupOpt = 5,
+    sync_timing: SyncOpt = False,
+    run: RunOpt = "default",
+    runs_dir: RunsDirOpt = None,
+    resume: Annotated[bool, typer.Option("--resume", help="Continue from RUN's checkpoint, exactly.")] = False,
+) -> None:
+    """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
+    from train.config import TrainConfig
+    from trainserve.runs import run_dir
+
+    devices = [d.strip() for d in device.split(",")]
+    cfg = TrainConfig(model=model, preset=preset, device=devices[0], precision=precision, batch_size=batch_size,
+                      epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale, seed=seed, workers=workers,
+                      compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
+                      sync_timing=sync_timing)
+    root = run_dir(run, runs_dir)
+    if len(devices) > 1:
+        if sorted(devices) != ["cpu", "cuda"] or resume:
+            raise UserError(f"--device {device!r} is invalid; give one of cpu, cuda, auto, or 'cpu,cuda' "
+                            "(without --resume) to compare the two")
+        _compare(cfg, root)
+        return
+    from train.loop import fit
+    from trainserve.commands._train_view import live_progress, print_summary
+
+    with live_progress() as on_progress:
+        result = fit(cfg, root / "train", resume=resume, on_progress=on_progress)
+    print_summary(result)
 
 
 @cli_errors
-def compare() -> None:
-    """Not built yet."""
-    raise UserError("trainserve compare is not built yet")
+def compare(
+    model: ModelOpt = "cnn",
+    preset: PresetOpt = "tiny",
+    precision: PrecisionOpt = "fp32",
+    batch_size: BatchOpt = 64,
+    epochs: EpochsOpt = 1,
+    steps: StepsOpt = None,
+    lr: LrOpt = 1e-3,
+    seed: SeedOpt = 0,
+    workers: WorkersOpt = None,
+    compile: CompileOpt = False,
+    dataset: DatasetOpt = "synthetic",
+    samples: SamplesOpt = 2048,
+    warmup_steps: WarmupOpt = 5,
+    run: RunOpt = "default",
+    runs_dir: RunsDirOpt = None,
+) -> None:
+    """Train the same model on CPU and on CUDA; write both profiles and the speed-up to RUNS_DIR/RUN/compare."""
+    from train.config import TrainConfig
+    from trainserve.runs import run_dir
+
+    cfg = TrainConfig(model=model, preset=preset, device="cpu", precision=precision, batch_size=batch_size,
+                      epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers, compile=compile,
+                      dataset=dataset, samples=samples, warmup_steps=warmup_steps)
+    _compare(cfg, run_dir(run, runs_dir))
+
+
+def _compare(cfg, root: Path) -> None:
+    from train.compare import compare_devices
+    from trainserve.commands._train_view import live_progress, print_compare
+
+    with live_progress() as on_progress:
+        speedup = compare_devices(cfg, root / "compare", on_progress=on_progress)
+    print_compare(speedup, root / "compare")

@@ -1,0 +1,325 @@
+"""Embedded server vs onnxruntime in process vs a minimal KServe v2 server, side by side in one run.
+
+Same model (a CNN from the zoo, exported to ONNX), same client (tritonclient.http, binary tensors,
+in separate client processes so the client never shares the server's GIL):
+  (a) onnxruntime `session.run` in this process: the limit;
+  (b) the embedded server (serve/server.py: core, dynamic batcher, HTTP/gRPC/metrics front ends);
+  (c) benchmarks/minimal_kserve.py: aiohttp around one session, no batching: the baseline.
+Targets (issue 5): (b) batch-1 p50 at concurrency 1 <= (a) + 0.4 ms; (b) req/s at concurrency 16
+batch 1 >= 1.5x (c); (b) samples/s with batch-64 requests at concurrency 4 >= 85% of (a) at batch 64.
+With --device cuda: (b) with dynamic batching >= 80% of (a)'s samples/s at its best batch.
+
+    python benchmarks/serve_bench.py                      # CPU, cnn tiny, 2 onnxruntime threads
+    OUT=bench-out python benchmarks/serve_bench.py --device cuda --preset small
+Writes $OUT/serve_bench-<device>.json (default OUT=./bench-out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import logging
+import multiprocessing as mp
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+MODEL = "cnn"
+TARGETS = {"latency_overhead_ms": 0.4, "c16_speedup_vs_minimal": 1.5, "b64_fraction_of_offline": 0.85,
+           "gpu_fraction_of_offline_best": 0.80}
+
+
+# ------------------------------------------------------------------ model
+def export_repository(root: Path, preset: str, device: str, threads: int, max_batch: int) -> tuple[Path, Path]:
+    """Build the zoo CNN, export it to ONNX, write a one-model Triton repository; (repo, onnx path)."""
+    import warnings
+
+    import torch
+
+    from train.models import build_model, preset_config
+
+    config = preset_config("cnn", preset)
+    model = build_model(config).eval()
+    onnx_path = root / MODEL / "1" / "model.onnx"
+    onnx_path.parent.mkdir(parents=True)
+    example = torch.randn(1, config.in_channels, config.image_size, config.image_size)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        torch.onnx.export(model, (example,), str(onnx_path), input_names=["input"], output_names=["logits"],
+                          dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False)
+    kind = "KIND_GPU" if device == "cuda" else "KIND_CPU"
+    (root / MODEL / "config.pbtxt").write_text(
+        f'name: "{MODEL}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {max_batch}\n'
+        f'input [ {{ name: "input" data_type: TYPE_FP32 dims: [ {config.in_channels}, {config.image_size}, '
+        f'{config.image_size} ] }} ]\n'
+        f'output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ {config.num_classes} ] }} ]\n'
+        f"instance_group [ {{ count: 1 kind: {kind} }} ]\n"
+        "dynamic_batching { }\n"  # no queue delay: batch whatever queued while the session was busy
+        f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{threads}" }} }}\n')
+    return root, onnx_path
+
+
+def input_shape(preset: str) -> tuple[int, int, int]:
+    from train.models import preset_config
+
+    c = preset_config("cnn", preset)
+    return c.in_channels, c.image_size, c.image_size
+
+
+# ------------------------------------------------------------------ (a) offline
+def make_session(onnx_path: Path, device: str, threads: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = threads
+    so.inter_op_num_threads = 1
+    providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    session = ort.InferenceSession(str(onnx_path), sess_options=so, providers=providers)
+    if session.get_providers()[0] != providers[0]:
+        raise SystemExit(f"onnxruntime fell back to {session.get_providers()}; {providers[0]} is not usable here")
+    return session
+
+
+def offline(session, shape: tuple[int, ...], batches: list[int], seconds: float) -> dict:
+    """Batch-1 latency percentiles and samples/s per batch size of session.run in this process."""
+    x1 = np.random.rand(1, *shape).astype(np.float32)
+    for _ in range(50):
+        session.run(None, {"input": x1})
+    lat = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        session.run(None, {"input": x1})
+        lat.append(time.perf_counter() - t0)
+    result = {"batch1_p50_ms": 1e3 * float(np.percentile(lat, 50)),
+              "batch1_p99_ms": 1e3 * float(np.percentile(lat, 99)), "samples_per_s": {}}
+    for b in batches:
+        xb = np.random.rand(b, *shape).astype(np.float32)
+        for _ in range(5):
+            session.run(None, {"input": xb})
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            session.run(None, {"input": xb})
+            n += b
+        result["samples_per_s"][b] = n / (time.perf_counter() - t0)
+    return result
+
+
+# ------------------------------------------------------------------ clients
+def _client_process(url: str, batch: int, shape: tuple, greenlets: int, begin: float, end: float, conn) -> None:
+    """One client process: `greenlets` closed-loop users on one tritonclient.http client (gevent)."""
+    import gevent
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url, concurrency=greenlets, connection_timeout=60, network_timeout=60)
+    x = np.random.rand(batch, *shape).astype(np.float32)
+    inp = httpclient.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=True)
+    out = httpclient.InferRequestedOutput("logits", binary_data=True)
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def user() -> None:
+        while (t0 := time.monotonic()) < end:
+            try:
+                result = client.infer(MODEL, [inp], outputs=[out])
+            except Exception as e:  # count and keep going: a refused request is a result too
+                errors.append(str(e)[:200])
+                continue
+            t1 = time.monotonic()
+            if t0 >= begin and t1 <= end:
+                latencies.append(t1 - t0)
+            assert result.as_numpy("logits").shape[0] == batch
+
+    cpu0 = time.process_time()
+    gevent.joinall([gevent.spawn(user) for _ in range(greenlets)])
+    conn.send({"latencies": latencies, "errors": errors[:5], "error_count": len(errors),
+               "cpu_s": time.process_time() - cpu0})
+    client.close()
+
+
+def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warmup_s: float, seconds: float) -> dict:
+    """Closed-loop load at `concurrency` from `procs` processes; requests/s and latency over the window."""
+    ctx = mp.get_context("spawn")
+    procs = min(procs, concurrency)
+    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+    start = time.monotonic() + 3.0  # spawn time: every process starts before the warm-up ends
+    begin, end = start + warmup_s, start + warmup_s + seconds
+    pipes, workers = [], []
+    for g in per:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_client_process, args=(url, batch, shape, g, begin, end, child), daemon=True)
+        p.start()
+        pipes.append(parent)
+        workers.append(p)
+    reports = [pipe.recv() for pipe in pipes]
+    for p in workers:
+        p.join(timeout=30)
+    lat = np.array([x for r in reports for x in r["latencies"]])
+    if lat.size == 0:
+        raise SystemExit(f"no successful requests to {url}: {[r['errors'] for r in reports]}")
+    return {"concurrency": concurrency, "batch": batch, "client_processes": procs, "requests": int(lat.size),
+            "requests_per_s": lat.size / seconds, "samples_per_s": lat.size * batch / seconds,
+            "p50_ms": 1e3 * float(np.percentile(lat, 50)), "p90_ms": 1e3 * float(np.percentile(lat, 90)),
+            "p99_ms": 1e3 * float(np.percentile(lat, 99)),
+            "errors": sum(r["error_count"] for r in reports), "error_samples": reports[0]["errors"],
+            "client_cpu_s": sum(r["cpu_s"] for r in reports)}
+
+
+# ------------------------------------------------------------------ servers
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_process(cmd: list[str], pattern: str, timeout_s: float = 120) -> tuple[subprocess.Popen, int]:
+    """Start a server, wait for the line that carries its HTTP port; (process, port)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
+               PYTHONUNBUFFERED="1")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    deadline = time.monotonic() + timeout_s
+    lines = []
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            break
+        lines.append(line)
+        if m := re.search(pattern, line):
+            return proc, int(m.group(1))
+    stop_process(proc)
+    raise SystemExit(f"server {cmd} did not become ready:\n{''.join(lines[-20:])}")
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def serve_embedded(repo: str, device: str, threads: int) -> None:
+    """The embedded server exactly as `trainserve serve` runs it: core + every front end, one loop."""
+    from serve.core import CoreOptions, ServerCore
+    from serve.server import Server, ServerOptions, ready_line, run_until_signalled
+
+    logging.basicConfig(level=logging.WARNING)
+    core = ServerCore(CoreOptions(model_repository=Path(repo), device=device, intra_op_threads=threads))
+    core.load()
+    server = Server(core, ServerOptions(http_port=0, grpc_port=0, metrics_port=0))
+    asyncio.run(run_until_signalled(server, lambda ports: print(ready_line("127.0.0.1", ports), flush=True)))
+
+
+# ------------------------------------------------------------------ main
+def machine() -> dict:
+    import onnxruntime as ort
+
+    info = {"cpu_count": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+            "python": platform.python_version(), "onnxruntime": ort.__version__, "host": platform.node()}
+    try:
+        info["cpu_model"] = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                                 if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return info
+
+
+def run(args: argparse.Namespace) -> dict:
+    shape = input_shape(args.preset)
+    gpu = args.device == "cuda"
+    max_batch = max(args.gpu_batches) if gpu else 64
+    with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
+        repo, onnx_path = export_repository(Path(tmp), args.preset, args.device, args.threads, max_batch)
+        session = make_session(onnx_path, args.device, args.threads)
+        batches = sorted(set(args.gpu_batches)) if gpu else [64]
+        a = offline(session, shape, batches, args.seconds)
+        del session
+        best_batch = max(a["samples_per_s"], key=a["samples_per_s"].get)
+        scenarios = {"c1_b1": (1, 1), "c16_b1": (1, 16), "c4_b64": (64, 4)}
+        if gpu:
+            scenarios["gpu_dynamic"] = (args.gpu_request_batch, args.gpu_concurrency)
+        servers = {
+            "embedded": [sys.executable, __file__, "--serve-embedded", str(repo), "--device", args.device,
+                         "--threads", str(args.threads)],
+            "minimal": [sys.executable, str(REPO_ROOT / "benchmarks" / "minimal_kserve.py"), str(onnx_path),
+                        "--name", MODEL, "--port", "0", "--threads", str(args.threads), "--provider",
+                        "CUDAExecutionProvider" if gpu else "CPUExecutionProvider"],
+        }
+        patterns = {"embedded": r"ready http=[^:]+:(\d+)", "minimal": r"listening on (\d+)"}
+        measured: dict[str, dict] = {}
+        for name, cmd in servers.items():
+            proc, port = start_process(cmd, patterns[name])
+            try:
+                measured[name] = {s: drive(f"127.0.0.1:{port}", b, shape, c, args.client_procs, args.warmup,
+                                           args.seconds) for s, (b, c) in scenarios.items()
+                                  if not (name == "minimal" and s == "gpu_dynamic")}
+            finally:
+                stop_process(proc)
+    b, c = measured["embedded"], measured["minimal"]
+    ratios = {
+        "latency_overhead_ms": {"value": b["c1_b1"]["p50_ms"] - a["batch1_p50_ms"], "target": "<= 0.4",
+                                "met": b["c1_b1"]["p50_ms"] - a["batch1_p50_ms"] <= TARGETS["latency_overhead_ms"]},
+        "c16_speedup_vs_minimal": {"value": b["c16_b1"]["requests_per_s"] / c["c16_b1"]["requests_per_s"],
+                                   "target": ">= 1.5"},
+        "b64_fraction_of_offline": {"value": b["c4_b64"]["samples_per_s"] / a["samples_per_s"][64 if not gpu else best_batch],
+                                    "target": ">= 0.85"},
+    }
+    ratios["c16_speedup_vs_minimal"]["met"] = ratios["c16_speedup_vs_minimal"]["value"] >= TARGETS["c16_speedup_vs_minimal"]
+    ratios["b64_fraction_of_offline"]["met"] = ratios["b64_fraction_of_offline"]["value"] >= TARGETS["b64_fraction_of_offline"]
+    if gpu:
+        value = b["gpu_dynamic"]["samples_per_s"] / a["samples_per_s"][best_batch]
+        ratios["gpu_fraction_of_offline_best"] = {"value": value, "target": ">= 0.80",
+                                                  "met": value >= TARGETS["gpu_fraction_of_offline_best"]}
+    return {"benchmark": "serve_bench", "date": datetime.date.today().isoformat(), "device": args.device,
+            "model": f"cnn_{args.preset}", "input_shape": list(shape), "onnxruntime_intra_op_threads": args.threads,
+            "machine": machine(), "command": " ".join(sys.argv), "seconds_per_point": args.seconds,
+            "offline": {**a, "best_batch": best_batch}, "embedded": b, "minimal": c, "ratios": ratios}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--preset", default=None, help="cnn preset (default: tiny on cpu, small on cuda)")
+    parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (pinned, all three)")
+    parser.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
+    parser.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window, seconds")
+    parser.add_argument("--client-procs", type=int, default=4, help="client processes at most, per point")
+    parser.add_argument("--gpu-batches", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256, 512])
+    parser.add_argument("--gpu-request-batch", type=int, default=32, help="rows per request in the GPU point")
+    parser.add_argument("--gpu-concurrency", type=int, default=64, help="users in the GPU point")
+    parser.add_argument("--serve-embedded", metavar="REPO", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.preset = args.preset or ("small" if args.device == "cuda" else "tiny")
+    if args.serve_embedded:
+        serve_embedded(args.serve_embedded, args.device, args.threads)
+        return
+    if args.device == "cuda":
+        args.client_procs = max(args.client_procs, min(16, os.cpu_count() or 1))
+    result = run(args)
+    out = Path(os.environ.get("OUT", "bench-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"serve_bench-{args.device}.json"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(path)
+    for key, r in result["ratios"].items():
+        print(f"{key}: {r['value']:.3f} (target {r['target']}) {'met' if r['met'] else 'MISSED'}")
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO_ROOT))
+    main()

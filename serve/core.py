@@ -1,0 +1,319 @@
+"""The server core: a model registry over a Triton-layout repository, validation, and `infer`.
+
+This is the API both front ends (serve/http.py, serve/grpc_server.py) and the metrics endpoint
+call; it speaks numpy and plain Python, never a wire format:
+
+    core = ServerCore(CoreOptions(model_repository=Path("repo")))
+    core.load()                      # blocking: builds sessions; failures become not-ready entries
+    await core.start()               # on the serving event loop: starts the batcher workers
+    out = await core.infer("cnn_cpu", "", {"input": x})   # -> {"logits": array with x's rows}
+    await core.stop()                # refuse new work, finish in-flight, stop workers
+
+Errors are serve.errors.ServeError subclasses (InvalidArgument 400, NotFound 404, Unavailable 503,
+Internal 500); each carries `http_status` and `grpc_code` for the front end to answer with.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from serve.batcher import Batcher, BatchingConfig
+from serve.datatypes import kserve_datatype
+from serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
+from serve.model import LoadedModel, SessionOptions, TensorSpec
+from serve.stats import ModelStats
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "trainserve"
+SERVER_VERSION = "0.1.0"
+# Triton's extension names that this server implements (reported by server metadata)
+EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "model_repository")
+
+
+@dataclass(frozen=True)
+class CoreOptions:
+    """What the core serves and how: repository, device, threads, queue bound."""
+
+    model_repository: Path  # Triton layout: <repo>/<model>/{config.pbtxt, <version>/model.onnx}
+    device: str = "cpu"  # "cpu" or "cuda" (CUDA execution provider; refusing a silent CPU fallback)
+    intra_op_threads: int = 0  # per session unless config.pbtxt's parameters say; 0 = onnxruntime default
+    inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
+    max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
+
+    def __post_init__(self) -> None:
+        SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
+        if self.max_queue_size < 1:
+            raise ValueError(f"max_queue_size={self.max_queue_size} must be >= 1")
+
+
+@dataclass
+class ModelEntry:
+    """One model version in the registry: READY with a model and batcher, or UNAVAILABLE with the reason."""
+
+    name: str
+    version: str
+    state: str = "UNAVAILABLE"  # READY | UNAVAILABLE (Triton's repository-index states)
+    reason: str = ""  # why it is not ready (the load error)
+    model: LoadedModel | None = None
+    batcher: Batcher | None = None
+    config: object | None = None  # ModelConfig protobuf when it could be read
+    error: Exception | None = None  # the load error behind `reason`
+    stats: ModelStats = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.stats = ModelStats(self.name, self.version)
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "READY"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    """KServe model metadata, protocol-neutral: front ends encode it as JSON or ModelMetadataResponse."""
+
+    name: str
+    versions: list[str]
+    platform: str
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+
+
+class ServerCore:
+    """Registry + inference entry point; see the module docstring for the lifecycle."""
+
+    name = SERVER_NAME
+    version = SERVER_VERSION
+    extensions = EXTENSIONS
+
+    def __init__(self, options: CoreOptions) -> None:
+        self.options = options
+        self._entries: dict[str, dict[str, ModelEntry]] = {}  # model -> version -> entry
+        self._latest: dict[str, str] = {}  # model -> highest READY version
+        self._accepting = False
+        self.live = True
+
+    # ---------------------------------------------------------------- lifecycle
+    def load(self) -> None:
+        """Read the repository and build every model's sessions (blocking). A model that fails stays UNAVAILABLE.
+
+        Raises FileNotFoundError for a missing repository directory.
+        """
+        from serve import _config as repository  # switch to serve.repository once the export helper's lands
+
+        repo = Path(self.options.model_repository)
+        if not repo.is_dir():
+            raise FileNotFoundError(f"model repository {repo} is not a directory")
+        session_options = SessionOptions(
+            self.options.device, self.options.intra_op_threads, self.options.inter_op_threads
+        )
+        for name in repository.list_models(repo):
+            versions = self._entries.setdefault(name, {})
+            try:
+                config = repository.read_model_config(repo / name)
+                for v in _versions_to_load(repo / name, config):
+                    versions[v] = entry = ModelEntry(name, v, config=config)
+                    try:
+                        entry.model = LoadedModel(name, v, repo / name, config, session_options)
+                        batching = BatchingConfig.from_model_config(config, self.options.max_queue_size)
+                        entry.batcher = Batcher(entry.model, entry.stats, batching)
+                        entry.state = "READY"
+                    except (ServeError, ValueError) as e:
+                        entry.reason, entry.error = str(e), e
+                        log.error("model %s version %s failed to load: %s", name, v, e)
+                if not versions:
+                    raise ServeError(f"no version directory with a model file under {repo / name}")
+            except ServeError as e:
+                log.error("model %s failed to load: %s", name, e)
+                versions.setdefault("", ModelEntry(name, "", reason=str(e), error=e))
+            ready = [v for v, e in versions.items() if e.ready]
+            if ready:
+                self._latest[name] = max(ready, key=int)
+
+    async def start(self) -> None:
+        """Start batcher workers on the running event loop and begin accepting inference."""
+        for entry in self._all_entries():
+            if entry.batcher is not None:
+                entry.batcher.start()
+        self._accepting = True
+
+    async def stop(self) -> None:
+        """Stop accepting (ready -> False, new infer -> Unavailable), finish queued and running batches."""
+        self._accepting = False
+        for entry in self._all_entries():
+            if entry.batcher is not None:
+                await entry.batcher.close()
+
+    @property
+    def ready(self) -> bool:
+        """Accepting requests and at least one model ready (Triton with --strict-readiness=false)."""
+        return self._accepting and bool(self._latest)
+
+    @property
+    def idle(self) -> bool:
+        return all(e.batcher is None or e.batcher.idle for e in self._all_entries())
+
+    # ---------------------------------------------------------------- registry
+    def server_metadata(self) -> dict:
+        """{"name", "version", "extensions"}: the same fields in HTTP JSON and gRPC ServerMetadataResponse."""
+        return {"name": self.name, "version": self.version, "extensions": list(self.extensions)}
+
+    def index(self) -> list[ModelEntry]:
+        """Every model version the repository holds, with state and reason (repository index extension)."""
+        return list(self._all_entries())
+
+    def entry(self, name: str, version: str = "") -> ModelEntry:
+        """The registry entry; version "" means the latest ready one. NotFound when unknown."""
+        versions = self._entries.get(name)
+        if versions is None:
+            raise NotFound(f"Request for unknown model: '{name}' is not found")
+        if not version:
+            latest = self._latest.get(name)
+            if latest is None:
+                reason = "; ".join(e.reason for e in versions.values() if e.reason)
+                raise Unavailable(f"Request for unknown model: '{name}' has no available versions" + (f": {reason}" if reason else ""))
+            return versions[latest]
+        entry = versions.get(version)
+        if entry is None:
+            raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
+        return entry
+
+    def model_ready(self, name: str, version: str = "") -> bool:
+        try:
+            return self.entry(name, version).ready
+        except ServeError:
+            return False
+
+    def model(self, name: str, version: str = "") -> LoadedModel:
+        """The ready LoadedModel; NotFound for unknown, Unavailable (with the load error) for not ready."""
+        entry = self.entry(name, version)
+        if entry.model is None:
+            raise Unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state: {entry.reason}")
+        return entry.model
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        model = self.model(name, version)
+        versions = sorted((v for v, e in self._entries[name].items() if e.ready), key=int)
+        platform = model.config.platform or model.config.backend
+        return ModelMetadata(name, versions, platform, list(model.inputs), list(model.outputs))
+
+    def model_config(self, name: str, version: str = ""):
+        """The ModelConfig protobuf (model configuration extension)."""
+        return self.model(name, version).config
+
+    def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
+        """Stats of one model (version "" = every ready version of it) or, with name "", of all ready versions."""
+        if not name:
+            return [e.stats for e in self._all_entries() if e.ready]
+        if version:
+            return [self.entry(name, version).stats]
+        self.entry(name)  # NotFound / Unavailable for an unknown or unready model
+        return [e.stats for e in self._entries[name].values() if e.ready]
+
+    def _all_entries(self) -> Iterable[ModelEntry]:
+        for versions in self._entries.values():
+            yield from versions.values()
+
+    # ---------------------------------------------------------------- inference
+    async def infer(
+        self,
+        name: str,
+        version: str,
+        inputs: dict[str, np.ndarray],
+        outputs: list[str] | None = None,
+        parameters: dict | None = None,
+    ) -> dict[str, np.ndarray]:
+        """Run one request: validated inputs by name -> requested outputs (all when None), this request's rows only.
+
+        BYTES tensors are numpy object arrays of `bytes`. `parameters` are accepted and currently unused.
+        """
+        start = time.perf_counter_ns()
+        entry = self.entry(name, version)
+        model = entry.model
+        if model is None or entry.batcher is None:
+            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state: {entry.reason}")
+        if not self._accepting:
+            raise Unavailable("Server is not ready: it is shutting down")
+        try:
+            rows = _validate(model, inputs, outputs)
+            result = await entry.batcher.submit(inputs, rows)
+        except ServeError:
+            entry.stats.record_failure(time.perf_counter_ns() - start)
+            raise
+        entry.stats.record_success(time.perf_counter_ns() - start)
+        if outputs is None:
+            return result
+        return {n: result[n] for n in outputs}
+
+
+def _versions_to_load(model_dir: Path, config) -> list[str]:
+    """Version directories selected by config's version_policy (default: the latest one)."""
+    available = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()))
+    policy = config.version_policy
+    kind = policy.WhichOneof("policy_choice")
+    if kind == "all":
+        chosen = available
+    elif kind == "specific":
+        chosen = [v for v in available if v in set(policy.specific.versions)]
+    else:
+        n = policy.latest.num_versions if kind == "latest" and policy.latest.num_versions > 0 else 1
+        chosen = available[-n:]
+    return [str(v) for v in chosen]
+
+
+def _shape_str(shape: Iterable[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _validate(model: LoadedModel, inputs: dict[str, np.ndarray], outputs: list[str] | None) -> int:
+    """Check names, dtypes, shapes and batch size against the model; returns the request's rows (1 when not batching)."""
+    name = model.name
+    for key in inputs:
+        if key not in model.input_by_name:
+            raise InvalidArgument(f"unexpected inference input '{key}' for model '{name}'")
+    if len(inputs) != len(model.inputs):
+        missing = [t.name for t in model.inputs if t.name not in inputs]
+        raise InvalidArgument(
+            f"expected {len(model.inputs)} inputs but got {len(inputs)} inputs for model '{name}'. "
+            f"Got input(s) {sorted(inputs)}, but missing required input(s) {missing}. "
+            "Please provide all required input(s)."
+        )
+    rows = 1
+    batched = model.max_batch_size > 0
+    for i, spec in enumerate(model.inputs):
+        array = inputs[spec.name]
+        datatype = kserve_datatype(array)
+        if datatype != spec.datatype:
+            raise InvalidArgument(
+                f"inference input '{spec.name}' data-type is '{datatype}', but model '{name}' expects '{spec.datatype}'"
+            )
+        shape = array.shape
+        if len(shape) != len(spec.shape) or any(d != s and s != -1 for d, s in zip(shape, spec.shape)):
+            raise InvalidArgument(
+                f"unexpected shape for input '{spec.name}' for model '{name}'. "
+                f"Expected {_shape_str(spec.shape)}, got {_shape_str(shape)}"
+            )
+        if batched:
+            if i == 0:
+                rows = shape[0]
+            elif shape[0] != rows:
+                raise InvalidArgument(
+                    f"input '{spec.name}' batch size {shape[0]} does not match other inputs' batch size {rows} for model '{name}'"
+                )
+    if batched:
+        if rows > model.max_batch_size:
+            raise InvalidArgument(f"inference request batch-size must be <= {model.max_batch_size} for '{name}'")
+        if rows < 1:
+            raise InvalidArgument(f"inference request batch-size must be >= 1 for '{name}'")
+    if outputs is not None:
+        for out in outputs:
+            if out not in model.output_by_name:
+                raise InvalidArgument(f"unexpected inference output '{out}' for model '{name}'")
+    return rows

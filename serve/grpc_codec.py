@@ -1,0 +1,177 @@
+"""KServe v2 gRPC messages <-> numpy: the tensor half of the gRPC front end.
+
+Requests carry each input either as typed `contents` (`fp32_contents`, `int64_contents`, ...) or as
+bytes in `raw_input_contents` (what tritonclient sends); responses always use `raw_output_contents`,
+as Triton does, because every client reads it and it avoids a per-element copy. BYTES tensors travel
+as a 4-byte little-endian length before each element, in row-major order.
+
+Nothing here knows about models: a decoded input is checked only against what the request itself
+declares (datatype, shape, byte count); the core checks it against the model.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
+
+from serve.datatypes import KSERVE_TO_NUMPY as DTYPES
+from serve.datatypes import kserve_datatype as datatype_of
+from serve.errors import InvalidArgument
+
+# Which InferTensorContents field holds a datatype's typed elements (FP16 has none: raw only).
+_CONTENTS_FIELD = {
+    "BOOL": "bool_contents",
+    "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
+}
+
+
+class CodecError(InvalidArgument):
+    """A tensor that cannot be decoded as declared (gRPC INVALID_ARGUMENT)."""
+
+
+def encode_bytes_tensor(array: np.ndarray) -> bytes:
+    """Row-major elements, each as a 4-byte little-endian length then its bytes (str -> UTF-8)."""
+    parts: list[bytes] = []
+    for item in array.ravel(order="C"):
+        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
+        parts.append(struct.pack("<I", len(data)))
+        parts.append(data)
+    return b"".join(parts)
+
+
+def decode_bytes_tensor(buffer: bytes, count: int, name: str) -> np.ndarray:
+    """Split a length-prefixed BYTES buffer into exactly `count` elements (1-D object array)."""
+    items: list[bytes] = []
+    view = memoryview(buffer)
+    offset = 0
+    while offset < len(view):
+        if offset + 4 > len(view):
+            raise CodecError(f"BYTES input '{name}' is truncated: an element length needs 4 bytes at offset {offset}")
+        (length,) = struct.unpack_from("<I", view, offset)
+        offset += 4
+        if offset + length > len(view):
+            raise CodecError(f"BYTES input '{name}' is truncated: element {len(items)} declares {length} bytes, "
+                             f"{len(view) - offset} remain")
+        items.append(bytes(view[offset:offset + length]))
+        offset += length
+    if len(items) != count:
+        raise CodecError(f"unexpected number of string elements {len(items)} for input '{name}', expecting {count}")
+    out = np.empty(count, dtype=np.object_)
+    out[:] = items
+    return out
+
+
+def _element_count(shape: list[int], name: str) -> int:
+    if any(d < 0 for d in shape):
+        raise CodecError(f"input '{name}' has a negative dimension in shape {list(shape)}")
+    return math.prod(shape)
+
+
+def decode_raw(raw: bytes, datatype: str, shape: list[int], name: str) -> np.ndarray:
+    """One `raw_input_contents` entry -> array of `shape`; the byte count must match exactly."""
+    count = _element_count(shape, name)
+    if datatype == "BYTES":
+        return decode_bytes_tensor(raw, count, name).reshape(shape)
+    dtype = DTYPES[datatype]
+    expected = count * dtype.itemsize
+    if len(raw) != expected:
+        raise CodecError(f"input byte size mismatch for input '{name}': expected {expected} bytes "
+                         f"({datatype} {list(shape)}), got {len(raw)}")
+    return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def decode_contents(contents: pb.InferTensorContents, datatype: str, shape: list[int], name: str) -> np.ndarray:
+    """Typed `contents` of one input -> array of `shape`; the element count must match exactly."""
+    count = _element_count(shape, name)
+    field = _CONTENTS_FIELD.get(datatype)
+    if field is None:
+        raise CodecError(f"input '{name}' of datatype {datatype} must be sent in raw_input_contents")
+    values = getattr(contents, field)
+    if len(values) != count:
+        raise CodecError(f"unexpected number of elements for input '{name}': expected {count} "
+                         f"({datatype} {list(shape)}), got {len(values)} in {field}")
+    if datatype == "BYTES":
+        out = np.empty(count, dtype=np.object_)
+        out[:] = list(values)
+        return out.reshape(shape)
+    return np.asarray(values, dtype=DTYPES[datatype]).reshape(shape)
+
+
+def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
+    """All inputs of a request by name, from raw contents when present, else typed contents."""
+    raw = request.raw_input_contents
+    if raw and len(raw) != len(request.inputs):
+        raise CodecError(f"expected {len(request.inputs)} raw input contents, one per input, got {len(raw)}")
+    inputs: dict[str, np.ndarray] = {}
+    for i, tensor in enumerate(request.inputs):
+        name = tensor.name
+        if tensor.datatype not in DTYPES:
+            raise CodecError(f"input '{name}' has unknown datatype '{tensor.datatype}'; "
+                             f"allowed: {', '.join(DTYPES)}")
+        if name in inputs:
+            raise CodecError(f"input '{name}' is given more than once")
+        shape = list(tensor.shape)
+        if raw:
+            if tensor.HasField("contents"):
+                raise CodecError(f"input '{name}' has both typed contents and raw_input_contents; send one")
+            inputs[name] = decode_raw(raw[i], tensor.datatype, shape, name)
+        else:
+            inputs[name] = decode_contents(tensor.contents, tensor.datatype, shape, name)
+    return inputs
+
+
+def requested_outputs(request: pb.ModelInferRequest) -> list[str] | None:
+    """Names of the outputs the client asked for, or None for all of the model's outputs."""
+    return [out.name for out in request.outputs] or None
+
+
+def params_to_dict(params: Mapping[str, pb.InferParameter]) -> dict[str, Any]:
+    """A protobuf parameter map -> plain {name: bool | int | str | float}."""
+    out: dict[str, Any] = {}
+    for key, param in params.items():
+        which = param.WhichOneof("parameter_choice")
+        if which is not None:
+            out[key] = getattr(param, which)
+    return out
+
+
+def fill_params(target: Any, params: Mapping[str, Any]) -> None:
+    """Copy a plain dict into a protobuf parameter map (bool before int: bool is an int in Python)."""
+    for key, value in params.items():
+        param = target[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = str(value)
+
+
+def encode_response(model_name: str, model_version: str, request_id: str, outputs: Mapping[str, np.ndarray],
+                    parameters: Mapping[str, Any] | None = None) -> pb.ModelInferResponse:
+    """Outputs in `raw_output_contents`, in the order given, with the request id echoed."""
+    response = pb.ModelInferResponse(model_name=model_name, model_version=model_version, id=request_id)
+    for name, array in outputs.items():
+        datatype = datatype_of(array)
+        # metadata only; the data follows in raw_output_contents at the same index
+        response.outputs.add(name=name, datatype=datatype, shape=array.shape)
+        if datatype == "BYTES":
+            response.raw_output_contents.append(encode_bytes_tensor(array))
+        else:
+            response.raw_output_contents.append(np.ascontiguousarray(array).tobytes())
+    if parameters:
+        fill_params(response.parameters, parameters)
+    return response

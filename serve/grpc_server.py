@@ -1,0 +1,230 @@
+"""The KServe v2 gRPC front end, on the servicer generated from the protos tritonclient ships.
+
+A grpc.aio server on the core's event loop: every RPC is a thin translation between protobuf and
+the core (serve/core.py), which knows nothing of gRPC. Errors become gRPC status codes from the
+core's error classes (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE for a full queue or an unready model,
+INTERNAL), with Triton's message wording; a request with an id gets Triton's "[request id: ...]"
+prefix on inference errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from serve.errors import ServeError
+from serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class GrpcConfig:
+    """Where the gRPC endpoint listens and how large a message it takes."""
+
+    host: str = "127.0.0.1"  # loopback unless the user says otherwise
+    port: int = 8001  # Triton's gRPC port; 0 = any free port (read back from GrpcServer.port)
+    max_message_bytes: int = 64 << 20  # larger requests get RESOURCE_EXHAUSTED from gRPC itself, bytes
+    grace_s: float = 5.0  # on stop, how long in-flight RPCs may take to finish, seconds
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"GrpcConfig.port={self.port} must be in 0..65535")
+        if self.max_message_bytes < 1024:
+            raise ValueError(f"GrpcConfig.max_message_bytes={self.max_message_bytes} must be >= 1024")
+        if self.grace_s < 0:
+            raise ValueError(f"GrpcConfig.grace_s={self.grace_s} must be >= 0")
+
+
+def _status(error: Exception) -> tuple[grpc.StatusCode, str]:
+    """The gRPC status code and message for an error raised while serving an RPC."""
+    if isinstance(error, ServeError):  # the codec's errors are InvalidArgument too
+        return getattr(grpc.StatusCode, error.grpc_code, grpc.StatusCode.INTERNAL), error.message
+    log.exception("unexpected error in a gRPC handler", exc_info=error)
+    return grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}"
+
+
+def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Turn the core's exceptions into gRPC status codes for a unary RPC."""
+
+    @functools.wraps(method)
+    async def wrapper(self: InferenceServicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        try:
+            return await method(self, request, context)
+        except Exception as error:  # every failure answers the client with a status, never a dropped call
+            code, message = _status(error)
+            await context.abort(code, message)
+
+    return wrapper
+
+
+class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
+    """GRPCInferenceService over a ServerCore (serve/core.py)."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
+
+    @_rpc
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
+        return pb.ServerLiveResponse(live=self.core.live)
+
+    @_rpc
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Any) -> pb.ServerReadyResponse:
+        return pb.ServerReadyResponse(ready=self.core.ready)
+
+    @_rpc
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Any) -> pb.ServerMetadataResponse:
+        meta = self.core.server_metadata()
+        return pb.ServerMetadataResponse(name=meta["name"], version=meta["version"], extensions=meta["extensions"])
+
+    @_rpc
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Any) -> pb.ModelReadyResponse:
+        return pb.ModelReadyResponse(ready=self.core.model_ready(request.name, request.version))
+
+    @_rpc
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Any) -> pb.ModelMetadataResponse:
+        meta = self.core.model_metadata(request.name, request.version)
+        tensor = pb.ModelMetadataResponse.TensorMetadata
+        return pb.ModelMetadataResponse(
+            name=meta.name, versions=meta.versions, platform=meta.platform,
+            inputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.inputs],
+            outputs=[tensor(name=t.name, datatype=t.datatype, shape=t.shape) for t in meta.outputs],
+        )
+
+    @_rpc
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Any) -> pb.ModelConfigResponse:
+        response = pb.ModelConfigResponse()
+        response.config.CopyFrom(self.core.model_config(request.name, request.version))
+        return response
+
+    @_rpc
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
+        response = pb.ModelStatisticsResponse()
+        for stats in self.core.statistics(request.name, request.version):
+            # the core's dict is the statistics extension's JSON form, field for field
+            json_format.ParseDict(stats.to_dict(), response.model_stats.add())
+        return response
+
+    @_rpc
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Any) -> pb.RepositoryIndexResponse:
+        response = pb.RepositoryIndexResponse()
+        for entry in self.core.index():
+            if request.ready and not entry.ready:
+                continue
+            response.models.add(name=entry.name, version=entry.version, state=entry.state, reason=entry.reason)
+        return response
+
+    async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
+        try:
+            version = self.core.entry(request.model_name, request.model_version).version
+            outputs = await self.core.infer(request.model_name, request.model_version, decode_inputs(request),
+                                            requested_outputs(request), params_to_dict(request.parameters))
+            return encode_response(request.model_name, version, request.id, outputs)
+        except ServeError as error:
+            if request.id:  # Triton names the request in inference errors
+                error.message = f"[request id: {request.id}] {error.message}"
+            raise
+
+    @_rpc
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Any) -> pb.ModelInferResponse:
+        return await self._infer(request)
+
+    async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
+                               context: Any) -> AsyncIterator[pb.ModelStreamInferResponse]:
+        """Each request is answered on the stream as soon as it finishes; errors travel in error_message."""
+        done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        pending: set[asyncio.Task] = set()
+
+        async def answer(request: pb.ModelInferRequest) -> None:
+            try:
+                await done.put(pb.ModelStreamInferResponse(infer_response=await self._infer(request)))
+            except Exception as error:
+                await done.put(pb.ModelStreamInferResponse(
+                    error_message=_status(error)[1], infer_response=pb.ModelInferResponse(
+                        model_name=request.model_name, model_version=request.model_version, id=request.id)))
+
+        async def read_all() -> None:
+            async for request in request_iterator:
+                task = asyncio.create_task(answer(request))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            if pending:
+                await asyncio.gather(*list(pending))
+            await done.put(None)  # end of stream: every answer is queued
+
+        reader = asyncio.create_task(read_all())
+        try:
+            while (response := await done.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in list(pending):
+                task.cancel()
+
+
+def _unimplemented(name: str) -> Callable[..., Awaitable[Any]]:
+    async def handler(self: InferenceServicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{name} is not supported by this server")
+
+    handler.__name__ = name
+    return handler
+
+
+# The generated base class answers these synchronously, which grpc.aio cannot run without a thread
+# pool; give them async UNIMPLEMENTED answers (model control, shared memory, trace and log settings).
+for _name in ("RepositoryModelLoad", "RepositoryModelUnload", "SystemSharedMemoryStatus",
+              "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus",
+              "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister", "TraceSetting", "LogSettings"):
+    setattr(InferenceServicer, _name, _unimplemented(_name))
+
+
+class GrpcServer:
+    """The gRPC endpoint's lifecycle on the running event loop: `await start()`, then `await stop()`."""
+
+    name = "grpc"
+
+    def __init__(self, core: Any, config: GrpcConfig | None = None) -> None:
+        self.core = core
+        self.config = config or GrpcConfig()
+        self._server: grpc.aio.Server | None = None
+        self.port: int | None = None  # bound port, known after start()
+
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port (the OS's choice for port 0)."""
+        options = [("grpc.max_receive_message_length", self.config.max_message_bytes),
+                   ("grpc.max_send_message_length", self.config.max_message_bytes),
+                   ("grpc.so_reuseport", 0)]  # a taken port must fail, not be shared
+        server = grpc.aio.server(options=options)
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(self.core), server)
+        address = f"{self.config.host}:{self.config.port}"
+        try:
+            port = server.add_insecure_port(address)
+        except RuntimeError as error:  # grpcio raises when it cannot bind
+            raise OSError(f"cannot listen for gRPC on {address}: {error}") from None
+        if port == 0:
+            raise OSError(f"cannot listen for gRPC on {address}: the port is taken or the address is invalid")
+        await server.start()
+        self._server, self.port = server, port
+        log.info("gRPC on %s:%d", self.config.host, port)
+        return port
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Refuse new RPCs and let in-flight ones finish for up to grace_s (default: the config's)."""
+        if self._server is not None:
+            await self._server.stop(self.config.grace_s if grace_s is None else grace_s)
+            self._server = None
+
+
+def create_frontend(core: Any, host: str, port: int, options: Any) -> GrpcServer:
+    """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit."""
+    return GrpcServer(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
+                                       grace_s=options.drain_timeout_s))

@@ -1,0 +1,218 @@
+"""The HTTP/REST front end (KServe v2 with Triton's extensions) on aiohttp, over the server core.
+
+Routes are matched by hand on the split path: cheaper per request than a router on the hot path.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import zlib
+from urllib.parse import unquote
+
+from aiohttp import web
+
+from serve import kserve
+from serve.core import ServerCore
+from serve.errors import InvalidArgument, NotFound, ServeError, Unsupported
+from serve.server import ServerOptions
+
+log = logging.getLogger(__name__)
+
+JSON = "application/json"
+_INT64_CONFIG_KEYS = {"dims", "max_queue_delay_microseconds", "default_timeout_microseconds", "versions", "reshape"}
+
+
+def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> HttpFrontEnd:
+    """The hook serve/server.py calls (see its module docstring)."""
+    return HttpFrontEnd(core, host, port, options.max_body_bytes, options.drain_timeout_s)
+
+
+def _json(obj, status: int = 200) -> web.Response:
+    return web.Response(body=json.dumps(obj, separators=(",", ":")).encode(), status=status, content_type=JSON)
+
+
+def _error(e: ServeError) -> web.Response:
+    return web.Response(body=kserve.error_body(e.message), status=e.http_status, content_type=JSON)
+
+
+def config_to_json(config) -> dict:
+    """ModelConfig protobuf -> Triton's JSON (proto field names; int64 fields as numbers, as Triton prints them)."""
+    from google.protobuf import json_format
+
+    d = json_format.MessageToDict(config, preserving_proto_field_name=True)
+
+    def fix(node):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k in _INT64_CONFIG_KEYS:
+                    node[k] = [int(x) for x in v] if isinstance(v, list) else int(v)
+                else:
+                    fix(v)
+        elif isinstance(node, list):
+            for v in node:
+                fix(v)
+
+    fix(d)
+    return d
+
+
+class HttpFrontEnd:
+    """aiohttp server for /v2/...: health, metadata, config, stats, repository index, infer."""
+
+    name = "http"
+
+    def __init__(self, core: ServerCore, host: str, port: int, max_body_bytes: int, drain_timeout_s: float = 30.0) -> None:
+        self.core = core
+        self.drain_timeout_s = drain_timeout_s
+        self.host = host
+        self.port = port
+        self.max_body_bytes = max_body_bytes
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> int:
+        app = web.Application(client_max_size=self.max_body_bytes)
+        app.router.add_route("*", "/{tail:.*}", self._dispatch)
+        # shutdown_timeout: how long cleanup() lets running handlers finish before closing connections, s
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=self.drain_timeout_s)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets  # the bound socket tells the ephemeral port
+        return sockets[0].getsockname()[1]
+
+    async def stop(self, grace_s: float) -> None:
+        if self._runner is not None:
+            # stops listening, waits up to shutdown_timeout (drain_timeout_s) for running handlers, then closes
+            await self._runner.cleanup()
+
+    async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        path = request.rel_url.raw_path  # still quoted: a '%2F' inside a model name must not split it
+        parts = path.strip("/").split("/")
+        if "%" in path:
+            parts = [unquote(p) for p in parts]
+        method = request.method
+        try:
+            if not parts or parts[0] != "v2":
+                raise NotFound(f"Not Found: {request.path}")
+            if len(parts) >= 3 and parts[1] == "models" and parts[2] != "stats":
+                model = parts[2]
+                rest = parts[3:]
+                version = ""
+                if len(rest) >= 2 and rest[0] == "versions":
+                    version, rest = rest[1], rest[2:]
+                action = rest[0] if rest else ""
+                if len(rest) > 1:
+                    raise NotFound(f"Not Found: {request.path}")
+                if action == "infer" and method == "POST":
+                    return await self._infer(request, model, version)
+                if method != "GET":
+                    raise NotFound(f"Not Found: {request.method} {request.path}")
+                if action == "":
+                    return _json(self._metadata(model, version))
+                if action == "ready":
+                    return web.Response(status=200 if self.core.model_ready(model, version) else 400)
+                if action == "config":
+                    return _json(config_to_json(self.core.model_config(model, version)))
+                if action == "stats":
+                    return _json({"model_stats": [s.to_dict() for s in self.core.statistics(model, version)]})
+                raise NotFound(f"Not Found: {request.path}")
+            route = (method, "/".join(parts[1:]))
+            if route == ("GET", "health/live"):
+                return web.Response(status=200 if self.core.live else 400)
+            if route == ("GET", "health/ready"):
+                return web.Response(status=200 if self.core.ready else 400)
+            if route == ("GET", ""):
+                return _json(self.core.server_metadata())
+            if route == ("GET", "models/stats"):
+                return _json({"model_stats": [s.to_dict() for s in self.core.statistics()]})
+            if route == ("POST", "repository/index"):
+                return await self._index(request)
+            if method == "POST" and len(parts) == 5 and parts[1:3] == ["repository", "models"] and parts[4] in ("load", "unload"):
+                return self._load_unload(parts[3], parts[4])
+            raise NotFound(f"Not Found: {request.method} {request.path}")
+        except ServeError as e:
+            return _error(e)
+
+    def _metadata(self, model: str, version: str) -> dict:
+        md = self.core.model_metadata(model, version)
+        tensors = lambda specs: [{"name": t.name, "datatype": t.datatype, "shape": list(t.shape)} for t in specs]  # noqa: E731
+        return {"name": md.name, "versions": md.versions, "platform": md.platform,
+                "inputs": tensors(md.inputs), "outputs": tensors(md.outputs)}
+
+    async def _index(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        ready_only = False
+        if body.strip():
+            try:
+                ready_only = bool(json.loads(body).get("ready", False))
+            except (ValueError, AttributeError):
+                raise InvalidArgument("failed to parse the repository index request JSON") from None
+        entries = [e for e in self.core.index() if e.ready or not ready_only]
+        out = []
+        for e in entries:
+            item = {"name": e.name, "version": e.version, "state": e.state}
+            if e.reason:
+                item["reason"] = e.reason
+            out.append(item)
+        return _json(out)
+
+    def _load_unload(self, model: str, action: str) -> web.Response:
+        if action == "load" and self.core.model_ready(model):
+            return _json({})  # already loaded: nothing to do, as Triton answers
+        raise Unsupported(
+            f"explicit model {action} is not supported: this server serves the repository it started with (model '{model}')"
+        )
+
+    async def _read_body(self, request: web.Request) -> bytes:
+        if request.content_length is not None and request.content_length > self.max_body_bytes:
+            raise _TooLarge(request.content_length, self.max_body_bytes)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise _TooLarge(None, self.max_body_bytes) from None
+        encoding = request.headers.get("Content-Encoding")
+        if encoding:
+            try:
+                if encoding == "gzip":
+                    body = gzip.decompress(body)
+                elif encoding == "deflate":
+                    body = zlib.decompress(body)
+                else:
+                    raise Unsupported(f"unsupported Content-Encoding '{encoding}': use gzip or deflate")
+            except (OSError, zlib.error, EOFError) as e:
+                raise InvalidArgument(f"failed to decompress the {encoding} request body: {e}") from None
+            if len(body) > self.max_body_bytes:
+                raise _TooLarge(len(body), self.max_body_bytes)
+        return body
+
+    async def _infer(self, request: web.Request, model: str, version: str) -> web.Response:
+        body = await self._read_body(request)
+        header_length = request.headers.get(kserve.HEADER_LENGTH)
+        if header_length is not None:
+            try:
+                header_length = int(header_length)
+            except ValueError:
+                raise InvalidArgument(f"{kserve.HEADER_LENGTH} must be an integer, got {header_length!r}") from None
+        req = kserve.parse_infer_request(body, header_length)
+        results = await self.core.infer(model, version, req.inputs, req.outputs, req.parameters)
+        served_version = version or self.core.entry(model).version
+        payload, json_size = kserve.encode_infer_response(model, served_version, req, results)
+        headers = None
+        content_type = JSON
+        if json_size is not None:
+            headers = {kserve.HEADER_LENGTH: str(json_size)}
+            content_type = "application/octet-stream"
+        # Responses go uncompressed even when Accept-Encoding allows gzip: it is a preference, and
+        # compressing costs more CPU than loopback bytes.
+        return web.Response(body=payload, status=200, headers=headers, content_type=content_type)
+
+
+class _TooLarge(ServeError):
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, size: int | None, limit: int) -> None:
+        what = f"{size} bytes" if size is not None else "more bytes"
+        super().__init__(f"request body of {what} exceeds the server's limit of {limit} bytes (--max-body-bytes)")

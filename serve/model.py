@@ -1,0 +1,149 @@
+"""A loaded model version: one onnxruntime InferenceSession per instance, and its metadata.
+
+Knows nothing of HTTP or gRPC: it takes numpy arrays and returns numpy arrays.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from serve.datatypes import config_to_kserve, numpy_dtype
+from serve.errors import ServeError
+
+log = logging.getLogger(__name__)
+
+DEVICES = ("cpu", "cuda")
+
+
+class LoadError(ServeError):
+    """A model version that could not be loaded; it is reported not ready with this message."""
+
+
+class CudaUnavailable(LoadError):
+    """--device cuda, but onnxruntime fell back to the CPU: the server refuses to start."""
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """One input or output as the protocol shows it: KServe datatype, shape with -1 for any size (batch first)."""
+
+    name: str
+    datatype: str  # KServe name: FP32, INT64, BYTES, ...
+    shape: tuple[int, ...]  # full shape including the batch dim (-1) when max_batch_size > 0
+
+    @property
+    def dtype(self) -> np.dtype:
+        return numpy_dtype(self.datatype)
+
+
+@dataclass(frozen=True)
+class SessionOptions:
+    """How sessions are built: execution provider and pinned thread counts."""
+
+    device: str = "cpu"  # "cpu" -> CPUExecutionProvider, "cuda" -> CUDAExecutionProvider (no silent CPU fallback)
+    intra_op_threads: int = 0  # onnxruntime intra-op pool size per session; 0 = onnxruntime's default (all cores)
+    inter_op_threads: int = 1  # inter-op pool size per session (only used in parallel execution mode)
+
+    def __post_init__(self) -> None:
+        if self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r} must be one of {DEVICES}")
+        if self.intra_op_threads < 0:
+            raise ValueError(f"intra_op_threads={self.intra_op_threads} must be >= 0")
+        if self.inter_op_threads < 0:
+            raise ValueError(f"inter_op_threads={self.inter_op_threads} must be >= 0")
+
+
+def _param(config, key: str) -> str | None:
+    """A string parameter of config.pbtxt (`parameters { key: ... value { string_value: ... } }`)."""
+    return config.parameters[key].string_value if key in config.parameters else None
+
+
+class LoadedModel:
+    """One version of a model, ready to run: `run(instance, feed, outputs)` on the session of that instance.
+
+    `inputs` / `outputs` are the protocol view (TensorSpec, batch dim -1 included when batching);
+    `config` is the ModelConfig protobuf; `threads` and `providers` say how it runs.
+    """
+
+    def __init__(self, name: str, version: str, model_dir: Path, config, options: SessionOptions) -> None:
+        self.name = name
+        self.version = version
+        self.config = config
+        self.max_batch_size: int = config.max_batch_size
+        prefix = (-1,) if config.max_batch_size > 0 else ()
+        self.inputs = [TensorSpec(i.name, config_to_kserve(_dt_name(i.data_type)), prefix + tuple(i.dims)) for i in config.input]
+        self.outputs = [TensorSpec(o.name, config_to_kserve(_dt_name(o.data_type)), prefix + tuple(o.dims)) for o in config.output]
+        self.input_by_name = {t.name: t for t in self.inputs}
+        self.output_by_name = {t.name: t for t in self.outputs}
+        self.output_names = [t.name for t in self.outputs]
+        path = model_dir / version / (config.default_model_filename or "model.onnx")
+        if not path.exists():
+            raise LoadError(f"unable to find '{path}' for model '{name}'")
+        intra = int(_param(config, "intra_op_thread_count") or options.intra_op_threads)
+        inter = int(_param(config, "inter_op_thread_count") or options.inter_op_threads)
+        count = sum(g.count or 1 for g in config.instance_group) or 1
+        self.sessions = [_make_session(path, options.device, intra, inter) for _ in range(count)]
+        sess_inputs = {i.name for i in self.sessions[0].get_inputs()}
+        missing = [t.name for t in self.inputs if t.name not in sess_inputs]
+        if missing:
+            raise LoadError(f"model '{name}': config input(s) {missing} are not inputs of the ONNX graph {sorted(sess_inputs)}")
+        self.string_inputs = {t.name for t in self.inputs if t.datatype == "BYTES"}
+        self.string_outputs = {t.name for t in self.outputs if t.datatype == "BYTES"}
+        self.providers = self.sessions[0].get_providers()
+        self.device = options.device
+        self.threads = {"intra_op": intra, "inter_op": inter}
+        log.info(
+            "loaded %s version %s: %d instance(s) on %s, intra_op_threads=%d inter_op_threads=%d, max_batch_size=%d",
+            name, version, count, self.providers[0], intra, inter, self.max_batch_size,
+        )
+
+    @property
+    def instance_count(self) -> int:
+        return len(self.sessions)
+
+    def run(self, instance: int, feed: dict[str, np.ndarray], outputs: list[str]) -> list[np.ndarray]:
+        """session.run on one instance's session; BYTES tensors are converted bytes <-> str for onnxruntime."""
+        if self.string_inputs:
+            feed = {k: (_to_str(v) if k in self.string_inputs else v) for k, v in feed.items()}
+        result = self.sessions[instance].run(outputs, feed)
+        if self.string_outputs:
+            result = [_to_bytes(r) if n in self.string_outputs else r for n, r in zip(outputs, result)]
+        return result
+
+
+def _dt_name(value: int) -> str:
+    from tritonclient.grpc import model_config_pb2
+
+    return model_config_pb2.DataType.Name(value)
+
+
+def _to_str(a: np.ndarray) -> np.ndarray:
+    return np.vectorize(lambda b: b.decode() if isinstance(b, bytes) else str(b), otypes=[object])(a)
+
+
+def _to_bytes(a: np.ndarray) -> np.ndarray:
+    return np.vectorize(lambda s: s.encode() if isinstance(s, str) else bytes(s), otypes=[object])(a)
+
+
+def _make_session(path: Path, device: str, intra: int, inter: int):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = intra
+    so.inter_op_num_threads = inter
+    so.log_severity_level = 3  # errors only: onnxruntime's warnings would flood the server log
+    providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    try:
+        session = ort.InferenceSession(str(path), sess_options=so, providers=providers)
+    except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types
+        raise LoadError(f"onnxruntime could not load '{path}': {e}") from None
+    if device == "cuda" and session.get_providers()[0] != "CUDAExecutionProvider":
+        raise CudaUnavailable(
+            f"CUDA was requested but onnxruntime fell back to {session.get_providers()} for '{path}': "
+            "check that onnxruntime-gpu and the CUDA libraries are installed, or serve with --device cpu"
+        )
+    return session

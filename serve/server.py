@@ -1,0 +1,177 @@
+"""The server's lifecycle: load the core, start the front ends on one event loop, drain on SIGTERM/SIGINT.
+
+Front ends plug in through one small contract, so the HTTP, gRPC and metrics servers share the core
+and the loop without knowing each other:
+
+    # in serve/http.py, serve/grpc_server.py, serve/metrics.py
+    def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> FrontEnd
+
+    class FrontEnd(Protocol):
+        name: str                                  # "http" | "grpc" | "metrics"
+        async def start(self) -> int               # bind and listen; returns the bound port (port 0 -> ephemeral)
+        async def stop(self, grace_s: float) -> None   # stop accepting, let in-flight requests finish (<= grace_s), close
+
+A front end whose module is not present (or whose port is -1) is skipped and reported "off".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import importlib.util
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from pathlib import Path
+
+from serve.core import CoreOptions, ServerCore
+
+log = logging.getLogger(__name__)
+
+# front end name -> module that provides create_frontend(core, host, port, options)
+FRONTEND_MODULES = {"http": "serve.http", "grpc": "serve.grpc_server", "metrics": "serve.metrics"}
+
+
+class StartError(Exception):
+    """The server could not start (a port in use, no loadable model): one sentence saying what to do."""
+
+
+class StartError(Exception):
+    """The server could not start (a port in use, no loadable model): one sentence saying what to do."""
+
+
+class FrontEnd(Protocol):
+    name: str
+
+    async def start(self) -> int: ...
+
+    async def stop(self, grace_s: float) -> None: ...
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """Where and how the front ends listen."""
+
+    host: str = "127.0.0.1"  # bind address; 0.0.0.0 only when asked
+    http_port: int = 8000  # 0 = ephemeral, -1 = off
+    grpc_port: int = 8001  # 0 = ephemeral, -1 = off
+    metrics_port: int = 8002  # 0 = ephemeral, -1 = off
+    max_body_bytes: int = 64 * 1024 * 1024  # largest request body a front end accepts, bytes
+    drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish, seconds
+
+    def __post_init__(self) -> None:
+        for field_name in ("http_port", "grpc_port", "metrics_port"):
+            port = getattr(self, field_name)
+            if not -1 <= port <= 65535:
+                raise ValueError(f"{field_name}={port} must be -1 (off), 0 (ephemeral) or 1..65535")
+        if self.max_body_bytes < 1024:
+            raise ValueError(f"max_body_bytes={self.max_body_bytes} must be >= 1024")
+        if self.drain_timeout_s < 0:
+            raise ValueError(f"drain_timeout_s={self.drain_timeout_s} must be >= 0")
+
+    def port(self, frontend: str) -> int:
+        return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}[frontend]
+
+
+def ready_line(host: str, ports: dict[str, int | None]) -> str:
+    """The machine-readable line tests and scripts read back: 'trainserve serve: ready http=H:P grpc=off ...'."""
+    parts = [f"{name}={host}:{port}" if port is not None else f"{name}=off" for name, port in ports.items()]
+    return "trainserve serve: ready " + " ".join(parts)
+
+
+class Server:
+    """Core + front ends on the running loop. `start()` returns bound ports; `stop()` drains and closes."""
+
+    def __init__(self, core: ServerCore, options: ServerOptions) -> None:
+        self.core = core
+        self.options = options
+        self.frontends: list[FrontEnd] = []
+        self.ports: dict[str, int | None] = {}
+
+    async def start(self) -> dict[str, int | None]:
+        """Start the core's workers, then every available front end; {name: bound port or None when off}."""
+        await self.core.start()
+        try:
+            for name, module_name in FRONTEND_MODULES.items():
+                port = self.options.port(name)
+                if port < 0 or importlib.util.find_spec(module_name) is None:
+                    self.ports[name] = None
+                    continue
+                module = importlib.import_module(module_name)
+                frontend = module.create_frontend(self.core, self.options.host, port, self.options)
+                try:
+                    self.ports[name] = await frontend.start()
+                except OSError as e:
+                    raise StartError(
+                        f"the {name} front end cannot listen on {self.options.host}:{port} ({e.strerror or e}): "
+                        f"stop whatever uses it or pick another port with --{name}-port"
+                    ) from None
+                self.frontends.append(frontend)
+        except BaseException:
+            await self.stop()
+            raise
+        return self.ports
+
+    async def stop(self) -> None:
+        """Stop listening, let in-flight requests finish (up to drain_timeout_s), then stop the core."""
+        grace = self.options.drain_timeout_s
+        await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
+        await self.core.stop()
+
+
+async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int | None]], None]) -> None:
+    """Start, call on_ready(ports), wait for SIGTERM or SIGINT, then drain and stop."""
+    loop = asyncio.get_running_loop()
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        ports = await server.start()
+        on_ready(ports)
+        await stop.wait()
+        log.info("signal received: finishing in-flight requests, then exiting")
+    finally:
+        await server.stop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.remove_signal_handler(sig)
+
+
+def run_server(
+    model_repository: Path,
+    device: str = "cpu",
+    host: str = "127.0.0.1",
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    threads: int = 0,
+    max_queue_size: int = 1024,
+    max_body_bytes: int = 64 * 1024 * 1024,
+    on_ready: Callable[[str], None] = print,
+) -> None:
+    """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
+    from serve.model import CudaUnavailable
+
+    try:
+        core_options = CoreOptions(Path(model_repository), device, threads, 1, max_queue_size)
+        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes)
+    except ValueError as e:
+        raise StartError(f"invalid server option: {e}") from None
+    core = ServerCore(core_options)
+    try:
+        core.load()
+    except FileNotFoundError:
+        raise StartError(
+            f"model repository {model_repository} does not exist: pass --model-repository a directory "
+            "laid out as <model>/<version>/model.onnx (trainserve export writes one)"
+        ) from None
+    entries = core.index()
+    cuda = [e for e in entries if isinstance(e.error, CudaUnavailable)]
+    if cuda:
+        raise StartError(str(cuda[0].error))
+    if not any(e.ready for e in entries):
+        reasons = "; ".join(f"{e.name}: {e.reason}" for e in entries) or "it holds no model directories"
+        raise StartError(f"no model in {model_repository} could be loaded ({reasons})")
+    asyncio.run(run_until_signalled(Server(core, options), lambda ports: on_ready(ready_line(host, ports))))

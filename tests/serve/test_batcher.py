@@ -1,0 +1,95 @@
+"""Dynamic batching: many clients joined into one run, each getting exactly its rows; the bounded queue."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from serve.batcher import BatchingConfig
+from serve.core import CoreOptions, ServerCore
+from serve.errors import Unavailable
+from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
+
+
+def _repo(tmp_path, **config):
+    classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
+    (tmp_path / "m" / "config.pbtxt").write_text(classifier_config("m", **config))
+    return tmp_path
+
+
+async def _with_core(repo, fn, **options):
+    core = ServerCore(CoreOptions(repo, intra_op_threads=1, **options))
+    core.load()
+    await core.start()
+    try:
+        return core, await fn(core)
+    finally:
+        await core.stop()
+
+
+def test_concurrent_clients_are_batched_and_each_gets_its_rows(tmp_path):
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=20_000)
+    rows = [1, 2, 3, 1, 2, 1, 4, 1, 1, 2, 3, 1]  # 21 rows from 12 clients
+    xs = [np.random.default_rng(i).random((n, 4), dtype=np.float32) + i for i, n in enumerate(rows)]
+
+    async def go(core):
+        return await asyncio.gather(*(core.infer("m", "", {"input": x}) for x in xs))
+
+    core, results = asyncio.run(_with_core(repo, go))
+    for x, r in zip(xs, results):
+        assert r["logits"].shape == (len(x), 3)
+        np.testing.assert_allclose(r["logits"], expected_logits(x), rtol=1e-5)
+    s = core.statistics("m")[0]
+    assert s.inference_count == sum(rows)
+    assert s.execution_count < len(rows)
+    assert all(size <= 8 for size in s.batches)
+    assert s.queue.count == len(rows)
+
+
+def test_preferred_batch_size_runs_without_waiting_for_the_delay(tmp_path):
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=5_000_000, preferred=(4,))
+    x = np.ones((1, 4), np.float32)
+
+    async def go(core):
+        return await asyncio.wait_for(asyncio.gather(*(core.infer("m", "", {"input": x}) for _ in range(4))), 3)
+
+    core, results = asyncio.run(_with_core(repo, go))
+    assert len(results) == 4
+    assert core.statistics("m")[0].batches.keys() == {4}
+
+
+def test_requests_with_different_shapes_are_not_joined(tmp_path):
+    from tests.serve.tiny_models import int64_onnx
+
+    int64_onnx(tmp_path / "ints" / "1" / "model.onnx")
+    a, b = np.arange(3).reshape(1, 3), np.arange(5).reshape(1, 5)
+
+    async def go(core):
+        return await asyncio.gather(core.infer("ints", "", {"input_ids": a}), core.infer("ints", "", {"input_ids": b}))
+
+    _, (ra, rb) = asyncio.run(_with_core(tmp_path, go))
+    assert ra["logits"].tolist() == [[0, 2, 4]] and rb["logits"].tolist() == [[0, 2, 4, 6, 8]]
+
+
+def test_full_queue_refuses_at_once_with_unavailable(tmp_path):
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=200_000)
+    x = np.ones((1, 4), np.float32)
+
+    async def go(core):
+        return await asyncio.gather(*(core.infer("m", "", {"input": x}) for _ in range(10)), return_exceptions=True)
+
+    core, results = asyncio.run(_with_core(repo, go, max_queue_size=3))
+    refused = [r for r in results if isinstance(r, Unavailable)]
+    served = [r for r in results if isinstance(r, dict)]
+    assert len(refused) == 7 and len(served) == 3
+    assert "exceeds maximum queue size of 3" in refused[0].message and refused[0].http_status == 503
+    assert core.statistics("m")[0].fail.count == 7
+
+
+def test_batching_config_validation_names_the_field():
+    with pytest.raises(ValueError, match="max_queue_size=0"):
+        BatchingConfig(max_batch_size=4, max_queue_size=0)
+    with pytest.raises(ValueError, match="preferred_batch_sizes"):
+        BatchingConfig(max_batch_size=4, preferred_batch_sizes=(8,))

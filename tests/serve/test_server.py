@@ -1,0 +1,117 @@
+"""`trainserve serve` as a real subprocess: the ready line, startup errors, SIGTERM finishing in-flight work."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+
+from tests.conftest import subprocess_env, trainserve_cmd
+from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
+
+READY = re.compile(r"trainserve serve: ready http=127\.0\.0\.1:(\d+) grpc=(\S+) metrics=(\S+)")
+
+
+def _start(*args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        trainserve_cmd("serve", *args), env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+
+
+def _wait_ready(proc: subprocess.Popen, timeout_s: float = 60) -> int:
+    """Read stdout until the ready line; returns the HTTP port."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            raise AssertionError(f"server exited before ready: {proc.wait(5)} {proc.stderr.read()}")
+        m = READY.search(line)
+        if m:
+            return int(m.group(1))
+    raise AssertionError("server not ready in time")
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
+    classifier_onnx(tmp_path / "slow" / "1" / "model.onnx")
+    # a long queue delay keeps the request in flight while SIGTERM arrives
+    (tmp_path / "slow" / "config.pbtxt").write_text(classifier_config("slow", delay_us=1_500_000))
+    proc = _start("--model-repository", str(tmp_path), "--http-port", "0", "--grpc-port", "-1", "--metrics-port", "-1")
+    try:
+        port = _wait_ready(proc)
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        assert client.is_server_ready()
+        x = np.full((2, 4), 3.0, np.float32)
+        result: dict = {}
+
+        def send():
+            i = httpclient.InferInput("input", [2, 4], "FP32")
+            i.set_data_from_numpy(x)
+            try:
+                result["logits"] = httpclient.InferenceServerClient(f"127.0.0.1:{port}").infer("slow", [i]).as_numpy("logits")
+            except Exception as e:  # reported by the assertion below
+                result["error"] = e
+
+        sender = threading.Thread(target=send)
+        sender.start()
+        time.sleep(0.5)  # the request now waits in the batcher (1.5 s queue delay)
+        assert sender.is_alive() and not result
+        proc.send_signal(signal.SIGTERM)
+        sender.join(15)
+        assert "error" not in result, result.get("error")
+        np.testing.assert_allclose(result["logits"], expected_logits(x), rtol=1e-5)
+        assert proc.wait(15) == 0
+    finally:
+        _stop(proc)
+
+
+def test_missing_repository_is_one_line_and_exit_1(tmp_path):
+    proc = _start("--model-repository", str(tmp_path / "absent"), "--http-port", "0")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "does not exist" in err and "Traceback" not in err
+
+
+def test_repository_without_a_loadable_model_exits_1(tmp_path):
+    (tmp_path / "bad" / "1").mkdir(parents=True)
+    (tmp_path / "bad" / "1" / "model.onnx").write_bytes(b"junk")
+    proc = _start("--model-repository", str(tmp_path), "--http-port", "0", "--grpc-port", "-1", "--metrics-port", "-1")
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert "no model in" in err and "could be loaded" in err and "Traceback" not in err
+
+
+def test_port_in_use_exits_1(tmp_path):
+    classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        proc = _start("--model-repository", str(tmp_path), "--http-port", str(port), "--grpc-port", "-1", "--metrics-port", "-1")
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("device", ["gpu"])
+def test_bad_device_is_refused(tmp_path, device):
+    classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
+    proc = _start("--model-repository", str(tmp_path), "--device", device)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "device='gpu' must be one of" in err

@@ -1,0 +1,42 @@
+import pytest
+import torch
+
+from train import checkpoint as ckpt
+from trainserve.errors import UserError
+
+
+def _state():
+    return {"model": {"w": torch.ones(2)}, "optimizer": {"state": {}, "param_groups": []}, "scaler": {},
+            "epoch": 1, "step": 3, "card": {"family": "mlp"}, "rng": ckpt.rng_state(), "train_config": {},
+            "history": [{"epoch": 1}]}
+
+
+def test_save_is_atomic_and_loads_weights_only(tmp_path):
+    p = tmp_path / "c.pt"
+    ckpt.save(p, _state())
+    assert [f.name for f in tmp_path.iterdir()] == ["c.pt"]
+    back = torch.load(p, weights_only=True)
+    assert back["step"] == 3 and torch.equal(back["model"]["w"], torch.ones(2))
+
+
+def test_rng_round_trip():
+    s = ckpt.rng_state()
+    a = torch.rand(3)
+    ckpt.set_rng_state(s)
+    assert torch.equal(torch.rand(3), a)
+
+
+@pytest.mark.parametrize("content", [b"", b"not a checkpoint", b"PK\x03\x04broken"])
+def test_corrupt_is_a_user_error(tmp_path, content):
+    p = tmp_path / "c.pt"
+    p.write_bytes(content)
+    with pytest.raises(UserError, match="corrupt"):
+        ckpt.load(p)
+
+
+def test_missing_and_foreign_files(tmp_path):
+    with pytest.raises(UserError, match="no checkpoint"):
+        ckpt.load(tmp_path / "nope.pt")
+    torch.save({"weights": torch.ones(1)}, tmp_path / "other.pt")
+    with pytest.raises(UserError, match="lacks trainserve fields"):
+        ckpt.load(tmp_path / "other.pt")

@@ -1,0 +1,61 @@
+"""The analytic memory estimate and the measured breakdown's consistency."""
+
+from __future__ import annotations
+
+import pytest
+
+from train.memory import analytic_estimate, breakdown_from_measurements, fill_memory
+from trainserve.profile import Memory
+
+N = 1_000_000
+
+
+def test_fp32_adamw_is_16_bytes_per_param():
+    e = analytic_estimate(N, "fp32", "adamw")
+    assert e["bytes_per_param"]["total"] == 16
+    assert (e["weights_bytes"], e["gradients_bytes"], e["optimizer_bytes"], e["master_weights_bytes"]) == (
+        4 * N, 4 * N, 8 * N, 0)
+    assert e["total_bytes"] == 16 * N
+    assert e["total_bytes"] == e["weights_bytes"] + e["gradients_bytes"] + e["optimizer_bytes"] + e["master_weights_bytes"]
+    assert "activations not included" in e["note"]
+
+
+def test_sgd_momentum_and_half_weights_with_master_copy():
+    assert analytic_estimate(N, "fp32", "sgd")["total_bytes"] == 12 * N
+    autocast = analytic_estimate(N, "bf16", "adamw")
+    assert autocast["total_bytes"] == 16 * N and autocast["master_weights_bytes"] == 0
+    half = analytic_estimate(N, "bf16", "adamw", autocast=False)
+    assert half["bytes_per_param"] == {"weights": 2, "gradients": 2, "optimizer_state": 8,
+                                       "master_weights": 4, "total": 16}
+    assert "master" in half["note"]
+
+
+@pytest.mark.parametrize(("args", "match"), [((-1, "fp32"), "n_params"), ((N, "int8"), "precision"),
+                                             ((N, "fp32", "lion"), "optimizer")])
+def test_estimate_rejects_bad_input(args, match):
+    with pytest.raises(ValueError, match=match):
+        analytic_estimate(*args)
+
+
+def test_breakdown_sums_to_peak():
+    mib = 2**20
+    b = breakdown_from_measurements(weights=16 * mib, after_backward=32 * mib, after_step=64 * mib,
+                                    peak=200 * mib, reserved=256 * mib)
+    assert b["weights_bytes"] == 16 * mib
+    assert b["gradients_bytes"] == 16 * mib
+    assert b["optimizer_bytes"] == 32 * mib
+    assert b["activations_bytes"] == 136 * mib
+    assert b["sum_bytes"] == b["peak_bytes"] == 200 * mib
+    assert b["consistent"] is True and b["notes"] == []
+    m = Memory()
+    fill_memory(m, b)
+    assert (m.weights_bytes, m.activations_bytes, m.cuda_reserved_peak_bytes) == (16 * mib, 136 * mib, 256 * mib)
+    assert m.peak_bytes == 200 * mib
+
+
+def test_breakdown_never_negative_and_flags_inconsistency():
+    b = breakdown_from_measurements(weights=100, after_backward=90, after_step=300, peak=250)
+    assert b["gradients_bytes"] == 0 and b["optimizer_bytes"] == 210 and b["activations_bytes"] == 0
+    assert b["consistent"] is False and len(b["notes"]) == 2
+    with pytest.raises(ValueError, match="peak"):
+        breakdown_from_measurements(1, 2, 3, -1)

@@ -1,0 +1,203 @@
+"""The sampler on a machine without a GPU, and against a fake NVML and a fake RAPL tree."""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+from trainserve import telemetry
+from trainserve.errors import UserError
+from trainserve.profile import ProfileRecord
+from trainserve.telemetry import Sampler
+
+
+def _busy(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    x = 0
+    while time.perf_counter() < end:
+        x += 1
+
+
+def _wait_ticks(s: Sampler, n: int, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while s.summary()["ticks"] < n:
+        assert time.monotonic() < deadline, "sampler did not tick"
+        time.sleep(0.02)
+
+
+class FakeNvml(types.ModuleType):
+    """Enough of pynvml for the sampler: energy grows 50 J per read, power 200 W."""
+
+    def __init__(self, energy_supported: bool = True) -> None:
+        super().__init__("pynvml")
+        self.energy_mj = 1_000_000
+        self.energy_supported = energy_supported
+        self.shutdowns = 0
+
+    def nvmlInit(self) -> None: ...
+    def nvmlShutdown(self) -> None:
+        self.shutdowns += 1
+    def nvmlDeviceGetHandleByIndex(self, i: int) -> object:
+        return object()
+    def nvmlDeviceGetName(self, h: object) -> str:
+        return "NVIDIA H200"
+    def nvmlDeviceGetUtilizationRates(self, h: object) -> object:
+        return types.SimpleNamespace(gpu=30, memory=10)
+    def nvmlDeviceGetMemoryInfo(self, h: object) -> object:
+        return types.SimpleNamespace(used=3 * 2**30, total=141 * 2**30, free=0)
+    def nvmlDeviceGetPowerUsage(self, h: object) -> int:
+        return 200_000  # mW
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: object) -> int:
+        if not self.energy_supported:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        self.energy_mj += 50_000
+        return self.energy_mj
+    def nvmlDeviceGetComputeRunningProcesses(self, h: object) -> list:
+        import os
+        return [types.SimpleNamespace(pid=os.getpid(), usedGpuMemory=123)]
+
+
+def test_without_nvml_gpu_fields_are_null_and_cpu_is_measured(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # import fails, as on a machine without the driver
+    with Sampler(interval_s=0.02) as s:
+        _busy(0.4)
+        _wait_ticks(s, 5)
+        latest = s.latest()
+    assert latest.gpu_util_percent is None and latest.gpu_mem_used_bytes is None
+    assert latest.gpu_power_w is None and latest.gpu_energy_j is None
+    assert latest.rss_bytes is not None and latest.rss_bytes > 10 * 2**20
+    summary = s.summary()
+    assert summary["gpu_available"] is False and summary["gpu_energy_j"] is None
+    # the main thread spun for 0.4 s: the process used a good share of a core
+    assert summary["cpu_process_max_percent"] > 30
+    assert 0 <= summary["cpu_system_mean_percent"] <= 100
+    assert summary["window_s"] >= 0.4
+    assert len(summary["timeline"]) == summary["ticks"]
+    assert telemetry.gpu_memory_used_bytes(0) is None and telemetry.gpu_name(0) is None
+
+
+def test_start_stop_and_latest(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    s = Sampler(interval_s=0.05)
+    with pytest.raises(RuntimeError):
+        s.latest()
+    s.start()
+    first = s.latest()
+    _wait_ticks(s, 3)
+    assert s.latest().t_s > first.t_s
+    s.stop()
+    ticks = s.summary()["ticks"]
+    time.sleep(0.2)
+    assert s.summary()["ticks"] == ticks  # stopped means stopped
+    s.stop()  # idempotent
+    with pytest.raises(RuntimeError):
+        s.start()
+
+
+def test_invalid_config_names_the_field():
+    with pytest.raises(UserError, match="interval_s"):
+        Sampler(interval_s=0)
+    with pytest.raises(UserError, match="gpu_index"):
+        Sampler(gpu_index=-1)
+
+
+def test_energy_from_nvml_counter_and_apply(monkeypatch):
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with Sampler(interval_s=0.02) as s:
+        _wait_ticks(s, 4)
+    summary = s.summary()
+    assert summary["gpu_name"] == "NVIDIA H200"
+    assert summary["gpu_energy_source"] == "nvml"
+    # every read after the window's first adds 50 J; stop() takes one last read
+    assert summary["gpu_energy_j"] == pytest.approx(50.0 * (summary["ticks"] - 1))
+    assert summary["gpu_util_mean_percent"] == 30 and summary["gpu_mem_used_max_bytes"] == 3 * 2**30
+
+    record = ProfileRecord(phase="train", model="cnn", backend="torch", device="cuda")
+    s.apply(record, samples=1000)
+    assert record.energy.source == "nvml"
+    assert record.energy.energy_j == summary["gpu_energy_j"]
+    assert record.energy.energy_per_sample_j == pytest.approx(summary["gpu_energy_j"] / 1000)
+    assert record.energy.mean_power_w == pytest.approx(summary["gpu_energy_j"] / summary["window_s"], rel=1e-3)
+    assert record.utilization.gpu_util_max_percent == 30
+    assert record.utilization.timeline and "gpu_util_percent" in record.utilization.timeline[0]
+    assert "overhead_percent_of_core" in record.extra["telemetry"]
+    # 30% utilization with 3 GiB in use: the input-bound hint
+    assert any("input-bound" in w for w in record.validity.warnings)
+    assert telemetry.gpu_process_memory_bytes(0) == 123
+
+
+def test_energy_falls_back_to_integrated_power(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml(energy_supported=False))
+    with Sampler(interval_s=0.02) as s:
+        _wait_ticks(s, 5)
+    summary = s.summary()
+    assert summary["gpu_energy_source"] == "nvml-power"
+    # constant 200 W over the sampled span (first to last reading, within the window)
+    assert summary["gpu_energy_j"] == pytest.approx(200 * summary["window_s"], rel=0.1)
+
+
+def test_rapl_sums_packages_and_handles_wraparound(tmp_path: Path):
+    for name, e, m in [("intel-rapl:0", 900, 1000), ("intel-rapl:1", 100, 10_000), ("intel-rapl:0:0", 5, 1000)]:
+        d = tmp_path / name
+        d.mkdir()
+        (d / "energy_uj").write_text(f"{e}\n")
+        (d / "max_energy_range_uj").write_text(f"{m}\n")
+    rapl = telemetry._Rapl(str(tmp_path))
+    assert [Path(p).parent.name for p, _ in rapl.zones] == ["intel-rapl:0", "intel-rapl:1"]
+    assert rapl.read() == 0.0
+    (tmp_path / "intel-rapl:0" / "energy_uj").write_text("100\n")  # wrapped: 900 -> 1000 -> 100 = 200 uJ
+    (tmp_path / "intel-rapl:1" / "energy_uj").write_text("400\n")  # +300 uJ
+    assert rapl.read() == pytest.approx(500e-6)
+    assert not telemetry._Rapl(str(tmp_path / "missing")).ok
+
+
+def test_cpu_record_without_rapl_has_null_energy(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    real = telemetry._Rapl
+    monkeypatch.setattr(telemetry, "_Rapl", lambda *a: real("/nonexistent"))
+    with Sampler(interval_s=0.05) as s:
+        _wait_ticks(s, 2)
+    record = ProfileRecord(phase="train", model="cnn", backend="torch", device="cpu")
+    s.apply(record, samples=10)
+    assert record.energy.energy_j is None and record.energy.source is None
+    assert record.energy.energy_per_sample_j is None
+    assert record.utilization.cpu_process_mean_percent is not None
+    assert record.validity.warnings == []
+
+
+def test_timeline_is_bounded(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    s = Sampler(interval_s=0.005, max_timeline=8)
+    with s:
+        _wait_ticks(s, 40)
+    summary = s.summary()
+    assert summary["ticks"] >= 40
+    assert 4 <= len(summary["timeline"]) < 8
+    ts = [p["t_s"] for p in summary["timeline"]]
+    assert ts == sorted(ts) and ts[0] == 0.0
+
+
+def test_mark_restarts_the_window(monkeypatch):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    with Sampler(interval_s=0.02) as s:
+        _wait_ticks(s, 6)
+        s.mark()
+        assert s.summary()["ticks"] == 1
+        _wait_ticks(s, 3)
+    summary = s.summary()
+    assert summary["gpu_energy_j"] == pytest.approx(50.0 * (summary["ticks"] - 1))
+
+
+def test_overhead_is_small(monkeypatch):
+    """One tick must cost well under 1% of the 100 ms default interval (CPU time of the thread)."""
+    monkeypatch.setitem(sys.modules, "pynvml", None)
+    with Sampler(interval_s=0.02) as s:
+        _wait_ticks(s, 20)
+    summary = s.summary()
+    assert summary["overhead_tick_ms"] is not None and summary["overhead_tick_ms"] < 1.0
+    assert summary["overhead_cpu_s"] > 0

@@ -1,0 +1,264 @@
+"""The training loop: `fit(config, out_dir)` trains, evaluates, checkpoints and profiles one model.
+
+Everything the user can get wrong (model, preset, device, precision, data, checkpoint) is checked
+before anything is written; artifacts are written atomically. `rank`/`world_size` are accepted so a
+data-parallel launcher can shard the batches; only rank 0 writes files.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from train import checkpoint as ckpt
+from train.card import CHECKPOINT_NAME, ModelCard, TensorSpec
+from train.config import TrainConfig
+from train.data import Splits, load_splits
+from train.device import autocast, check_precision, grad_scaler, resolve_device
+from train.loader import DeviceFeed, EpochBatches, make_loader
+from train.measure import MemoryTracker, StepTimer, optimizer_state_bytes, tensor_bytes
+from train.models import build_model, config_to_dict, io_spec, preset_config
+from trainserve.errors import UserError
+from trainserve.fsutil import write_json_atomic
+
+log = logging.getLogger(__name__)
+
+HISTORY_NAME, PROFILE_NAME = "history.json", "profile.json"
+PROGRESS_EVERY_S = 0.25  # how often the progress callback (and its loss sync) runs
+
+
+@dataclass
+class Progress:
+    """What a progress bar shows; handed to `on_progress` a few times a second."""
+
+    epoch: int  # 1-based
+    epochs: int
+    step: int  # optimizer steps done, over the whole run
+    total_steps: int
+    loss: float | None
+    samples_s: float | None
+    memory_bytes: int | None
+    phase: str = "train"  # "train" | "eval"
+
+
+@dataclass
+class FitResult:
+    out_dir: Path
+    card: ModelCard
+    history: list[dict[str, Any]]
+    record: Any  # trainserve.profile.ProfileRecord
+    resumed_from_step: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class _Setup:
+    cfg: TrainConfig
+    device: str
+    splits: Splits
+    state: dict[str, Any] | None  # the checkpoint resumed from
+
+
+def prepare(cfg: TrainConfig, out_dir: Path, resume: bool) -> _Setup:
+    """Check everything the user can get wrong; writes nothing."""
+    model_cfg = preset_config(cfg.model, cfg.preset)
+    device = resolve_device(cfg.device)
+    check_precision(device, cfg.precision)
+    state = None
+    if resume:
+        state = ckpt.load(out_dir / CHECKPOINT_NAME)
+        old = TrainConfig.from_dict(state["train_config"])
+        for name in ("model", "preset", "dataset", "samples", "seed", "batch_size"):
+            if getattr(old, name) != getattr(cfg, name):
+                raise UserError(f"--resume: the checkpoint was trained with {name}={getattr(old, name)!r}, "
+                                f"not {getattr(cfg, name)!r}; pass the same value or train a new --run")
+    splits = load_splits(model_cfg, cfg.dataset, cfg.samples, cfg.seed)
+    if state is not None and state["card"]["config"] != config_to_dict(splits.config):
+        raise UserError("--resume: the data now gives a different model shape than the checkpoint's; "
+                        "train a new --run")
+    return _Setup(cfg, device, splits, state)
+
+
+def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
+        on_progress: Callable[[Progress], None] | None = None, rank: int = 0, world_size: int = 1) -> FitResult:
+    """Train `cfg` and write checkpoint.pt, model.json, history.json, profile.json into `out_dir`."""
+    import torch
+
+    setup = prepare(cfg, Path(out_dir), resume)
+    device, splits, state = setup.device, setup.splits, setup.state
+    is_main = rank == 0
+    out_dir = Path(out_dir)
+    if is_main and state is None:
+        for name in (CHECKPOINT_NAME, HISTORY_NAME, PROFILE_NAME, "model.json"):  # a fresh run replaces the old one
+            (out_dir / name).unlink(missing_ok=True)
+
+    memory = MemoryTracker(device)
+    torch.manual_seed(cfg.seed)
+    model = build_model(splits.config)
+    family = cfg.model
+    channels_last = family == "cnn" and device == "cuda"
+    model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
+    memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
+    n_params = sum(p.numel() for p in model.parameters())
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.effective_lr, weight_decay=cfg.weight_decay,
+                                  fused=device == "cuda")
+    scaler = grad_scaler(device, cfg.precision)
+    history: list[dict[str, Any]] = []
+    start_step = 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        scaler.load_state_dict(state["scaler"])
+        history, start_step = list(state["history"]), int(state["step"])
+    forward = torch.compile(model) if cfg.compile else model
+
+    workers = cfg.workers if cfg.workers is not None else (min(4, _cpus() // 2) if device == "cuda" else 0)
+    pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
+    batches = EpochBatches(len(splits.x_train), cfg.batch_size, cfg.seed, rank, world_size)
+    spe = len(batches)  # steps per epoch
+    total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * spe
+    n_epochs = math.ceil(total_steps / spe)
+    if start_step >= total_steps:
+        raise UserError(f"--resume: the checkpoint already has {start_step} steps ({start_step // spe} epochs); "
+                        "raise --epochs or --steps to train further")
+    if state is not None:
+        ckpt.set_rng_state(state["rng"])  # last: nothing above may draw random numbers after this
+    loader = make_loader(splits.x_train, splits.y_train, batches, workers, pin)
+    card = _card(cfg, splits, n_params)
+    timer = StepTimer(device, cfg.warmup_steps, sync=cfg.sync_timing)
+    sampler = _telemetry_sampler(device)
+    step, first = start_step, True
+    t_last = time.perf_counter()
+    t_start = t_last
+    loss_fn = torch.nn.functional.cross_entropy
+
+    try:
+        for epoch in range(start_step // spe, n_epochs):
+            model.train()
+            batches.set_epoch(epoch, skip=step - epoch * spe)
+            feed = iter(DeviceFeed(iter(loader), device, channels_last))
+            loss_sum = torch.zeros((), device=device)
+            correct = torch.zeros((), device=device, dtype=torch.long)
+            seen, t_epoch = 0, time.perf_counter()
+            while step < min(total_steps, (epoch + 1) * spe):
+                timer.begin()
+                try:
+                    x, y = next(feed)
+                except StopIteration:
+                    break
+                timer.fetched()
+                with autocast(device, cfg.precision):
+                    logits = forward(x)
+                    loss = loss_fn(logits.float(), y)
+                scaler.scale(loss).backward()
+                if first:
+                    memory.gradients = tensor_bytes(p.grad for p in model.parameters())
+                scaler.step(optimizer)
+                scaler.update()
+                if first:
+                    memory.optimizer = optimizer_state_bytes(optimizer)
+                    first = False
+                optimizer.zero_grad(set_to_none=True)
+                timer.end(len(y))
+                step += 1
+                seen += len(y)
+                loss_sum += loss.detach() * len(y)
+                correct += (logits.detach().argmax(-1) == y).sum()
+                if device == "cpu":
+                    memory.sample()
+                now = time.perf_counter()
+                if on_progress is not None and now - t_last >= PROGRESS_EVERY_S:
+                    t_last = now
+                    on_progress(Progress(epoch + 1, n_epochs, step, total_steps, (loss_sum / max(seen, 1)).item(),
+                                         seen / (now - t_epoch), memory.current_bytes()))
+            timer.flush()
+            train_s = time.perf_counter() - t_epoch
+            entry = {"epoch": epoch + 1, "step": step, "train_loss": _r((loss_sum / max(seen, 1)).item()),
+                     "train_accuracy": _r(correct.item() / max(seen, 1)), "train_seconds": _r(train_s),
+                     "samples_s": _r(seen / train_s) if train_s > 0 else None}
+            if cfg.eval_each_epoch or step >= total_steps:
+                if on_progress is not None:
+                    on_progress(Progress(epoch + 1, n_epochs, step, total_steps, entry["train_loss"], None,
+                                         memory.current_bytes(), phase="eval"))
+                entry.update(evaluate(forward, splits, device, cfg, channels_last))
+            history.append(entry)
+            log.debug("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
+            card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
+            if is_main:
+                ckpt.save(out_dir / CHECKPOINT_NAME, {
+                    "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+                    "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                    "epoch": step // spe, "step": step, "card": card.to_dict(), "rng": ckpt.rng_state(),
+                    "train_config": cfg.to_dict(), "history": history})
+    finally:
+        if sampler is not None:
+            sampler.stop()
+    wall_s = time.perf_counter() - t_start
+
+    from train.record import build_record
+
+    record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
+                          channels_last, wall_s)
+    if is_main:
+        card.save(out_dir)
+        write_json_atomic(out_dir / HISTORY_NAME, {"epochs": history, "steps_per_epoch": spe,
+                                                    "batch_size": cfg.batch_size})
+        record.save(out_dir / PROFILE_NAME)
+    return FitResult(out_dir, card, history, record, resumed_from_step=start_step)
+
+
+def evaluate(forward: Any, splits: Splits, device: str, cfg: TrainConfig, channels_last: bool) -> dict[str, float]:
+    """Loss and accuracy on the test split (eval mode, no gradients, same autocast)."""
+    import torch
+
+    model = forward
+    model.eval()
+    bs = max(cfg.batch_size, 256)
+    x_all, y_all = torch.from_numpy(splits.x_test), torch.from_numpy(splits.y_test)
+    loss_sum, correct = torch.zeros((), device=device), torch.zeros((), device=device, dtype=torch.long)
+    with torch.no_grad(), autocast(device, cfg.precision):
+        for i in range(0, len(x_all), bs):
+            x = x_all[i:i + bs].to(device, non_blocking=True)
+            y = y_all[i:i + bs].to(device, non_blocking=True)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            logits = model(x).float()
+            loss_sum += torch.nn.functional.cross_entropy(logits, y, reduction="sum")
+            correct += (logits.argmax(-1) == y).sum()
+    model.train()
+    n = len(y_all)
+    return {"test_loss": _r(loss_sum.item() / n), "test_accuracy": _r(correct.item() / n)}
+
+
+def _card(cfg: TrainConfig, splits: Splits, n_params: int) -> ModelCard:
+    inputs, outputs = io_spec(splits.config)
+    return ModelCard(family=cfg.model, preset=cfg.preset, config=config_to_dict(splits.config),
+                     inputs=[TensorSpec(**t) for t in inputs], outputs=[TensorSpec(**t) for t in outputs],
+                     classes=splits.classes, precision=cfg.precision, dataset=splits.source,
+                     data=splits.params, parameters=n_params)
+
+
+def _telemetry_sampler(device: str) -> Any:
+    """The shared resource sampler (trainserve.telemetry) when present; None keeps the loop bare."""
+    try:
+        from trainserve.telemetry import Sampler
+    except ImportError:
+        return None
+    sampler = Sampler(interval_s=0.1, gpu_index=0)
+    sampler.start()
+    return sampler
+
+
+def _cpus() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _r(x: float) -> float:
+    return round(float(x), 5)

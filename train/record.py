@@ -1,0 +1,105 @@
+"""Turning a finished training run's measurements into the shared ProfileRecord (phase "train")."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+from train.config import TrainConfig
+from train.data import Splits
+from train.device import device_name
+from train.measure import MemoryTracker, StepTimes
+from trainserve.profile import LatencyStats, ProfileRecord, host_info, package_versions
+
+log = logging.getLogger(__name__)
+
+INPUT_BOUND_SHARE = 0.20  # data wait above this share of step time -> "input-bound" warning
+MIN_MEASURED_STEPS = 10
+
+
+def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, times: StepTimes,
+                 memory: MemoryTracker, n_params: int, sampler: Any, workers: int, pin: bool,
+                 channels_last: bool, wall_s: float) -> ProfileRecord:
+    import torch
+
+    rec = ProfileRecord(phase="train", model=cfg.model, backend="torch", device=device,  # type: ignore[arg-type]
+                        device_name=device_name(device), precision=cfg.precision, batch_size=cfg.batch_size,
+                        preset=cfg.preset)
+    rec.speed.latency = LatencyStats.from_samples_ms(times.step_ms)
+    if times.total_s > 0:
+        rec.speed.throughput_samples_s = round(times.samples / times.total_s, 2)
+    memory.fill(rec.memory)
+    rec.validity.warmup_excluded = times.warmup_excluded
+    rec.validity.window_s = round(times.total_s, 4)
+    rec.validity.samples = times.samples
+    share = times.data_wait_share
+    if len(times.step_ms) < MIN_MEASURED_STEPS:
+        rec.validity.warnings.append(f"only {len(times.step_ms)} steps measured after {times.warmup_excluded} "
+                                     "warm-up steps; train longer (--steps) for stable figures")
+    if share is not None and share > INPUT_BOUND_SHARE:
+        rec.validity.warnings.append(f"input-bound: {share:.0%} of step time waiting for data; "
+                                     "raise --workers or keep the data on the device")
+    rec.settings = {
+        "lr": cfg.lr, "effective_lr": cfg.effective_lr, "lr_scale": cfg.lr_scale, "optimizer": "adamw",
+        "epochs": cfg.epochs, "steps": cfg.steps, "seed": cfg.seed, "dataset": splits.source,
+        "workers": workers, "pin_memory": pin, "compile": cfg.compile, "channels_last": channels_last,
+        "torch_threads": torch.get_num_threads(), "timing": _timing(device, cfg),
+        "warmup_steps": cfg.warmup_steps,
+    }
+    wait = LatencyStats.from_samples_ms(times.data_wait_ms)
+    rec.extra = {"parameters": n_params, "data_wait_share": round(share, 4) if share is not None else None,
+                 "data_wait_ms": {"mean": wait.mean_ms, "p50": wait.p50_ms, "p99": wait.p99_ms},
+                 "wall_s": round(wall_s, 3), "input_shape": list(splits.x_train.shape[1:])}
+    rec.versions = package_versions("torch", "numpy")
+    if device == "cuda":
+        rec.versions["cuda"] = str(torch.version.cuda)
+    rec.host = host_info()
+    _add_flops(rec, cfg, device, model, splits)
+    _add_estimate(rec, n_params, cfg.precision)
+    if sampler is not None:
+        sampler.apply(rec, times.samples)
+    return rec
+
+
+def _timing(device: str, cfg: TrainConfig) -> str:
+    if device != "cuda":
+        return "perf_counter"
+    return "cuda_synchronize_each_step" if cfg.sync_timing else "cuda_events"
+
+
+def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, splits: Splits) -> None:
+    """FLOPs per sample (forward + backward), achieved TFLOP/s and MFU, when train.flops is present."""
+    try:
+        from train.flops import flops_per_sample, peak_tflops
+    except ImportError:
+        return
+    import torch
+
+    try:
+        # on a copy, with the RNG put back: counting runs a forward and backward pass
+        with torch.random.fork_rng(devices=[0] if device == "cuda" else []):
+            probe = copy.deepcopy(model)
+            example = torch.from_numpy(splits.x_train[:2]).to(device)
+            if device == "cuda" and cfg.model == "cnn":
+                example = example.contiguous(memory_format=torch.channels_last)
+            fps = float(flops_per_sample(probe, (example,), train=True))
+            del probe
+    except Exception as e:  # counting is a nicety: never fail a finished training run over it
+        log.warning("could not count FLOPs: %s", e)
+        return
+    rec.speed.flops_per_sample = fps
+    if rec.speed.throughput_samples_s:
+        rec.speed.achieved_tflops = round(fps * rec.speed.throughput_samples_s / 1e12, 4)
+        peak = peak_tflops(rec.device_name, cfg.precision)
+        if peak:
+            rec.speed.peak_tflops = peak
+            rec.speed.mfu = round(rec.speed.achieved_tflops / peak, 4)
+
+
+def _add_estimate(rec: ProfileRecord, n_params: int, precision: str) -> None:
+    try:
+        from train.memory import analytic_estimate
+    except ImportError:
+        return
+    rec.memory.estimate = analytic_estimate(n_params, precision, optimizer="adamw")

@@ -1,0 +1,84 @@
+"""What `trainserve train` and `compare` print: a live progress bar and a final summary table."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+
+def _gib(b: int | None) -> str:
+    if b is None:
+        return "-"
+    return f"{b / 2**30:.2f} GiB" if b >= 2**28 else f"{b / 2**20:.1f} MiB" if b >= 2**20 else f"{b / 2**10:.1f} KiB"
+
+
+@contextlib.contextmanager
+def live_progress() -> Iterator[Callable[[Any], None]]:
+    """A rich progress bar on stderr; yields the callback train.loop.fit calls with a Progress."""
+    console = Console(stderr=True)
+    bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
+                   TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} samples/s"),
+                   TextColumn("mem {task.fields[mem]}"), TimeElapsedColumn(), console=console, transient=False)
+    task = bar.add_task("train", total=None, loss="-", speed="-", mem="-")
+
+    def update(p: Any) -> None:
+        fields = {"loss": f"{p.loss:.4f}" if p.loss is not None else "-", "mem": _gib(p.memory_bytes)}
+        if p.samples_s is not None:
+            fields["speed"] = f"{p.samples_s:,.0f}"
+        desc = f"{'eval' if p.phase == 'eval' else 'train'} epoch {p.epoch}/{p.epochs}"
+        bar.update(task, description=desc, completed=p.step, total=p.total_steps, **fields)
+
+    with bar:
+        yield update
+
+
+def print_summary(result: Any) -> None:
+    rec, last = result.record, (result.history[-1] if result.history else {})
+    t = Table(title=f"trained {rec.model}/{rec.preset} on {rec.device} ({rec.device_name}), {rec.precision}",
+              show_header=False)
+    t.add_column(style="bold")
+    t.add_column()
+    lat = rec.speed.latency
+    rows = [
+        ("test accuracy", _fmt(last.get("test_accuracy"), "{:.2%}")),
+        ("test loss", _fmt(last.get("test_loss"), "{:.4f}")),
+        ("throughput", _fmt(rec.speed.throughput_samples_s, "{:,.1f} samples/s")),
+        ("step time p50 / p90 / p99", f"{lat.p50_ms} / {lat.p90_ms} / {lat.p99_ms} ms ({lat.count} steps)"),
+        ("data wait", _fmt(rec.extra.get("data_wait_share"), "{:.1%} of step time")),
+        ("peak memory", _gib(rec.memory.peak_bytes) + (" (CUDA allocated)" if rec.device == "cuda" else " (RSS growth)")),
+        ("weights / grads / optimizer / activations", " / ".join(_gib(b) for b in (
+            rec.memory.weights_bytes, rec.memory.gradients_bytes, rec.memory.optimizer_bytes, rec.memory.activations_bytes))),
+    ]
+    if rec.speed.achieved_tflops is not None:
+        rows.append(("achieved", f"{rec.speed.achieved_tflops} TFLOP/s" + (f", MFU {rec.speed.mfu:.1%}" if rec.speed.mfu else "")))
+    rows.append(("artifacts", str(result.out_dir)))
+    for k, v in rows:
+        t.add_row(k, v)
+    console = Console()
+    console.print(t)
+    for w in rec.validity.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+
+
+def print_compare(speedup: dict[str, Any], out_dir: Path) -> None:
+    t = Table(title=f"{speedup['model']}/{speedup['preset']}, batch {speedup['batch_size']}, {speedup['precision']}")
+    for col in ("", "cpu", "cuda"):
+        t.add_column(col)
+    c, g = speedup["cpu"], speedup["cuda"]
+    t.add_row("device", c["device_name"], g["device_name"])
+    t.add_row("samples/s", _fmt(c["throughput_samples_s"], "{:,.1f}"), _fmt(g["throughput_samples_s"], "{:,.1f}"))
+    t.add_row("step p50 (ms)", str(c["step_p50_ms"]), str(g["step_p50_ms"]))
+    t.add_row("peak memory", _gib(c["peak_bytes"]), _gib(g["peak_bytes"]))
+    console = Console()
+    console.print(t)
+    console.print(f"GPU speed-up: [bold]{speedup['speedup_throughput']}x[/] samples/s; written to {out_dir}")
+
+
+def _fmt(v: Any, pattern: str) -> str:
+    return "-" if v is None else pattern.format(v)
