@@ -35,6 +35,7 @@ class Budget:
     train_samples: int  # synthetic training rows
     train_epochs: int
     train_batch: int
+    warmup_steps: int  # training steps left out of the step-time statistics
     compare_steps: int  # CPU-vs-GPU training comparison, steps per device (GPU machines only)
     export_eval_samples: int  # evaluation rows for each exported variant's accuracy
     ramp_step_s: float  # seconds per load-ramp step
@@ -45,10 +46,10 @@ class Budget:
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
 
 
-QUICK = Budget(preset="tiny", train_samples=1024, train_epochs=1, train_batch=64, compare_steps=20,
+QUICK = Budget(preset="tiny", train_samples=640, train_epochs=1, train_batch=64, warmup_steps=2, compare_steps=20,
                export_eval_samples=256, ramp_step_s=3.0, ramp_max_users=8, measure_s=4.0, saturate_users=4,
                saturate_batch=64, stage_timeout_s=150.0)
-FULL = Budget(preset="small", train_samples=4096, train_epochs=1, train_batch=128, compare_steps=60,
+FULL = Budget(preset="small", train_samples=4096, train_epochs=1, train_batch=128, warmup_steps=5, compare_steps=60,
               export_eval_samples=1024, ramp_step_s=8.0, ramp_max_users=32, measure_s=15.0, saturate_users=8,
               saturate_batch=64, stage_timeout_s=420.0)
 
@@ -131,7 +132,7 @@ class Pipeline:
         b, c = self.cfg.budget, self.cfg
         preset = c.preset or b.preset
         common = ["--model", c.model, "--preset", preset, "--samples", str(b.train_samples),
-                  "--batch-size", str(b.train_batch), *self._run_args()]
+                  "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
         device = "cuda" if gpu else "cpu"
         precision = ["--precision", "bf16"] if gpu else []
         self._stage("train", self.argv("train", *common, "--device", device, *precision,
@@ -175,8 +176,10 @@ class Pipeline:
         }
         for scenario, args in scenarios.items():
             target = f"embedded-{device}-{scenario}"  # the record's file name: load/<target>.json
-            self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
-                        f"{scenario} on {model}")
+            with _ServerWatch(server.proc.pid) as watch:
+                self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
+                            f"{scenario} on {model}")
+            watch.annotate(self.root / "load" / f"{target}.json")
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
     def _report(self) -> Path:
@@ -207,6 +210,43 @@ class Pipeline:
                    else f"exited with code {rc}")
             raise _failed(name, log_path, why)
         self.progress(StageEvent(name, "done", detail, time.monotonic() - t0))
+
+
+class _ServerWatch:
+    """The server process's own CPU and memory while a load runs (the load stage sees the server only
+    through its metrics endpoint, whose CPU memory figure is the whole machine's)."""
+
+    def __init__(self, pid: int) -> None:
+        from trainserve.telemetry import Sampler
+
+        self.sampler = Sampler(interval_s=0.2, pid=pid)
+
+    def __enter__(self) -> _ServerWatch:
+        self.sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sampler.stop()
+
+    def annotate(self, path: Path) -> None:
+        """Fill what the load record left empty; never overwrite what the load stage measured."""
+        from trainserve.profile import ProfileRecord
+
+        if not path.is_file():
+            return
+        s = self.sampler.summary()
+        record = ProfileRecord.load(path)
+        m, u = record.memory, record.utilization
+        if m.rss_peak_bytes is None:
+            m.rss_peak_bytes = s["rss_max_bytes"]
+        if m.peak_bytes is None and record.device == "cpu":
+            m.peak_bytes = s["rss_max_bytes"]
+        if u.cpu_process_mean_percent is None:
+            u.cpu_process_mean_percent = s["cpu_process_mean_percent"]
+            u.cpu_process_max_percent = s["cpu_process_max_percent"]
+        record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
+            "sampled_by": "trainserve run (the server's pid and its children)"}
+        record.save(path)
 
 
 def _failed(stage: str, log_path: Path, why: str) -> UserError:

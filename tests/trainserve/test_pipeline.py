@@ -41,6 +41,10 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     assert cpu["batch1"]["source"] == "load/embedded-cpu-batch1.json"
     assert cpu["saturated"]["batch_size"] == 64
     assert summary["models"]["cnn"]["ramps"][0]["source"] == "load/embedded-cpu-ramp.json"
+    # the server's own process was sampled during each load and its memory filled in
+    record = json.loads((load / "embedded-cpu-batch1.json").read_text())
+    assert record["memory"]["rss_peak_bytes"] > 10 * 1024**2
+    assert record["extra"]["server_process"]["ticks"] >= 1
     assert (tmp_path / "p1" / "logs" / "serve-cpu.log").read_text().count("trainserve serve: ready") == 1
     # the server was stopped when its loads were done
     assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()

@@ -38,5 +38,5 @@ def build_report(run_dir: Path) -> Path:
         write_json_atomic(tmp / "summary.json", summary)
         write_text_atomic(tmp / "report.md", markdown_report(summary, figures))
         write_text_atomic(tmp / "report.html", html_report(summary, figures))
-    log.info("report of %d records written to %s", len(collection.entries), final)
+    log.debug("report of %d records written to %s", len(collection.entries), final)
     return final / "report.html"
