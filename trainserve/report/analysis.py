@@ -294,12 +294,11 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
             t = s["train"][d]
             out.append(f"{name} {where}: training at batch {t['batch_size']} peaks at "
                        f"{u.nbytes(tv['train_peak_bytes'])}{_breakdown_text(t['memory'])}; "
-                       f"inference peaks at {u.nbytes(tv['infer_peak_bytes'])} "
-                       f"({u.ratio(tv['memory_ratio'])} less than training).")
+                       f"inference peaks at {u.nbytes(tv['infer_peak_bytes'])} ({_less(tv['memory_ratio'])}).")
         if tv["energy_ratio"] is not None:
             out.append(f"{name} {where}: a training sample costs {u.joules(tv['train_energy_per_sample_j'])}, "
                        f"an inference sample {u.joules(tv['infer_energy_per_sample_j'])} "
-                       f"({u.ratio(tv['energy_ratio'])} less).")
+                       f"({_less(tv['energy_ratio'])}).")
     for d, mb in s["max_batch"].items():
         if mb["train"] and mb["infer"]:
             out.append(f"{name}: the largest batch that fits on the {DEVICE_LABEL[d]} is {u.num(mb['train'])} for "
@@ -311,6 +310,15 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
     return out
 
 
+def _less(ratio: float) -> str:
+    """Training's figure over inference's, in words."""
+    if ratio >= 1.15:
+        return f"{u.ratio(ratio)} less than training"
+    if ratio > 1 / 1.15:
+        return "about the same as training"
+    return f"{u.ratio(1 / ratio)} more than training"
+
+
 def _times(x: float) -> str:
     return f"{u.ratio(x)} faster than" if x >= 1 else f"{u.ratio(1 / x)} slower than"
 
@@ -320,7 +328,8 @@ def _breakdown_text(m: dict[str, Any]) -> str:
     total = sum(v for _, v in parts if v) if any(v for _, v in parts) else 0
     if not total:
         return ""
-    return " (" + ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in parts if v) + ")"
+    shares = [(k, 100 * v / total) for k, v in parts if v]
+    return " (" + ", ".join(f"{k} {share:.0f}%" if share >= 0.5 else f"{k} <1%" for k, share in shares) + ")"
 
 
 # --- run-wide -------------------------------------------------------------------------------

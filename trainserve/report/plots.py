@@ -170,12 +170,17 @@ def ramp(section: dict[str, Any]) -> bytes | None:
         if last.get("p50_ms") is not None:
             ax.annotate(f"{last.get('users')} users", (xs[-1], last["p50_ms"]), fontsize=7, color="#555",
                         textcoords="offset points", xytext=(4, -10))
-    ax.set_xscale("log")
-    ax.set_yscale("log")
-    _plain_log_ticks(ax.xaxis)
-    _plain_log_ticks(ax.yaxis)
-    ax.set_xlabel("throughput, samples/s (log)", fontsize=9)
-    ax.set_ylabel("latency, ms (log)", fontsize=9)
+    # log axes only where the values span a decade; a short ramp reads better on linear ones
+    for axis, set_scale, values in ((ax.xaxis, ax.set_xscale, [x for r in ramps for x in
+                                                                 (p["throughput_samples_s"] for p in r["points"])]),
+                                    (ax.yaxis, ax.set_yscale, [y for r in ramps for p in r["points"]
+                                                               for y in (p.get("p50_ms"), p.get("p99_ms")) if y])):
+        positive = [v for v in values if v and v > 0]
+        if positive and max(positive) / min(positive) >= 10:
+            set_scale("log")
+            _plain_log_ticks(axis)
+    ax.set_xlabel("throughput, samples/s", fontsize=9)
+    ax.set_ylabel("latency, ms", fontsize=9)
     ax.legend(fontsize=7.5, frameon=False, loc="upper left")
     _style(ax, f"{section['model']}: latency vs throughput as load ramps up")
     return _png(fig)

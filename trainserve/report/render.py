@@ -46,6 +46,8 @@ h2 { font-size:18px; margin:0 0 12px; } h3 { font-size:15px; margin:18px 0 8px; 
 .tile { border:1px solid var(--line); border-radius:8px; padding:12px 14px; background:#fbfcfd; }
 .tile .k { font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.5px; }
 .tile .v { font-size:30px; font-weight:700; color:#0f5132; font-variant-numeric: tabular-nums; }
+.tile .v.small { font-size:22px; color:var(--fg); }
+.tile.cpu { border-left:4px solid var(--cpu); } .tile.cuda { border-left:4px solid var(--gpu); }
 .tile .v.nm { font-size:18px; color:var(--muted); font-weight:500; font-style:italic; padding:8px 0; }
 .tile .d { font-size:12px; color:var(--muted); }
 ul.conclusions { margin:6px 0 0; padding-left:20px; } ul.conclusions li { margin:4px 0; }
@@ -123,12 +125,33 @@ def _html_summary(s: dict[str, Any]) -> str:
             out.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
                        f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}</div></div>")
         out.append("</div>")
+        out.append(_html_measured_tiles(model))
     out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in s["conclusions"]) + "</ul>")
     n = len(s["warnings"])
     if n:
         out.append(f"<p class='warn'>{n} warning{'s' if n != 1 else ''} — see <a href='#warnings'>Warnings</a>.</p>")
     out.append("</section>")
     return "".join(out)
+
+
+def _html_measured_tiles(model: dict[str, Any]) -> str:
+    """What each device did, in three numbers: training speed, batch-1 latency, peak serving speed."""
+    tiles = []
+    for d in model["devices_measured"]:
+        t = model["train"][d]
+        infer = next((model["infer"][b][d] for b in model["infer"] if model["infer"][b][d]), None)
+        b1 = infer and infer["batch1"]
+        sat = infer and infer["saturated"]
+        for title, value, detail in (
+                ("training", t and u.num(t["throughput_samples_s"]), "samples/s" + (f", batch {t['batch_size']}" if t else "")),
+                ("batch-1 latency", b1 and u.ms(b1["latency"].get("p50_ms")), "p50 per request"),
+                ("serving, saturated", sat and u.num(sat["throughput_samples_s"]),
+                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else ""))):
+            shown = (f"<div class='v small'>{escape(value)}</div>" if value and value != u.MISSING
+                     else f"<div class='v nm'>{NOT_MEASURED}</div>")
+            tiles.append(f"<div class='tile {d}'><div class='k'>{DEVICE_LABEL[d]} · {escape(title)}</div>{shown}"
+                         f"<div class='d'>{escape(detail)}</div></div>")
+    return f"<div class='tiles'>{''.join(tiles)}</div>" if tiles else ""
 
 
 def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
@@ -176,7 +199,7 @@ def _col_device(label: str) -> str:
 
 def _html_max_batch(model: dict[str, Any]) -> str:
     if not model["max_batch"]:
-        return "<p class='muted'>Largest batch that fits: not measured (run training with --find-max-batch).</p>"
+        return "<p class='muted'>Largest batch that fits: not measured in this run.</p>"
     rows = "".join(
         f"<tr><td>{DEVICE_LABEL[d]} ({escape(str(v['precision']))})</td><td>{u.num(v['train'])}</td>"
         f"<td>{u.num(v['infer'])}</td><td>{u.ratio(v['ratio'])}</td></tr>" for d, v in model["max_batch"].items())
