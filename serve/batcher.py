@@ -30,7 +30,7 @@ class BatchingConfig:
     preferred_batch_sizes: tuple[int, ...] = ()  # run as soon as one of these row counts is reached and nothing more waits
     max_queue_delay_us: int = 0  # how long the first request of a batch may wait for company, microseconds
     max_queue_size: int = 1024  # requests waiting per model; beyond it requests are refused (503)
-    inline_max_us: int = 100  # run a batch on the event loop itself when its size ran faster than this, microseconds
+    inline_max_us: int = 200  # run a batch on the event loop itself when its size ran faster than this, microseconds
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:

@@ -46,6 +46,7 @@ class CoreOptions:
     intra_op_threads: int = 0  # per session unless config.pbtxt's parameters say; 0 = onnxruntime default
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
     max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
+    allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
 
     def __post_init__(self) -> None:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
@@ -98,6 +99,7 @@ class ServerCore:
         self._entries: dict[str, dict[str, ModelEntry]] = {}  # model -> version -> entry
         self._latest: dict[str, str] = {}  # model -> highest READY version
         self._accepting = False
+        self.draining = False  # set when shutdown begins: ready turns False while in-flight requests finish
         self.live = True
 
     # ---------------------------------------------------------------- lifecycle
@@ -106,33 +108,34 @@ class ServerCore:
 
         Raises FileNotFoundError for a missing repository directory.
         """
-        from serve import _config as repository  # switch to serve.repository once the export helper's lands
-
         repo = Path(self.options.model_repository)
         if not repo.is_dir():
             raise FileNotFoundError(f"model repository {repo} is not a directory")
         session_options = SessionOptions(
-            self.options.device, self.options.intra_op_threads, self.options.inter_op_threads
+            self.options.device, self.options.intra_op_threads, self.options.inter_op_threads, self.options.allow_spinning
         )
-        for name in repository.list_models(repo):
+        for model_dir in sorted(p for p in repo.iterdir() if p.is_dir() and not p.name.startswith(".")):
+            name = model_dir.name
             versions = self._entries.setdefault(name, {})
             try:
-                config = repository.read_model_config(repo / name)
-                for v in _versions_to_load(repo / name, config):
+                config, served = _read_model(model_dir)
+                if not served:
+                    raise ServeError(f"no version directory with a model file under {model_dir}")
+                for v in served:
                     versions[v] = entry = ModelEntry(name, v, config=config)
                     try:
-                        entry.model = LoadedModel(name, v, repo / name, config, session_options)
+                        entry.model = LoadedModel(name, v, model_dir, config, session_options)
                         batching = BatchingConfig.from_model_config(config, self.options.max_queue_size)
                         entry.batcher = Batcher(entry.model, entry.stats, batching)
                         entry.state = "READY"
                     except (ServeError, ValueError) as e:
                         entry.reason, entry.error = str(e), e
                         log.error("model %s version %s failed to load: %s", name, v, e)
-                if not versions:
-                    raise ServeError(f"no version directory with a model file under {repo / name}")
-            except ServeError as e:
+            except Exception as e:  # any reason this model cannot be read: it is not ready, the others serve
                 log.error("model %s failed to load: %s", name, e)
-                versions.setdefault("", ModelEntry(name, "", reason=str(e), error=e))
+                on_disk = sorted((p.name for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()), key=int)
+                for v in on_disk[-1:] or [""]:  # Triton lists the failed model's latest version, with the reason
+                    versions.setdefault(v, ModelEntry(name, v, reason=str(e), error=e))
             ready = [v for v, e in versions.items() if e.ready]
             if ready:
                 self._latest[name] = max(ready, key=int)
@@ -154,7 +157,7 @@ class ServerCore:
     @property
     def ready(self) -> bool:
         """Accepting requests and at least one model ready (Triton with --strict-readiness=false)."""
-        return self._accepting and bool(self._latest)
+        return self._accepting and not self.draining and bool(self._latest)
 
     @property
     def idle(self) -> bool:
@@ -253,19 +256,13 @@ class ServerCore:
         return {n: result[n] for n in outputs}
 
 
-def _versions_to_load(model_dir: Path, config) -> list[str]:
-    """Version directories selected by config's version_policy (default: the latest one)."""
-    available = sorted((int(p.name) for p in model_dir.iterdir() if p.is_dir() and p.name.isdigit()))
-    policy = config.version_policy
-    kind = policy.WhichOneof("policy_choice")
-    if kind == "all":
-        chosen = available
-    elif kind == "specific":
-        chosen = [v for v in available if v in set(policy.specific.versions)]
-    else:
-        n = policy.latest.num_versions if kind == "latest" and policy.latest.num_versions > 0 else 1
-        chosen = available[-n:]
-    return [str(v) for v in chosen]
+def _read_model(model_dir: Path) -> tuple[object, list[str]]:
+    """(ModelConfig completed as Triton would, served version names) of one model directory."""
+    from serve import repository
+
+    config = repository.read_model_config(model_dir)
+    on_disk = repository.version_folders(model_dir)
+    return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]
 
 
 def _shape_str(shape: Iterable[int]) -> str:

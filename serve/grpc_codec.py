@@ -12,7 +12,6 @@ declares (datatype, shape, byte count); the core checks it against the model.
 from __future__ import annotations
 
 import math
-import struct
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,6 +21,8 @@ from tritonclient.grpc import service_pb2 as pb
 from serve.datatypes import KSERVE_TO_NUMPY as DTYPES
 from serve.datatypes import kserve_datatype as datatype_of
 from serve.errors import InvalidArgument
+from serve.kserve import deserialize_bytes as decode_bytes_tensor
+from serve.kserve import serialize_bytes as encode_bytes_tensor
 
 # Which InferTensorContents field holds a datatype's typed elements (FP16 has none: raw only).
 _CONTENTS_FIELD = {
@@ -38,38 +39,6 @@ _CONTENTS_FIELD = {
 
 class CodecError(InvalidArgument):
     """A tensor that cannot be decoded as declared (gRPC INVALID_ARGUMENT)."""
-
-
-def encode_bytes_tensor(array: np.ndarray) -> bytes:
-    """Row-major elements, each as a 4-byte little-endian length then its bytes (str -> UTF-8)."""
-    parts: list[bytes] = []
-    for item in array.ravel(order="C"):
-        data = item if isinstance(item, bytes) else str(item).encode("utf-8")
-        parts.append(struct.pack("<I", len(data)))
-        parts.append(data)
-    return b"".join(parts)
-
-
-def decode_bytes_tensor(buffer: bytes, count: int, name: str) -> np.ndarray:
-    """Split a length-prefixed BYTES buffer into exactly `count` elements (1-D object array)."""
-    items: list[bytes] = []
-    view = memoryview(buffer)
-    offset = 0
-    while offset < len(view):
-        if offset + 4 > len(view):
-            raise CodecError(f"BYTES input '{name}' is truncated: an element length needs 4 bytes at offset {offset}")
-        (length,) = struct.unpack_from("<I", view, offset)
-        offset += 4
-        if offset + length > len(view):
-            raise CodecError(f"BYTES input '{name}' is truncated: element {len(items)} declares {length} bytes, "
-                             f"{len(view) - offset} remain")
-        items.append(bytes(view[offset:offset + length]))
-        offset += length
-    if len(items) != count:
-        raise CodecError(f"unexpected number of string elements {len(items)} for input '{name}', expecting {count}")
-    out = np.empty(count, dtype=np.object_)
-    out[:] = items
-    return out
 
 
 def _element_count(shape: list[int], name: str) -> int:

@@ -118,6 +118,7 @@ class Server:
     async def stop(self) -> None:
         """Stop listening, let in-flight requests finish (up to drain_timeout_s), then stop the core."""
         grace = self.options.drain_timeout_s
+        self.core.draining = True  # health/ready answers "not ready" from now on
         await asyncio.gather(*(f.stop(grace) for f in self.frontends), return_exceptions=True)
         await self.core.stop()
 

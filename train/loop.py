@@ -104,6 +104,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     channels_last = family == "cnn" and device == "cuda"
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
+    memory.moment("weights")
     n_params = sum(p.numel() for p in model.parameters())
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.effective_lr, weight_decay=cfg.weight_decay,
                                   fused=device == "cuda")
@@ -111,6 +112,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     history: list[dict[str, Any]] = []
     start_step = 0
     if state is not None:
+        memory.use_moments = False
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
@@ -158,14 +160,18 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 scaler.scale(loss).backward()
                 if first:
                     memory.gradients = tensor_bytes(p.grad for p in model.parameters())
+                    memory.moment("after_backward")
                 scaler.step(optimizer)
                 scaler.update()
                 if first:
                     memory.optimizer = optimizer_state_bytes(optimizer)
+                    memory.moment("after_step")
                     first = False
                 optimizer.zero_grad(set_to_none=True)
                 timer.end(len(y))
                 step += 1
+                if sampler is not None and step - start_step == cfg.warmup_steps:
+                    sampler.mark()  # utilization and energy cover the measured steps only
                 seen += len(y)
                 loss_sum += loss.detach() * len(y)
                 correct += (logits.detach().argmax(-1) == y).sum()
@@ -195,6 +201,10 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                     "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
                     "epoch": step // spe, "step": step, "card": card.to_dict(), "rng": ckpt.rng_state(),
                     "train_config": cfg.to_dict(), "history": history})
+    except torch.OutOfMemoryError:
+        done = f"; the checkpoint of epoch {history[-1]['epoch']} is kept" if history else ""
+        raise UserError(f"out of memory on {device} at batch size {cfg.batch_size}{done}; "
+                        "lower --batch-size (or use --precision bf16)") from None
     finally:
         if sampler is not None:
             sampler.stop()

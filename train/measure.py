@@ -106,8 +106,10 @@ def optimizer_state_bytes(optimizer: Any) -> int:
 class MemoryTracker:
     """Peak memory of training: CUDA allocator peaks, or growth of the process RSS on CPU.
 
-    The breakdown (weights, gradients, optimizer state) is counted from tensor sizes; activations and
-    temporaries are the peak minus those three.
+    On CUDA the breakdown comes from allocated bytes at four moments (after model.to, after the
+    first backward, after the first optimizer step, and the peak), via train.memory; on CPU, where
+    RSS also holds library caches, weights/gradients/optimizer state are counted from tensor sizes.
+    Activations and temporaries are the peak minus those three.
     """
 
     def __init__(self, device: str) -> None:
@@ -117,11 +119,22 @@ class MemoryTracker:
         self._proc = psutil.Process()
         self.rss_base = self._proc.memory_info().rss  # bytes, before the model exists
         self.rss_peak = self.rss_base
-        self.weights = self.gradients = self.optimizer = None
+        self.weights = self.gradients = self.optimizer = None  # bytes, from tensor sizes
+        self._cuda_at: dict[str, int] = {}  # allocated bytes at moments, relative to the baseline
+        self.use_moments = True  # False on resume: the optimizer state is loaded before the first step
+        self._cuda_base = 0
         if device == "cuda":
             import torch
 
             torch.cuda.reset_peak_memory_stats()
+            self._cuda_base = torch.cuda.memory_allocated()
+
+    def moment(self, name: str) -> None:
+        """Record allocated CUDA bytes now ("weights", "after_backward", "after_step"); no-op on CPU."""
+        if self.device == "cuda":
+            import torch
+
+            self._cuda_at[name] = torch.cuda.memory_allocated() - self._cuda_base
 
     def sample(self) -> None:
         """CPU only: one RSS reading (~20 us); CUDA peaks come from the allocator for free."""
@@ -137,20 +150,33 @@ class MemoryTracker:
             return torch.cuda.memory_allocated()
         return self._proc.memory_info().rss
 
-    def fill(self, memory: Any) -> None:
-        """Write the peaks and breakdown into a trainserve.profile.Memory."""
-        memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes = self.weights, self.gradients, self.optimizer
+    def fill(self, memory: Any) -> dict[str, Any]:
+        """Write the peaks and breakdown into a trainserve.profile.Memory; returns the breakdown details."""
         self.sample()
         memory.rss_peak_bytes = self.rss_peak
         memory.rss_growth_bytes = max(0, self.rss_peak - self.rss_base)
+        if self.device == "cuda" and self.use_moments and {"weights", "after_backward", "after_step"} <= set(self._cuda_at):
+            import torch
+
+            from train.memory import breakdown_from_measurements, fill_memory
+
+            at = self._cuda_at
+            peak = torch.cuda.max_memory_allocated() - self._cuda_base
+            b = breakdown_from_measurements(at["weights"], at["after_backward"], at["after_step"], peak,
+                                            torch.cuda.max_memory_reserved())
+            fill_memory(memory, b)
+            return {"source": "cuda_allocator", "consistent": b["consistent"], "notes": b["notes"]}
+        memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes = self.weights, self.gradients, self.optimizer
+        known = sum(b for b in (self.weights, self.gradients, self.optimizer) if b is not None)
         if self.device == "cuda":
             import torch
 
-            memory.cuda_allocated_peak_bytes = torch.cuda.max_memory_allocated()
+            memory.cuda_allocated_peak_bytes = torch.cuda.max_memory_allocated() - self._cuda_base
             memory.cuda_reserved_peak_bytes = torch.cuda.max_memory_reserved()
             memory.peak_bytes = memory.cuda_allocated_peak_bytes
-        else:
-            memory.peak_bytes = memory.rss_growth_bytes
-        known = sum(b for b in (self.weights, self.gradients, self.optimizer) if b is not None)
-        if memory.peak_bytes is not None:
             memory.activations_bytes = max(0, memory.peak_bytes - known)
+            return {"source": "cuda_allocator_peak_and_tensor_sizes", "notes": []}
+        memory.peak_bytes = memory.rss_growth_bytes
+        memory.activations_bytes = max(0, memory.peak_bytes - known)
+        return {"source": "rss_growth_and_tensor_sizes",
+                "notes": ["CPU peak is the process RSS growth over training; it includes allocator and library caches"]}

@@ -29,7 +29,7 @@ def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, time
     rec.speed.latency = LatencyStats.from_samples_ms(times.step_ms)
     if times.total_s > 0:
         rec.speed.throughput_samples_s = round(times.samples / times.total_s, 2)
-    memory.fill(rec.memory)
+    memory_notes = memory.fill(rec.memory)
     rec.validity.warmup_excluded = times.warmup_excluded
     rec.validity.window_s = round(times.total_s, 4)
     rec.validity.samples = times.samples
@@ -50,7 +50,8 @@ def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, time
     wait = LatencyStats.from_samples_ms(times.data_wait_ms)
     rec.extra = {"parameters": n_params, "data_wait_share": round(share, 4) if share is not None else None,
                  "data_wait_ms": {"mean": wait.mean_ms, "p50": wait.p50_ms, "p99": wait.p99_ms},
-                 "wall_s": round(wall_s, 3), "input_shape": list(splits.x_train.shape[1:])}
+                 "wall_s": round(wall_s, 3), "input_shape": list(splits.x_train.shape[1:]),
+                 "memory_breakdown": memory_notes}
     rec.versions = package_versions("torch", "numpy")
     if device == "cuda":
         rec.versions["cuda"] = str(torch.version.cuda)
@@ -69,12 +70,10 @@ def _timing(device: str, cfg: TrainConfig) -> str:
 
 
 def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, splits: Splits) -> None:
-    """FLOPs per sample (forward + backward), achieved TFLOP/s and MFU, when train.flops is present."""
-    try:
-        from train.flops import flops_per_sample, peak_tflops
-    except ImportError:
-        return
+    """FLOPs per sample (forward + backward, counted by torch), achieved TFLOP/s and MFU."""
     import torch
+
+    from train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup
 
     try:
         # on a copy, with the RNG put back: counting runs a forward and backward pass
@@ -90,16 +89,17 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
         return
     rec.speed.flops_per_sample = fps
     if rec.speed.throughput_samples_s:
-        rec.speed.achieved_tflops = round(fps * rec.speed.throughput_samples_s / 1e12, 4)
-        peak = peak_tflops(rec.device_name, cfg.precision)
-        if peak:
-            rec.speed.peak_tflops = peak
-            rec.speed.mfu = round(rec.speed.achieved_tflops / peak, 4)
+        rec.speed.achieved_tflops = round(achieved_tflops(fps, rec.speed.throughput_samples_s), 6)
+        if device == "cuda":  # CPU peaks are not tabulated: MFU stays null there
+            peak = peak_lookup(rec.device_name, cfg.precision)
+            rec.speed.peak_tflops = peak.tflops
+            m = mfu(rec.speed.achieved_tflops, peak.tflops)
+            rec.speed.mfu = round(m, 4) if m is not None else None
+            if peak.tflops is None and peak.note:
+                rec.validity.warnings.append(peak.note)
 
 
 def _add_estimate(rec: ProfileRecord, n_params: int, precision: str) -> None:
-    try:
-        from train.memory import analytic_estimate
-    except ImportError:
-        return
+    from train.memory import analytic_estimate
+
     rec.memory.estimate = analytic_estimate(n_params, precision, optimizer="adamw")

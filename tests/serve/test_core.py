@@ -34,7 +34,7 @@ def test_registry_reports_each_version_and_the_broken_model_with_its_error(core)
     index = {(e.name, e.version): e for e in core.index()}
     assert {k for k, e in index.items() if e.ready} == {("classifier", "1"), ("classifier", "2"), ("ints", "1"), ("strings", "1")}
     broken = index[("broken", "1")]
-    assert broken.state == "UNAVAILABLE" and "INVALID_PROTOBUF" in broken.reason
+    assert broken.state == "UNAVAILABLE" and "broken/1/model.onnx" in broken.reason
     assert core.model_ready("classifier") and core.model_ready("classifier", "1")
     assert not core.model_ready("broken") and not core.model_ready("nope")
 

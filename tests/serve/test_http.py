@@ -57,7 +57,7 @@ def test_model_endpoints(client):
     assert client.get_model_config("ints", "1")["input"][0]["data_type"] == "TYPE_INT64"
     index = {(m["name"], m["version"]): m for m in client.get_model_repository_index()}
     assert index[("classifier", "1")]["state"] == "READY"
-    assert index[("broken", "1")]["state"] == "UNAVAILABLE" and "INVALID_PROTOBUF" in index[("broken", "1")]["reason"]
+    assert index[("broken", "1")]["state"] == "UNAVAILABLE" and "model.onnx" in index[("broken", "1")]["reason"]
 
 
 def test_infer_binary_and_json_with_requested_outputs_and_request_id(client):
@@ -206,3 +206,16 @@ def test_queue_full_answers_503_over_http(tmp_path):
         assert all(r[0] == "503" and "exceeds maximum queue size of 2" in r[1] for r in refused)
     finally:
         srv.stop()
+
+
+def test_gzip_request_body_index_filter_and_load_of_a_ready_model(server, client):
+    import gzip
+
+    body = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 4], "data": [1, 2, 3, 4]}]}).encode()
+    status, out = _raw(server, "POST", "/v2/models/classifier/versions/1/infer", gzip.compress(body), {"Content-Encoding": "gzip"})
+    assert status == 200
+    logits = json.loads(out)["outputs"][0]["data"]
+    np.testing.assert_allclose(logits, expected_logits(np.array([[1, 2, 3, 4]], np.float32))[0], rtol=1e-5)
+    status, out = _raw(server, "POST", "/v2/repository/index", b'{"ready": true}')
+    assert status == 200 and {m["name"] for m in json.loads(out)} == {"classifier", "ints", "strings"}
+    client.load_model("classifier")  # already loaded: accepted as a no-op, as Triton does

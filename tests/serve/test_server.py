@@ -115,3 +115,19 @@ def test_bad_device_is_refused(tmp_path, device):
     proc = _start("--model-repository", str(tmp_path), "--device", device)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "device='gpu' must be one of" in err
+
+
+def test_cuda_device_never_falls_back_to_the_cpu_silently(tmp_path):
+    classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
+    proc = _start("--model-repository", str(tmp_path), "--device", "cuda", "--http-port", "0",
+                  "--grpc-port", "-1", "--metrics-port", "-1")
+    try:
+        lines = iter(proc.stdout.readline, "")  # ends once the process exits
+        if any(READY.search(line) for line in lines):  # a working CUDA provider (the GPU machine): it serves
+            assert proc.poll() is None
+        else:
+            assert proc.wait(15) == 1
+            err = proc.stderr.read()
+            assert "CUDA was requested but onnxruntime fell back to" in err and "Traceback" not in err
+    finally:
+        _stop(proc)

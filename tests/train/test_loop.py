@@ -74,3 +74,30 @@ def test_fp16_and_bf16_autocast_train_on_cpu(tmp_path):
         r = _fit(tmp_path, precision, model="mlp", epochs=1, precision=precision)
         assert r.record.precision == precision and r.card.precision == precision
         assert r.history[-1]["train_loss"] == r.history[-1]["train_loss"]  # not NaN
+
+
+def test_resume_is_exact_with_worker_processes(tmp_path):
+    kw = {"model": "mlp", "workers": 1, "samples": 128}
+    _fit(tmp_path, "straight", epochs=2, **kw)
+    _fit(tmp_path, "split", epochs=1, **kw)
+    _fit(tmp_path, "split", resume=True, epochs=2, **kw)
+    a, b = _weights(tmp_path / "straight"), _weights(tmp_path / "split")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_data_order_is_a_permutation_per_epoch_and_shards_by_rank():
+    from train.loader import EpochBatches
+
+    b = EpochBatches(n=100, batch_size=10, seed=1)
+    b.set_epoch(0)
+    e0 = [i for batch in b for i in batch]
+    b.set_epoch(1)
+    e1 = [i for batch in b for i in batch]
+    assert sorted(e0) == sorted(e1) == list(range(100)) and e0 != e1
+    b.set_epoch(1, skip=3)
+    assert [i for batch in b for i in batch] == e1[30:]
+    ranks = [EpochBatches(100, 10, 1, rank=r, world_size=2) for r in (0, 1)]
+    for r in ranks:
+        r.set_epoch(1)
+    shards = [[i for batch in r for i in batch] for r in ranks]
+    assert sorted(shards[0] + shards[1]) == list(range(100)) and not set(shards[0]) & set(shards[1])

@@ -20,22 +20,33 @@ def _gib(b: int | None) -> str:
 
 @contextlib.contextmanager
 def live_progress() -> Iterator[Callable[[Any], None]]:
-    """A rich progress bar on stderr; yields the callback train.loop.fit calls with a Progress."""
+    """A rich progress bar on stderr; yields the callback train.loop.fit calls with a Progress.
+
+    The bar appears with the first update, so a mistake caught before training prints only its error.
+    """
     console = Console(stderr=True)
     bar = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total} steps"),
                    TextColumn("loss {task.fields[loss]}"), TextColumn("{task.fields[speed]} samples/s"),
                    TextColumn("mem {task.fields[mem]}"), TimeElapsedColumn(), console=console, transient=False)
     task = bar.add_task("train", total=None, loss="-", speed="-", mem="-")
+    started = False
 
     def update(p: Any) -> None:
+        nonlocal started
+        if not started:
+            bar.start()
+            started = True
         fields = {"loss": f"{p.loss:.4f}" if p.loss is not None else "-", "mem": _gib(p.memory_bytes)}
         if p.samples_s is not None:
             fields["speed"] = f"{p.samples_s:,.0f}"
         desc = f"{'eval' if p.phase == 'eval' else 'train'} epoch {p.epoch}/{p.epochs}"
         bar.update(task, description=desc, completed=p.step, total=p.total_steps, **fields)
 
-    with bar:
+    try:
         yield update
+    finally:
+        if started:
+            bar.stop()
 
 
 def print_summary(result: Any) -> None:

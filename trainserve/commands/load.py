@@ -1,11 +1,65 @@
-"""`trainserve load` (not built yet)."""
+"""`trainserve load`: a headless Locust load test against a KServe v2 server (Triton or ours)."""
 
 from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from trainserve.errors import UserError, cli_errors
 
 
+def parse_duration(text: str) -> float:
+    """'30s', '2m', '1h30m' or a plain number of seconds -> seconds."""
+    import re
+
+    t = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", t):
+        return float(t)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", t)
+    if not parts or "".join(n + u for n, u in parts) != t:
+        raise UserError(f"--duration {text!r} is not a duration; use e.g. 30s, 2m or 1h30m")
+    return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
+
+
 @cli_errors
-def load() -> None:
-    """Not built yet."""
-    raise UserError("trainserve load is not built yet")
+def load(
+    url: Annotated[str, typer.Option(help="HOST:PORT of the server's endpoint for --protocol (HTTP 8000, gRPC 8001).")],
+    model: Annotated[str, typer.Option(help="Served model name, e.g. cnn_cpu.")],
+    protocol: Annotated[str, typer.Option(help="http (binary tensors) or grpc.")] = "http",
+    users: Annotated[int | None, typer.Option(help="Closed loop: concurrent users (default 1).")] = None,
+    rate: Annotated[float | None, typer.Option(help="Open loop: Poisson arrivals per second.")] = None,
+    duration: Annotated[str, typer.Option(help="Run time, e.g. 30s or 2m (with --ramp: the upper bound).")] = "30s",
+    batch: Annotated[int, typer.Option(help="Rows per request.")] = 1,
+    processes: Annotated[int, typer.Option(help="Locust processes on this machine (master + workers).")] = 1,
+    ramp: Annotated[bool, typer.Option(help="Step users up until the p99 SLO breaks or throughput stops growing.")] = False,
+    slo_p99_ms: Annotated[float, typer.Option(help="Ramp: p99 latency SLO in ms.")] = 100.0,
+    ramp_step_s: Annotated[float, typer.Option(help="Ramp: seconds per step.")] = 10.0,
+    ramp_max_users: Annotated[int, typer.Option(help="Ramp: most users.")] = 64,
+    run: Annotated[str, typer.Option(help="Run name: results go to <runs-dir>/<run>/load/.")] = "default",
+    runs_dir: Annotated[Path, typer.Option(help="Folder of runs.")] = Path("runs"),
+    target: Annotated[str | None, typer.Option(help="Name of the result file and record (default: derived).")] = None,
+    metrics_url: Annotated[str | None, typer.Option(help="Server's Prometheus URL (default http://HOST:8002/metrics).")] = None,
+    input_data: Annotated[str, typer.Option(help="'random' or an .npz with arrays named after the inputs.")] = "random",
+    validate: Annotated[str, typer.Option(help="Check responses: off, shape, or values (needs --expected-output).")] = "off",
+    expected_output: Annotated[str, typer.Option(help="With --validate values: .npz of the expected outputs.")] = "",
+) -> None:
+    """Drive load at a KServe v2 server with Locust (headless) and write runs/<run>/load/<target>.json.
+
+    Closed loop with --users, open loop (Poisson arrivals, latency from the scheduled send time)
+    with --rate, or a step ramp with --ramp. The server's Prometheus metrics are scraped meanwhile.
+    """
+    from loadtest.runner import LoadConfig, run_load
+
+    config = LoadConfig(url=url, model=model, protocol=protocol, users=users, rate=rate,
+                        duration_s=parse_duration(duration), batch=batch, processes=processes, ramp=ramp,
+                        run=run, runs_dir=runs_dir, target=target, metrics_url=metrics_url, input_data=input_data,
+                        validate=validate, expected_output=expected_output, slo_p99_ms=slo_p99_ms,
+                        ramp_step_s=ramp_step_s, ramp_max_users=ramp_max_users)
+    path, record = run_load(config)
+    lat = record.speed.latency
+    typer.echo(f"{record.speed.requests_s} req/s, {record.speed.throughput_samples_s} samples/s, "
+               f"p50 {lat.p50_ms} ms, p99 {lat.p99_ms} ms, p99.9 {lat.p999_ms} ms -> {path}")
+    for w in record.validity.warnings:
+        typer.secho(f"warning: {w}", err=True, fg="yellow")

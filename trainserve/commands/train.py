@@ -18,7 +18,7 @@ StepsOpt = Annotated[int | None, typer.Option(help="Total optimizer steps; overr
 LrOpt = Annotated[float, typer.Option(help="AdamW learning rate (before --lr-scale).")]
 LrScaleOpt = Annotated[str, typer.Option(help="none, or linear: lr * batch-size / 256.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed for weights, synthetic data and data order.")]
-WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes [default: 0 on CPU, up to 4 on CUDA].")]
+WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (auto: 0 on CPU, up to 4 on CUDA).")]
 CompileOpt = Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile the model.")]
 DatasetOpt = Annotated[str, typer.Option(help="synthetic, digits (scikit-learn, bundled), or PATH.npz with arrays x, y.")]
 SamplesOpt = Annotated[int, typer.Option(help="Synthetic data: training rows.")]
@@ -26,7 +26,7 @@ WarmupOpt = Annotated[int, typer.Option(help="Steps left out of step-time statis
 SyncOpt = Annotated[bool, typer.Option("--sync-timing/--event-timing",
                                        help="CUDA: synchronise after every step instead of timing with CUDA events.")]
 RunOpt = Annotated[str, typer.Option(help="Run name: artifacts go to RUNS_DIR/RUN/train.")]
-RunsDirOpt = Annotated[Path | None, typer.Option(help="Folder of runs [default: ./runs or $TRAINSERVE_RUNS].")]
+RunsDirOpt = Annotated[Path | None, typer.Option(help="Folder of runs (default: ./runs, or $TRAINSERVE_RUNS).")]
 
 
 @cli_errors

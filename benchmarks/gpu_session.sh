@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
+# Usage: OUT=dir benchmarks/gpu_session.sh PHASE...   phases: env train serve run
+# Each phase writes under $OUT/results (logs and JSON); a tarball of it is left at $OUT/results.tgz.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT="${OUT:-bench-out}"
+R="$OUT/results"; mkdir -p "$R"
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+py=${PYTHON:-python3}
+ts() { $py -m trainserve "$@"; }
+step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
+  timeout "$limit" "$@" >"$R/$name.log" 2>&1; echo "rc=$? ${name} $((SECONDS-t0))s"; tail -n 4 "$R/$name.log"; }
+for phase in "$@"; do case $phase in
+env)
+  step env 60 bash -c "nvidia-smi; $py -c 'import torch,onnxruntime as o; print(torch.__version__, torch.cuda.get_device_name(), o.__version__, o.get_available_providers())'; nproc" ;;
+train)
+  step train_bare 330 env OUT="$R" $py benchmarks/train_bare.py --suite gpu
+  step telemetry_check 90 env OUT="$R" $py benchmarks/telemetry_check.py
+  step train_cnn 120 ts train --model cnn --preset small --device cuda --precision bf16 --batch-size 512 --samples 65536 --epochs 2 --run cnn-small --runs-dir "$R/runs"
+  step train_transformer 150 ts train --model transformer --preset small --device cuda --precision bf16 --batch-size 128 --samples 16384 --epochs 2 --run transformer-small --runs-dir "$R/runs" ;;
+train-cpu)
+  step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
+serve)
+  step export_gpu 200 env OUT="$R" $py benchmarks/export_gpu.py --preset small
+  step serve_bench 300 env OUT="$R" $py benchmarks/serve_bench.py --device cuda ;;
+run)
+  step run 540 ts run --run gpu-example --runs-dir "$R/runs" ;;
+*) echo "unknown phase $phase"; exit 2 ;;
+esac; done
+find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null
+tar czf "$OUT/results.tgz" -C "$OUT" results && ls -la "$OUT"

@@ -1,0 +1,185 @@
+"""Per-test bookkeeping inside Locust: the sub-millisecond histogram, the fault watchdog, the results file.
+
+- Every successful request's latency goes into a `Histogram`. A worker ships what it recorded
+  since its last report to the master (report_to_master) and starts afresh; the master merges
+  (worker_report). A local run records straight into the total.
+- On the master (or the only process), a watchdog stops the test when only failures were seen for
+  `--abort-after-s` seconds (server gone or broken mid-run), and remembers why.
+- At test stop and at exit, the results (percentiles at 0.01 ms, the raw histogram, the ramp's
+  steps and saturation point, errors, abort reason) go to `--results-json` for the headless runner.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import gevent
+from locust.env import Environment
+from locust.runners import MasterRunner, WorkerRunner
+
+from loadtest.histogram import Histogram
+from loadtest.options import LoadOptions
+
+log = logging.getLogger(__name__)
+_KEY = "trainserve_hist"
+
+
+class Collector:
+    def __init__(self, environment: Environment) -> None:
+        self.env = environment
+        self.total = Histogram()
+        self.ramp: list[dict[str, Any]] = []
+        self.saturation: dict[str, Any] | None = None
+        self.aborted: str | None = None
+        self.started_wall: str | None = None
+        self.started: float | None = None
+        self.stopped: float | None = None
+        self._watchdog: gevent.Greenlet | None = None
+        # CPU seconds of this process (time.process_time) and, on a master, of each worker
+        self._cpu_mark = time.process_time()
+        self.cpu_start = self._cpu_mark
+        self.cpu_stop: float | None = None
+        self.worker_cpu: dict[str, float] = {}
+        # wall-clock span of the requests (s since the epoch): the measured window, also across workers
+        self.first_request: float | None = None
+        self.last_request: float | None = None
+        ev = environment.events
+        ev.request.add_listener(self.on_request)
+        ev.report_to_master.add_listener(self.on_report_to_master)
+        ev.worker_report.add_listener(self.on_worker_report)
+        ev.test_start.add_listener(self.on_test_start)
+        ev.test_stop.add_listener(self.on_test_stop)
+        ev.quitting.add_listener(self.on_quitting)
+
+    def on_request(self, request_type: str, name: str, response_time: float, exception: Any = None,
+                   **_: Any) -> None:
+        if exception is None:
+            self.total.record(response_time)
+        now = time.time()  # wall clock: comparable between the processes of one run
+        if self.first_request is None:
+            self.first_request = now
+        self.last_request = now
+
+    def on_report_to_master(self, client_id: str, data: dict[str, Any]) -> None:
+        data[_KEY] = self.total.to_dict()
+        self.total = Histogram()
+        now = time.process_time()
+        data[_KEY + "_cpu"] = now - self._cpu_mark
+        data[_KEY + "_span"] = [self.first_request, self.last_request]
+        self._cpu_mark = now
+
+    def on_worker_report(self, client_id: str, data: dict[str, Any]) -> None:
+        if _KEY in data:
+            self.total.merge(Histogram.from_dict(data[_KEY]))
+        first, last = data.get(_KEY + "_span") or (None, None)
+        if first is not None and (self.first_request is None or first < self.first_request):
+            self.first_request = first
+        if last is not None and (self.last_request is None or last > self.last_request):
+            self.last_request = last
+        if self.started is not None and _KEY + "_cpu" in data:
+            self.worker_cpu[client_id] = self.worker_cpu.get(client_id, 0.0) + float(data[_KEY + "_cpu"])
+
+    def on_test_start(self, **_: Any) -> None:
+        self.total = Histogram()
+        self.ramp, self.saturation, self.aborted, self.stopped = [], None, None, None
+        self.started = time.perf_counter()
+        self.cpu_start, self.cpu_stop, self.worker_cpu = time.process_time(), None, {}
+        self.first_request = self.last_request = None
+        self.started_wall = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+        if not isinstance(self.env.runner, WorkerRunner) and self._watchdog is None:
+            self._watchdog = gevent.spawn(self._watch)
+
+    def on_test_stop(self, **_: Any) -> None:
+        if self.started is not None and self.stopped is None:
+            self.stopped = time.perf_counter()
+            self.cpu_stop = time.process_time()
+        if self._watchdog is not None:
+            self._watchdog.kill(block=False)
+            self._watchdog = None
+        self.write_results()
+
+    def on_quitting(self, **_: Any) -> None:
+        self.write_results()
+
+    def _watch(self) -> None:
+        """Stop the test when failures keep coming and nothing succeeds (server gone or broken)."""
+        try:
+            opts = LoadOptions.from_parsed(self.env.parsed_options)
+        except ValueError:
+            return
+        if opts.abort_after_s <= 0:
+            return
+        stats = self.env.stats.total
+        last_ok_t, last_ok, fails_at_ok = time.perf_counter(), 0, 0
+        while True:
+            gevent.sleep(0.25)
+            ok = stats.num_requests - stats.num_failures
+            now = time.perf_counter()
+            if ok != last_ok:
+                last_ok_t, last_ok, fails_at_ok = now, ok, stats.num_failures
+            elif stats.num_failures > fails_at_ok and now - last_ok_t >= opts.abort_after_s:
+                self.aborted = (f"stopped after {now - last_ok_t:.1f} s with failures only; "
+                                f"last error: {self.top_error() or 'unknown'}")
+                log.error("%s", self.aborted)
+                self._watchdog = None
+                self.env.runner.quit()
+                return
+
+    def top_error(self) -> str | None:
+        errors = sorted(self.env.stats.errors.values(), key=lambda e: -e.occurrences)
+        return str(errors[0].error) if errors else None
+
+    def results(self) -> dict[str, Any]:
+        stats = self.env.stats.total
+        try:
+            opts: dict[str, Any] | None = dataclasses.asdict(LoadOptions.from_parsed(self.env.parsed_options))
+        except (ValueError, TypeError):
+            opts = None
+        end = self.stopped if self.stopped is not None else time.perf_counter()
+        return {
+            "started": self.started_wall,
+            "window_s": round(end - self.started, 3) if self.started is not None else None,
+            "requests_window_s": round(self.last_request - self.first_request, 3)
+            if self.first_request is not None and self.last_request is not None else None,
+            "latency": self.total.summary(),
+            "histogram": self.total.to_dict(),
+            "requests": stats.num_requests,
+            "failures": stats.num_failures,
+            "errors": [{"name": e.name, "error": str(e.error), "occurrences": e.occurrences}
+                       for e in self.env.stats.errors.values()],
+            "aborted": self.aborted,
+            "ramp": self.ramp,
+            "saturation": self.saturation,
+            "shape": type(self.env.shape_class).__name__ if self.env.shape_class else None,
+            "workers": self.env.runner.worker_count if isinstance(self.env.runner, MasterRunner) else 0,
+            "options": opts,
+            "load_generator": self.cpu_usage(end),
+        }
+
+    def cpu_usage(self, end: float) -> dict[str, Any]:
+        """CPU seconds the load generator's processes spent during the test (workers: as reported)."""
+        own = (self.cpu_stop if self.cpu_stop is not None else time.process_time()) - self.cpu_start
+        role = "master" if isinstance(self.env.runner, MasterRunner) else "local"
+        per_process = {role: round(own, 3), **{k: round(v, 3) for k, v in self.worker_cpu.items()}}
+        window = end - self.started if self.started is not None else None
+        return {"cpu_s": round(sum(per_process.values()), 3), "per_process_cpu_s": per_process,
+                "max_process_core_fraction": round(max(per_process.values()) / window, 3) if window else None}
+
+    def write_results(self) -> None:
+        path = getattr(self.env.parsed_options, "results_json", "") if self.env.parsed_options else ""
+        if not path or isinstance(self.env.runner, WorkerRunner) or self.started is None:
+            return
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
+        with os.fdopen(fd, "w") as f:
+            json.dump(self.results(), f, indent=1)
+        os.replace(tmp, p)

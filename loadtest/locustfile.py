@@ -1,0 +1,65 @@
+"""Locust entry point: `locust -f loadtest/locustfile.py` (web UI, class picker) or headless.
+
+Users (pick in the class picker, or name them on the command line):
+  TritonHttpUser   closed loop over HTTP with binary tensors
+  TritonGrpcUser   closed loop over gRPC
+  OpenLoopUser     open loop, Poisson arrivals at --rate, latency from the scheduled send time
+Shapes (class picker; headless: --load-shape NAME):
+  StepRamp         users up in steps until the latency SLO breaks or throughput stops growing
+  PoissonRate      open loop at --rate for --run-time
+
+The custom fields of the start form (server URL, model, protocol, batch, input data, validation,
+rate, ramp and SLO) are the arguments in loadtest/options.py. See docs/loadtest.md.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from locust import events  # locust first: it monkey-patches the standard library for gevent
+
+import grpc.experimental.gevent as _grpc_gevent
+
+# gRPC must run on gevent's loop, switched on after the monkey-patching and before any channel exists
+_grpc_gevent.init_gevent()
+
+if __package__ in (None, ""):  # run as a file by Locust: make the `loadtest` package importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from loadtest import options as _options  # noqa: E402
+from loadtest.collector import Collector  # noqa: E402
+from loadtest.shapes import PoissonRate, StepRamp  # noqa: E402
+from loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser  # noqa: E402
+
+__all__ = ["OpenLoopUser", "PoissonRate", "StepRamp", "TritonGrpcUser", "TritonHttpUser"]
+_SHAPES = {"none": None, "StepRamp": StepRamp, "PoissonRate": PoissonRate}
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any) -> None:
+    _options.register(parser)
+    parser.add_argument("--load-shape", default="none", choices=sorted(_SHAPES), include_in_web_ui=False,
+                        help="Without the class picker: the load shape to run (default: none, plain users)")
+
+
+@events.init.add_listener
+def _on_init(environment: Any, runner: Any, **_: Any) -> None:
+    environment.trainserve = Collector(environment)
+    # gevent caches the loop's clock; after the slow imports above a --run-time timer would fire early
+    import gevent
+
+    gevent.get_hub().loop.update_now()
+    opts = environment.parsed_options
+    # Locust would otherwise always run the first shape it finds; without the class picker the
+    # shape is chosen by --load-shape (the picker's "Default" means none).
+    if opts is not None and not getattr(opts, "class_picker", False):
+        cls = _SHAPES[getattr(opts, "load_shape", "none")]
+        shape = None
+        if cls is not None:
+            shape = environment.available_shape_classes.get(cls.__name__) if environment.available_shape_classes \
+                else None
+            shape = shape or cls()
+            shape.runner = runner
+        environment.shape_class = shape

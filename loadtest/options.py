@@ -1,0 +1,125 @@
+"""The load test's own settings: Locust command-line arguments that also appear in the web UI form.
+
+`register(parser)` adds them (events.init_command_line_parser); `LoadOptions.from_parsed(options)`
+turns Locust's parsed options (which the master also sends to its workers) into a typed, validated
+config that users and shapes read.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+PROTOCOLS = ("http", "grpc")
+VALIDATIONS = ("off", "shape", "values")
+HTTP_CLIENTS = ("prepared", "tritonclient")
+
+
+def register(parser: Any) -> None:
+    """Add the custom arguments to Locust's parser; `include_in_web_ui` puts them in the start form."""
+    g = parser  # argument groups would drop include_in_web_ui: Locust reads it in its own add_argument
+    g.add_argument("--server-url", default="127.0.0.1:8000", include_in_web_ui=True,
+                   help="HOST:PORT of the server's endpoint for the chosen protocol (HTTP 8000, gRPC 8001)")
+    g.add_argument("--model-name", default="", include_in_web_ui=True, is_required=True,
+                   help="Served model name, e.g. cnn_cpu")
+    g.add_argument("--protocol", default="http", choices=PROTOCOLS, include_in_web_ui=True,
+                   help="Protocol of the load shapes and the open-loop user (the closed-loop classes name theirs)")
+    g.add_argument("--batch-size", type=int, default=1, include_in_web_ui=True,
+                   help="Rows per request (the model's first dimension)")
+    g.add_argument("--input-data", default="random", include_in_web_ui=True,
+                   help="'random', or the path of an .npz whose arrays are named after the model inputs")
+    g.add_argument("--validate", default="off", choices=VALIDATIONS, include_in_web_ui=True,
+                   help="Check each response: off, shape (shape and dtype), values (against --expected-output)")
+    g.add_argument("--expected-output", default="", include_in_web_ui=True,
+                   help="With --validate values: .npz of the outputs recorded for the same inputs")
+    g.add_argument("--rate", type=float, default=50.0, include_in_web_ui=True,
+                   help="Open loop (PoissonRate shape / OpenLoopUser): arrivals per second, all users together")
+    g.add_argument("--open-loop-users", type=int, default=1, include_in_web_ui=True,
+                   help="Open loop: scheduler users sharing --rate (one per worker process is enough)")
+    g.add_argument("--max-in-flight", type=int, default=256, include_in_web_ui=True,
+                   help="Open loop: most requests outstanding per scheduler user; later ones wait (their "
+                        "latency still counts from the scheduled time)")
+    g.add_argument("--ramp-start-users", type=int, default=1, include_in_web_ui=True,
+                   help="Step ramp: users in the first step")
+    g.add_argument("--ramp-step-users", type=int, default=2, include_in_web_ui=True,
+                   help="Step ramp: users added per step")
+    g.add_argument("--ramp-step-s", type=float, default=10.0, include_in_web_ui=True,
+                   help="Step ramp: seconds per step")
+    g.add_argument("--ramp-max-users", type=int, default=64, include_in_web_ui=True,
+                   help="Step ramp: stop after the step with this many users")
+    g.add_argument("--slo-p99-ms", type=float, default=100.0, include_in_web_ui=True,
+                   help="Step ramp: stop when a step's p99 latency exceeds this (ms)")
+    g.add_argument("--min-gain", type=float, default=0.05, include_in_web_ui=True,
+                   help="Step ramp: stop when a step adds less than this fraction of throughput")
+    g.add_argument("--http-client", default="prepared", choices=HTTP_CLIENTS, include_in_web_ui=False,
+                   help="HTTP path: 'prepared' posts a request body built once by tritonclient; "
+                        "'tritonclient' calls InferenceServerClient.infer each time")
+    g.add_argument("--abort-after-s", type=float, default=3.0, include_in_web_ui=False,
+                   help="Stop the test when only failures were seen for this long (0 = never)")
+    g.add_argument("--results-json", default="", include_in_web_ui=False,
+                   help="Write sub-millisecond percentiles, ramp steps and errors here at the end")
+
+
+@dataclass
+class LoadOptions:
+    """Validated custom settings of one load test (see `register` for each field's meaning)."""
+
+    server_url: str
+    model_name: str
+    protocol: str = "http"
+    batch_size: int = 1
+    input_data: str = "random"
+    validate: str = "off"
+    expected_output: str = ""
+    rate: float = 50.0
+    open_loop_users: int = 1
+    max_in_flight: int = 256
+    ramp_start_users: int = 1
+    ramp_step_users: int = 2
+    ramp_step_s: float = 10.0
+    ramp_max_users: int = 64
+    slo_p99_ms: float = 100.0
+    min_gain: float = 0.05
+    http_client: str = "prepared"
+    abort_after_s: float = 3.0
+    results_json: str = ""
+
+    def __post_init__(self) -> None:
+        self.server_url = strip_scheme(self.server_url)
+        checks = [
+            ("server_url", ":" in self.server_url, "HOST:PORT"),
+            ("model_name", bool(self.model_name), "a served model's name"),
+            ("protocol", self.protocol in PROTOCOLS, " or ".join(PROTOCOLS)),
+            ("batch_size", self.batch_size >= 1, ">= 1"),
+            ("validate", self.validate in VALIDATIONS, ", ".join(VALIDATIONS)),
+            ("expected_output", self.validate != "values" or bool(self.expected_output),
+             "an .npz path when validate is 'values'"),
+            ("rate", self.rate > 0, "> 0 per second"),
+            ("open_loop_users", self.open_loop_users >= 1, ">= 1"),
+            ("max_in_flight", self.max_in_flight >= 1, ">= 1"),
+            ("ramp_start_users", self.ramp_start_users >= 1, ">= 1"),
+            ("ramp_step_users", self.ramp_step_users >= 1, ">= 1"),
+            ("ramp_step_s", self.ramp_step_s > 0, "> 0 s"),
+            ("ramp_max_users", self.ramp_max_users >= self.ramp_start_users, ">= ramp_start_users"),
+            ("slo_p99_ms", self.slo_p99_ms > 0, "> 0 ms"),
+            ("min_gain", 0 <= self.min_gain < 1, "0 <= x < 1"),
+            ("http_client", self.http_client in HTTP_CLIENTS, ", ".join(HTTP_CLIENTS)),
+            ("abort_after_s", self.abort_after_s >= 0, ">= 0 s"),
+        ]
+        for name, ok, allowed in checks:
+            if not ok:
+                raise ValueError(f"load option {name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+
+    @classmethod
+    def from_parsed(cls, parsed: Any) -> LoadOptions:
+        """From Locust's parsed options (argparse Namespace), ignoring Locust's own arguments."""
+        names = cls.__dataclass_fields__.keys()
+        return cls(**{n: getattr(parsed, n) for n in names if hasattr(parsed, n)})
+
+
+def strip_scheme(url: str) -> str:
+    """'http://h:p/' -> 'h:p' (tritonclient wants HOST:PORT)."""
+    for prefix in ("http://", "https://", "grpc://"):
+        if url.startswith(prefix):
+            url = url[len(prefix):]
+    return url.rstrip("/")

@@ -1,0 +1,281 @@
+"""Headless load tests: Locust as a subprocess, the server's metrics alongside, one profile record out.
+
+`run_load(config)` checks that the server and the model are ready, runs
+`python -m locust -f loadtest/locustfile.py --headless ...` in its own process group (so no worker
+outlives the run, also on Ctrl+C), scrapes the server's Prometheus metrics meanwhile, and writes
+`runs/<run>/load/<target>.json` (trainserve.profile.ProfileRecord, phase "infer") with Locust's CSVs
+beside it. Failed requests or an aborted run still write the record, marked validity.partial, and
+then raise a UserError (exit code 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from loadtest.metrics import MetricsScraper
+from loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
+from loadtest.options import strip_scheme
+from trainserve.errors import UserError
+from trainserve.profile import LatencyStats, ProfileRecord, host_info, package_versions
+from trainserve.runs import run_dir
+
+log = logging.getLogger(__name__)
+LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+_TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
+CPU_WARN_FRACTION = 0.9  # of one core per load-generator process
+
+
+@dataclass
+class LoadConfig:
+    """One headless load test."""
+
+    url: str  # HOST:PORT of the server's endpoint for `protocol`
+    model: str  # served model name
+    protocol: str = "http"  # "http" or "grpc"
+    users: int | None = None  # closed loop: concurrent users (default 1 when rate is None)
+    rate: float | None = None  # open loop: Poisson arrivals per second
+    duration_s: float = 30.0  # measured run time (the ramp's upper bound)
+    batch: int = 1  # rows per request
+    processes: int = 1  # Locust processes (>1: master and workers)
+    ramp: bool = False  # step ramp of users until saturation
+    run: str = "default"
+    runs_dir: Path | None = None
+    target: str | None = None  # file and record name; default from server, model, protocol, batch
+    metrics_url: str | None = None  # default http://<host>:8002/metrics
+    input_data: str = "random"
+    validate: str = "off"
+    expected_output: str = ""
+    slo_p99_ms: float = 100.0  # ramp: stop when a step's p99 exceeds this
+    ramp_step_s: float = 10.0
+    ramp_max_users: int = 64
+    http_client: str = "prepared"
+
+    def __post_init__(self) -> None:
+        self.url = strip_scheme(self.url)
+        host, _, port = self.url.rpartition(":")
+        if not host or not port.isdigit():
+            raise UserError(f"--url {self.url!r} is not HOST:PORT; pass e.g. 127.0.0.1:8000 (gRPC: 8001)")
+        if self.protocol not in ("http", "grpc"):
+            raise UserError(f"--protocol {self.protocol!r} is unknown; use http or grpc")
+        if self.users is not None and self.rate is not None:
+            raise UserError("--users and --rate exclude each other: --users for closed loop, --rate for open loop")
+        if self.ramp and self.rate is not None:
+            raise UserError("--ramp steps up users (closed loop); drop --rate, or drop --ramp for open loop")
+        for name, value, ok, allowed in (
+            ("users", self.users, self.users is None or self.users >= 1, ">= 1"),
+            ("rate", self.rate, self.rate is None or self.rate > 0, "> 0 per second"),
+            ("duration", self.duration_s, self.duration_s > 0, "> 0 s"),
+            ("batch", self.batch, self.batch >= 1, ">= 1"),
+            ("processes", self.processes, self.processes >= 1, ">= 1"),
+            ("slo_p99_ms", self.slo_p99_ms, self.slo_p99_ms > 0, "> 0 ms"),
+            ("ramp_step_s", self.ramp_step_s, self.ramp_step_s > 0, "> 0 s"),
+            ("ramp_max_users", self.ramp_max_users, self.ramp_max_users >= 1, ">= 1"),
+        ):
+            if not ok:
+                raise UserError(f"--{name.replace('_', '-')} {value!r} is invalid; allowed: {allowed}")
+        if self.target is not None and not _TARGET.match(self.target):
+            raise UserError(f"--target {self.target!r} is invalid; use letters, digits, '.', '_' and '-'")
+        if self.metrics_url is None:
+            self.metrics_url = f"http://{self.url.rpartition(':')[0]}:8002/metrics"
+
+    @property
+    def mode(self) -> str:
+        return "ramp" if self.ramp else "open" if self.rate is not None else "closed"
+
+
+def default_target(config: LoadConfig, info: ModelInfo) -> str:
+    server = "triton" if info.backend == "triton" else "embedded"
+    load = f"rate{config.rate:g}" if config.rate is not None else "ramp" if config.ramp else f"u{config.users or 1}"
+    return f"{server}-{info.device}-{config.model}-{config.protocol}-b{config.batch}-{load}"
+
+
+def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[str]:
+    """The headless Locust command line for `config`."""
+    cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
+           "--csv", str(csv_prefix), "-t", f"{max(1, round(config.duration_s))}s",
+           "--server-url", config.url, "--model-name", config.model, "--protocol", config.protocol,
+           "--batch-size", str(config.batch), "--input-data", config.input_data, "--validate", config.validate,
+           "--http-client", config.http_client, "--results-json", str(results)]
+    if config.expected_output:
+        cmd += ["--expected-output", config.expected_output]
+    if config.processes > 1:
+        cmd += ["--processes", str(config.processes)]
+    if config.mode == "open":
+        cmd += ["--load-shape", "PoissonRate", "--rate", f"{config.rate:g}", "--open-loop-users",
+                str(config.processes)]
+    elif config.mode == "ramp":
+        cmd += ["--load-shape", "StepRamp", "--ramp-start-users", "1", "--ramp-step-users", str(config.processes),
+                "--ramp-step-s", f"{config.ramp_step_s:g}", "--ramp-max-users", str(config.ramp_max_users),
+                "--slo-p99-ms", f"{config.slo_p99_ms:g}"]
+    else:
+        users = config.users or 1
+        cmd += ["-u", str(users), "-r", str(users), "TritonGrpcUser" if config.protocol == "grpc" else "TritonHttpUser"]
+    return cmd
+
+
+def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
+    """Run one load test; returns the record's path and the record (raises UserError after writing a partial one)."""
+    info = fetch_model_info(config.url, config.model, config.protocol)
+    build_arrays(info, config.batch, config.input_data)  # a bad batch or .npz fails here, not in every user
+    target = config.target or default_target(config, info)
+    out_dir = run_dir(config.run, config.runs_dir) / "load"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target}.", dir=out_dir))
+    try:
+        results_path = staging / "results.json"
+        cmd = locust_command(config, staging / target, results_path)
+        log.debug("load: %s", " ".join(cmd))
+        scraper = MetricsScraper(config.metrics_url or "", config.model).start()
+        returncode, stderr_tail = _run_locust(cmd, config.duration_s + 60.0 + (600.0 if config.ramp else 0.0))
+        scraper.stop()
+        if not results_path.exists():
+            raise UserError(f"Locust stopped before measuring anything (exit code {returncode}): "
+                            f"{stderr_tail or 'no output'}")
+        results = json.loads(results_path.read_text())
+        record = build_record(config, info, target, results, scraper.summary(), returncode)
+        for f in staging.glob(f"{target}_*.csv"):
+            os.replace(f, out_dir / f.name)
+        path = out_dir / f"{target}.json"
+        record.save(path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if record.validity.partial:
+        first = results["errors"][0]["error"] if results["errors"] else "none recorded"
+        reason = results.get("aborted") or f"{results['failures']} of {results['requests']} requests failed"
+        raise UserError(f"the load test did not complete cleanly ({reason}; first error: {first}); "
+                        f"partial results written to {path}")
+    return path, record
+
+
+def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
+    """Run Locust in its own process group and make sure every process of it is gone afterwards."""
+    env = dict(os.environ)
+    root = str(LOCUSTFILE.parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    with tempfile.TemporaryFile(mode="w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            log.error("Locust ran past %.0f s; stopping it", timeout_s)
+            _signal_group(proc.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+        except BaseException:  # Ctrl+C: let Locust write its results, then make sure it is gone
+            _signal_group(proc.pid, signal.SIGINT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=10)
+            raise
+        finally:
+            if proc.poll() is None:
+                _signal_group(proc.pid, signal.SIGKILL)
+                proc.wait()
+            _signal_group(proc.pid, signal.SIGKILL)  # forked workers left behind by the master
+        err.seek(0)
+        lines = [ln for ln in err.read().splitlines() if ln.strip()]
+    problems = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return proc.returncode, (problems or lines or [""])[-1][-300:]
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict[str, Any],
+                 server: dict[str, Any], returncode: int) -> ProfileRecord:
+    """The profile record of one load test from the locustfile's results and the scraped metrics."""
+    lat = results["latency"]
+    ok = lat["count"]
+    # from the first to the last request: excludes the time workers take to connect and start users
+    window = results.get("requests_window_s") or results.get("window_s") or config.duration_s
+    requests_s = ok / window if window else None
+    record = ProfileRecord(
+        phase="infer", model=config.model, backend=info.backend, device=info.device,  # type: ignore[arg-type]
+        precision="fp16" if any(t.datatype == "FP16" for t in info.inputs) else "fp32",
+        batch_size=config.batch, concurrency=None if config.rate is not None else config.users or 1,
+        target=target,
+    )
+    record.speed.requests_s = round(requests_s, 3) if requests_s is not None else None
+    record.speed.throughput_samples_s = round(requests_s * config.batch, 3) if requests_s is not None else None
+    record.speed.latency = LatencyStats(count=ok, mean_ms=lat["mean_ms"], p50_ms=lat["p50_ms"], p90_ms=lat["p90_ms"],
+                                        p99_ms=lat["p99_ms"], p999_ms=lat["p999_ms"], max_ms=lat["max_ms"],
+                                        min_ms=lat["min_ms"])
+    _apply_server_metrics(record, server, ok * config.batch)
+    gen = results.get("load_generator") or {}
+    v = record.validity
+    v.window_s, v.samples = window, ok * config.batch
+    frac = gen.get("max_process_core_fraction")
+    if frac is not None and frac >= CPU_WARN_FRACTION:
+        v.warnings.append(f"a load-generator process used {frac:.0%} of a core: the client, not the server, may "
+                          "limit this measurement; add --processes")
+    if results.get("failures"):
+        v.warnings.append(f"{results['failures']} of {results['requests']} requests failed")
+    if results.get("aborted"):
+        v.warnings.append(results["aborted"])
+    if server.get("scrapes", 0) == 0:
+        v.warnings.append(f"no server metrics from {config.metrics_url} ({server.get('error')}); "
+                          "pass --metrics-url")
+    v.partial = bool(results.get("failures") or results.get("aborted") or returncode not in (0, 1))
+    record.settings = {"protocol": config.protocol, "mode": config.mode, "users": config.users, "rate": config.rate,
+                       "duration_s": config.duration_s, "processes": config.processes, "input_data": config.input_data,
+                       "validate": config.validate, "http_client": config.http_client, "url": config.url,
+                       "metrics_url": config.metrics_url, "locust_exit_code": returncode}
+    cpu = gen.get("cpu_s")
+    record.extra = {
+        "server": {"name": info.server_name, "version": info.server_version, "metrics": server,
+                   "instance_group": info.config.get("instance_group"),
+                   "max_batch_size": info.max_batch_size},
+        "load_generator": {**gen, "requests_per_cpu_s": round(ok / cpu, 1) if cpu else None},
+        "latency_histogram": results.get("histogram"),
+        "errors": results.get("errors", []),
+        "requests": results.get("requests"), "failures": results.get("failures"),
+        "locust_csv": sorted(f"{target}_{k}.csv" for k in ("stats", "stats_history", "failures", "exceptions")),
+    }
+    if results.get("ramp"):
+        record.extra["ramp"] = results["ramp"]
+        record.extra["saturation"] = results.get("saturation")
+    record.versions = package_versions("locust", "tritonclient", "gevent", "numpy")
+    record.host = host_info()
+    return record
+
+
+def _apply_server_metrics(record: ProfileRecord, server: dict[str, Any], samples: int) -> None:
+    u, e = record.utilization, record.energy
+    gpu = server.get("nv_gpu_utilization")
+    if gpu:
+        u.gpu_util_mean_percent = round(gpu["mean"] * 100, 2)
+        u.gpu_util_max_percent = round(gpu["max"] * 100, 2)
+    mem = server.get("nv_gpu_memory_used_bytes")
+    if mem:
+        u.gpu_mem_used_max_bytes = int(mem["max"])
+    cpu = server.get("nv_cpu_utilization")
+    if cpu:
+        u.cpu_system_mean_percent = round(cpu["mean"] * 100, 2)
+    gt, ct = (gpu or {}).get("timeline") or [], (cpu or {}).get("timeline") or []
+    u.timeline = [{"t_s": float(i),  # one scrape per second
+                   "gpu_util_percent": round(gt[i] * 100, 2) if i < len(gt) else None,
+                   "cpu_system_percent": round(ct[i] * 100, 2) if i < len(ct) else None}
+                  for i in range(max(len(gt), len(ct)))]
+    power = server.get("nv_gpu_power_usage")
+    if power:
+        e.mean_power_w = round(power["mean"], 2)
+        e.source = "nvml"
+    energy = server.get("nv_energy_consumption")
+    if energy is not None and gpu:
+        e.energy_j = round(energy, 3)
+        e.energy_per_sample_j = round(energy / samples, 6) if samples else None
+        e.source = "nvml"

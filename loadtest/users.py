@@ -1,0 +1,161 @@
+"""Locust users that send inference requests with tritonclient: closed loop (HTTP, gRPC) and open loop.
+
+`TritonUser` is the one abstract user: it prepares the request once (`on_start`), times each call
+with `time.perf_counter` and fires `events.request` itself, with a readable failure message. The
+concrete users only pick a protocol. `OpenLoopUser` sends at Poisson arrival times instead of back
+to back, and counts each request's latency from its scheduled send time, so a stalled server shows
+its whole queue in the latencies instead of slowing the load down (no coordinated omission).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Any
+
+import gevent
+import gevent.lock
+import gevent.pool
+from locust import User, constant, task
+from locust.exception import StopUser
+
+from loadtest.clients import GrpcInfer, HttpInfer
+from loadtest.model_info import ModelInfo, Validator, build_arrays, describe_error, fetch_model_info
+from loadtest.options import LoadOptions
+
+log = logging.getLogger(__name__)
+
+
+class InferenceFailure(Exception):
+    """A failed request, with the server's status and message as its text."""
+
+
+class _Prepared:
+    """What every user of one process shares: the model's metadata, the request arrays, the validator."""
+
+    _cache: dict[tuple[Any, ...], _Prepared] = {}
+    _lock = gevent.lock.Semaphore()
+
+    def __init__(self, opts: LoadOptions, protocol: str) -> None:
+        self.info: ModelInfo = fetch_model_info(opts.server_url, opts.model_name, protocol)
+        self.arrays = build_arrays(self.info, opts.batch_size, opts.input_data)
+        self.validator = (Validator(self.info, opts.batch_size, opts.validate, opts.expected_output)
+                          if opts.validate != "off" else None)
+
+    @classmethod
+    def get(cls, opts: LoadOptions, protocol: str) -> _Prepared:
+        key = (opts.server_url, opts.model_name, protocol, opts.batch_size, opts.input_data, opts.validate,
+               opts.expected_output)
+        with cls._lock:  # the first user fetches, the others wait and reuse
+            if key not in cls._cache:
+                cls._cache[key] = cls(opts, protocol)
+            return cls._cache[key]
+
+
+class TritonUser(User):
+    """Abstract closed-loop user: one request at a time, back to back."""
+
+    abstract = True
+    protocol: str = "http"
+    wait_time = constant(0)
+
+    def concurrency(self) -> int:
+        """Connections this user may use at once."""
+        return 1
+
+    def on_start(self) -> None:
+        self.opts = LoadOptions.from_parsed(self.environment.parsed_options)
+        protocol = self.protocol_in_use()
+        self.request_type = protocol.upper() if protocol == "http" else "gRPC"
+        self.name = f"{self.opts.model_name} b{self.opts.batch_size}"
+        self._fire = self.environment.events.request.fire
+        try:
+            prepared = _Prepared.get(self.opts, protocol)
+        except Exception as e:  # server down, unknown model: one failure, then this user stops
+            self._fire(request_type=self.request_type, name="setup", response_time=0.0, response_length=0,
+                       exception=InferenceFailure(describe_error(e)), context={})
+            raise StopUser() from None
+        self.validator = prepared.validator
+        want = self.validator is not None
+        if protocol == "grpc":
+            self.infer: HttpInfer | GrpcInfer = GrpcInfer(self.opts.server_url, prepared.info, prepared.arrays,
+                                                          want_outputs=want)
+        else:
+            self.infer = HttpInfer(self.opts.server_url, prepared.info, prepared.arrays,
+                                   concurrency=self.concurrency(), mode=self.opts.http_client, want_outputs=want)
+
+    def protocol_in_use(self) -> str:
+        return self.protocol
+
+    def on_stop(self) -> None:
+        infer = getattr(self, "infer", None)
+        if infer is not None:
+            infer.close()
+
+    @task
+    def infer_once(self) -> None:
+        self.timed_call(time.perf_counter())
+
+    def timed_call(self, start: float) -> None:
+        """Send one request; its latency counts from `start` (a perf_counter time, s)."""
+        exception = None
+        length = 0
+        try:
+            length, outputs = self.infer.call()
+            if self.validator is not None:
+                problem = self.validator.check(outputs or {})
+                if problem:
+                    exception = InferenceFailure(f"invalid response: {problem}")
+        except gevent.GreenletExit:
+            raise
+        except Exception as e:
+            exception = InferenceFailure(describe_error(e))
+        self._fire(request_type=self.request_type, name=self.name,
+                   response_time=(time.perf_counter() - start) * 1000.0,  # ms, float
+                   response_length=length, exception=exception, context={})
+
+
+class TritonHttpUser(TritonUser):
+    """Closed loop over HTTP/REST with binary tensors."""
+
+    protocol = "http"
+
+
+class TritonGrpcUser(TritonUser):
+    """Closed loop over gRPC (grpc's gevent support is switched on by the locustfile)."""
+
+    protocol = "grpc"
+
+
+class OpenLoopUser(TritonUser):
+    """Open loop: Poisson arrivals at rate/open_loop_users per user, latency from the scheduled time.
+
+    The scheduler draws exponential gaps and spawns one greenlet per request, up to max_in_flight at
+    once; beyond that the next send waits, but its latency still counts from when it was due.
+    """
+
+    def protocol_in_use(self) -> str:
+        return self.opts.protocol
+
+    def concurrency(self) -> int:
+        return self.opts.max_in_flight
+
+    @task
+    def infer_once(self) -> None:  # runs until the user is stopped
+        rate = self.opts.rate / self.opts.open_loop_users  # arrivals/s for this user
+        self._pool = gevent.pool.Pool(self.opts.max_in_flight)
+        rng = random.Random()
+        due = time.perf_counter()
+        while True:
+            due += rng.expovariate(rate)
+            delay = due - time.perf_counter()
+            if delay > 0:
+                gevent.sleep(delay)
+            self._pool.spawn(self.timed_call, due)
+
+    def on_stop(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.kill(block=False)
+        super().on_stop()

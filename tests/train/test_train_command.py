@@ -1,0 +1,115 @@
+"""`trainserve train` / `compare` through typer's CliRunner: the happy path and every bad input."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from trainserve.cli import app
+
+runner = CliRunner()
+FAST = ["--samples", "64", "--batch-size", "16", "--warmup-steps", "1"]
+
+
+def _train(tmp_path, *args):
+    return runner.invoke(app, ["train", "--runs-dir", str(tmp_path / "runs"), "--run", "R", *args])
+
+
+def _one_error_line(result, match):
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert match in lines[0], lines[0]
+    assert "Traceback" not in result.output
+
+
+def test_happy_path_writes_every_artifact(tmp_path):
+    r = _train(tmp_path, "--model", "cnn", "--preset", "tiny", "--device", "cpu", "--epochs", "1", *FAST)
+    assert r.exit_code == 0, r.output
+    out = tmp_path / "runs/R/train"
+    assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "history.json", "model.json", "profile.json"]
+    prof = json.loads((out / "profile.json").read_text())
+    assert prof["phase"] == "train" and prof["schema_version"] == 1 and prof["speed"]["throughput_samples_s"] > 0
+    card = json.loads((out / "model.json").read_text())
+    assert card["inputs"] == [{"name": "input", "shape": [3, 32, 32], "dtype": "float32"}]
+    assert card["outputs"][0]["name"] == "logits" and 0 <= card["metrics"]["test_accuracy"] <= 1
+    assert json.loads((out / "history.json").read_text())["epochs"][0]["epoch"] == 1
+    state = torch.load(out / "checkpoint.pt", weights_only=True)
+    assert state["epoch"] == 1 and state["card"]["family"] == "cnn"
+    assert "samples/s" in r.output and "test accuracy" in r.output
+
+
+def test_resume_through_the_cli(tmp_path):
+    base = ["--model", "mlp", "--device", "cpu", *FAST]
+    assert _train(tmp_path, *base, "--epochs", "1").exit_code == 0
+    r = _train(tmp_path, *base, "--epochs", "2", "--resume")
+    assert r.exit_code == 0, r.output
+    hist = json.loads((tmp_path / "runs/R/train/history.json").read_text())["epochs"]
+    assert [h["epoch"] for h in hist] == [1, 2]
+    r = _train(tmp_path, *base, "--epochs", "2", "--resume")
+    _one_error_line(r, "raise --epochs")
+
+
+def _npz(tmp_path, name, **arrays):
+    p = tmp_path / name
+    np.savez(p, **arrays)
+    return str(p)
+
+
+BAD = {
+    "unknown model": (["--model", "rnn"], "unknown model 'rnn'"),
+    "unknown preset": (["--preset", "huge"], "unknown preset 'huge'"),
+    "batch 0": (["--batch-size", "0"], "batch_size=0"),
+    "cuda without gpu": (["--device", "cuda"], "no CUDA GPU"),
+    "bad device list": (["--device", "cpu,tpu"], "--device 'cpu,tpu' is invalid"),
+    "missing npz": (["--dataset", "{tmp}/none.npz"], "not found"),
+    "corrupt npz": (["--dataset", "{corrupt}"], "not a readable .npz"),
+    "npz without y": (["--dataset", "{no_y}"], "no array 'y'"),
+    "npz wrong shape": (["--model", "cnn", "--dataset", "{flat}"], "needs (rows, channels"),
+    "npz wrong dtype": (["--model", "transformer", "--dataset", "{flat}"], "integer token ids"),
+    "resume without checkpoint": (["--resume"], "no checkpoint"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
+    if case == "cuda without gpu" and torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    corrupt = tmp_path / "corrupt.npz"
+    corrupt.write_bytes(b"\x00garbage")
+    paths = {"tmp": tmp_path, "corrupt": corrupt, "no_y": _npz(tmp_path, "no_y.npz", x=np.zeros((8, 4))),
+             "flat": _npz(tmp_path, "flat.npz", x=np.random.rand(8, 4), y=np.arange(8) % 2)}
+    args, match = BAD[case]
+    r = _train(tmp_path, "--device", "cpu", *[a.format(**paths) for a in args])
+    _one_error_line(r, match)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_precision_the_device_cannot_do(tmp_path, monkeypatch):
+    import train.device
+
+    monkeypatch.setattr(train.device, "precision_supported", lambda device, precision: False)
+    r = _train(tmp_path, "--device", "cpu", "--precision", "fp16")
+    _one_error_line(r, "--precision fp16 is not supported")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_corrupt_checkpoint_on_resume_leaves_the_folder_as_it_was(tmp_path):
+    out = tmp_path / "runs/R/train"
+    out.mkdir(parents=True)
+    (out / "checkpoint.pt").write_bytes(b"PK\x03\x04 truncated")
+    r = _train(tmp_path, "--device", "cpu", "--resume")
+    _one_error_line(r, "corrupt")
+    assert [p.name for p in out.iterdir()] == ["checkpoint.pt"]
+
+
+def test_compare_without_gpu_is_a_user_error(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    r = runner.invoke(app, ["compare", "--runs-dir", str(tmp_path / "runs"), "--run", "R"])
+    _one_error_line(r, "needs a CUDA GPU")
+    r = _train(tmp_path, "--device", "cpu,cuda")
+    _one_error_line(r, "needs a CUDA GPU")
+    assert not (tmp_path / "runs").exists()
