@@ -37,7 +37,8 @@ def test_run_quick_end_to_end(tmp_path):
     elapsed = time.monotonic() - t0
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = runs / "e2e" / "report"
-    assert f"report: {report / 'report.html'}" in proc.stdout.replace("\n", "")
+    assert f"report: {report / 'report.html'}" in proc.stdout.splitlines()
+    assert "✓ load-cpu-saturated: saturated on cnn_cpu" in proc.stdout  # one line per stage in a pipe
     assert not _ours(str(tmp_path)), "a process of the run outlived it"
 
     s = json.loads((report / "summary.json").read_text())

@@ -36,23 +36,36 @@ def run(
     cfg = RunConfig(model=model, preset=preset, device=device, quick=quick, run=run_name, runs_dir=runs_dir)
     console = Console()
     started = time.monotonic()
-    with Progress(SpinnerColumn(finished_text="[green]✓"), TextColumn("[bold]{task.fields[stage]:<22}"),
-                  TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
-        tasks: dict[str, int] = {}
-
-        def show(event: StageEvent) -> None:
+    if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
+        def line(event: StageEvent) -> None:
             if event.status == "start":
-                tasks[event.stage] = bar.add_task(event.detail, total=1, stage=event.stage)
+                typer.echo(f"… {event.stage}: {event.detail}")
             else:
-                bar.update(tasks[event.stage], completed=1, description=f"{event.detail} [dim]({event.seconds:.1f} s)")
+                typer.echo(f"✓ {event.stage}: {event.detail} ({event.seconds:.1f} s)")
 
-        pipeline = Pipeline(cfg, progress=show)
-        try:
-            html = pipeline.run()
-        except KeyboardInterrupt:
-            bar.stop()
-            typer.secho(f"interrupted; every process this run started was stopped (logs in {pipeline.logs})",
-                        err=True, fg="yellow")
-            raise typer.Exit(code=130) from None
+        html = _run(Pipeline(cfg, progress=line))
+    else:
+        with Progress(SpinnerColumn(finished_text="[green]✓"), TextColumn("[bold]{task.fields[stage]:<22}"),
+                      TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+            tasks: dict[str, int] = {}
+
+            def show(event: StageEvent) -> None:
+                if event.status == "start":
+                    tasks[event.stage] = bar.add_task(event.detail, total=1, stage=event.stage)
+                else:
+                    bar.update(tasks[event.stage], completed=1,
+                               description=f"{event.detail} [dim]({event.seconds:.1f} s)")
+
+            html = _run(Pipeline(cfg, progress=show), stop=bar.stop)
     console.print(f"run [bold]{cfg.run}[/] done in {time.monotonic() - started:.0f} s")
-    console.print(f"report: {html}")
+    typer.echo(f"report: {html}")  # one unwrapped line, for people and scripts alike
+
+
+def _run(pipeline, stop=lambda: None) -> Path:  # pipeline: trainserve.pipeline.Pipeline
+    try:
+        return pipeline.run()
+    except KeyboardInterrupt:
+        stop()
+        typer.secho(f"interrupted; every process this run started was stopped (logs in {pipeline.logs})",
+                    err=True, fg="yellow")
+        raise typer.Exit(code=130) from None
