@@ -31,8 +31,10 @@ DEVICES = ("auto", "cpu", "cuda")
 class Budget:
     """How much work each stage does: --quick (< 3 min on 2 cores) or the default (< 10 min)."""
 
-    preset: str  # model size preset when --preset is not given
-    train_samples: int  # synthetic training rows
+    preset_cpu: str  # model size preset when --preset is not given and training runs on the CPU
+    preset_gpu: str  # ... and when it runs on the GPU
+    train_samples: int  # synthetic training rows on the CPU
+    train_samples_gpu: int  # ... on the GPU, where a few thousand rows pass in well under a second
     train_epochs: int
     train_batch: int
     warmup_steps: int  # training steps left out of the step-time statistics
@@ -46,10 +48,13 @@ class Budget:
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
 
 
-QUICK = Budget(preset="tiny", train_samples=640, train_epochs=1, train_batch=64, warmup_steps=2, compare_steps=20,
+QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1, train_batch=64, warmup_steps=2, compare_steps=20,
                export_eval_samples=256, ramp_step_s=3.0, ramp_max_users=8, measure_s=4.0, saturate_users=4,
                saturate_batch=64, stage_timeout_s=150.0)
-FULL = Budget(preset="small", train_samples=4096, train_epochs=1, train_batch=128, warmup_steps=5, compare_steps=60,
+# cnn/small takes ~20 s per batch-128 step on 2 busy cores, so a CPU-only machine trains tiny
+FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=2048, train_samples_gpu=32768, train_epochs=2,
+              train_batch=128,
+              warmup_steps=5, compare_steps=30,
               export_eval_samples=1024, ramp_step_s=8.0, ramp_max_users=32, measure_s=15.0, saturate_users=8,
               saturate_batch=64, stage_timeout_s=420.0)
 
@@ -59,7 +64,7 @@ class RunConfig:
     """What `trainserve run` does."""
 
     model: str = "cnn"  # zoo family
-    preset: str | None = None  # None: the budget's preset (tiny with --quick, small otherwise)
+    preset: str | None = None  # None: the budget's (tiny with --quick or without a GPU, else small)
     device: str = "auto"  # auto: the CPU, plus the GPU when there is one; cpu: CPU only; cuda: require a GPU
     quick: bool = False
     run: str = ""  # "" -> run-YYYYmmdd-HHMMSS
@@ -130,21 +135,21 @@ class Pipeline:
 
     def _train(self, gpu: bool) -> None:
         b, c = self.cfg.budget, self.cfg
-        preset = c.preset or b.preset
-        common = ["--model", c.model, "--preset", preset, "--samples", str(b.train_samples),
+        preset = c.preset or (b.preset_gpu if gpu else b.preset_cpu)
+        samples = b.train_samples_gpu if gpu else b.train_samples
+        common = ["--model", c.model, "--preset", preset, "--samples", str(samples),
                   "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
         device = "cuda" if gpu else "cpu"
         precision = ["--precision", "bf16"] if gpu else []
-        self._stage("train", self.argv("train", *common, "--device", device, *precision,
-                                             "--epochs", str(b.train_epochs)),
+        self._stage("train", self.argv("train", *common, "--device", device, *precision, "--epochs", str(b.train_epochs)),
                     f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
         if gpu:  # the same model on both devices, for the training speedup
             self._stage("compare", self.argv("compare", *common, *precision, "--steps", str(b.compare_steps)),
                         "training on CPU and GPU")
 
     def _export(self) -> None:
-        self._stage("export", self.argv("export", *self._run_args(),
-                                              "--eval-samples", str(self.cfg.budget.export_eval_samples)),
+        self._stage("export", self.argv("export", *self._run_args(), "--eval-samples",
+                                        str(self.cfg.budget.export_eval_samples)),
                     "ONNX, verification, model repository")
 
     def _serve_and_load(self, device: str) -> None:
@@ -152,9 +157,8 @@ class Pipeline:
         t0 = time.monotonic()
         self.progress(StageEvent(name, "start", f"embedded server on the {_label(device)}"))
         server = self.children.start(
-            name, self.argv("serve", "--model-repository", str(self.root / "model_repository"),
-                                  "--device", device, "--http-port", "0", "--grpc-port", "0",
-                                  "--metrics-port", "0"),
+            name, self.argv("serve", "--model-repository", str(self.root / "model_repository"), "--device", device,
+                            "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"),
             self.logs / f"{name}.log", env=self.env, capture_stdout=True)
         try:
             addresses = wait_ready(server, timeout_s=120)

@@ -14,7 +14,8 @@ from trainserve.errors import cli_errors
 def run(
     model: Annotated[str, typer.Option("--model", "-m", help="Model family: mlp, cnn or transformer.")] = "cnn",
     preset: Annotated[str | None, typer.Option("--preset", "-p",
-                                               help="Size preset (default: tiny with --quick, else small).")] = None,
+                                               help="Size preset (default: small on a GPU machine, tiny with --quick or "
+                                                    "without a GPU).")] = None,
     device: Annotated[str, typer.Option(help="auto: the CPU, plus the GPU when there is one; cpu; or cuda "
                                              "(fails without a GPU).")] = "auto",
     quick: Annotated[bool, typer.Option("--quick", help="A small job: under 3 minutes on a 2-core CPU.")] = False,
