@@ -18,7 +18,7 @@ from pathlib import Path
 
 import trainserve
 from trainserve.errors import UserError
-from trainserve.procs import ChildFailed, Children, sigterm_as_interrupt, trainserve_argv, wait_ready
+from trainserve.procs import ChildFailed, Children, interrupts_stop_children, trainserve_argv, wait_ready
 from trainserve.runs import run_dir
 
 log = logging.getLogger(__name__)
@@ -48,15 +48,13 @@ class Budget:
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
 
 
-QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1, train_batch=64, warmup_steps=2, compare_steps=20,
-               export_eval_samples=256, ramp_step_s=3.0, ramp_max_users=8, measure_s=4.0, saturate_users=4,
-               saturate_batch=64, stage_timeout_s=150.0)
-# cnn/small takes ~20 s per batch-128 step on 2 busy cores, so a CPU-only machine trains tiny
+QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
+               train_batch=64, warmup_steps=2, compare_steps=20, export_eval_samples=256, ramp_step_s=3.0,
+               ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0)
+# cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=2048, train_samples_gpu=32768, train_epochs=2,
-              train_batch=128,
-              warmup_steps=5, compare_steps=30,
-              export_eval_samples=1024, ramp_step_s=8.0, ramp_max_users=32, measure_s=15.0, saturate_users=8,
-              saturate_batch=64, stage_timeout_s=420.0)
+              train_batch=128, warmup_steps=5, compare_steps=30, export_eval_samples=1024, ramp_step_s=8.0,
+              ramp_max_users=32, measure_s=15.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0)
 
 
 @dataclass
@@ -115,7 +113,7 @@ class Pipeline:
     def run(self) -> Path:
         """Run every stage; return the report's path. Children are stopped on every way out."""
         gpu = self._gpu_devices()
-        with sigterm_as_interrupt():
+        with interrupts_stop_children():
             try:
                 self._train(gpu)
                 self._export()

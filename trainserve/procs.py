@@ -48,18 +48,19 @@ class Children:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         logf = open(log_path, "ab", buffering=0)
         logf.write(f"$ {' '.join(argv)}\n".encode())
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture_stdout else logf,
-            stderr=logf, env=env, start_new_session=True,
-        )
-        child = Child(name, proc, log_path)
+        with _critical():  # started and registered, or neither
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture_stdout else logf,
+                stderr=logf, env=env, start_new_session=True,
+            )
+            child = Child(name, proc, log_path)
+            with self._lock:
+                self._children.append(child)
         if capture_stdout:
             # drain stdout for the whole life of the process (a full pipe would block the server)
             threading.Thread(target=_tee, args=(proc, logf, child.lines), daemon=True).start()
         else:
             logf.close()
-        with self._lock:
-            self._children.append(child)
         log.debug("started %s (pid %d): %s", name, proc.pid, " ".join(argv))
         return child
 
@@ -136,18 +137,46 @@ def trainserve_argv(*args: str) -> list[str]:
     return [sys.executable, "-m", "trainserve", *args]
 
 
-@contextlib.contextmanager
-def sigterm_as_interrupt():
-    """Treat SIGTERM like Ctrl-C while running, so the finally blocks that stop children run."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
+class _Signals:
+    """Ctrl-C that arrives while a child is being started waits until it is registered, so no child
+    can be forked and then forgotten by the cleanup."""
+
+    depth = 0  # > 0 while inside _critical()
+    pending = False
+
+
+def _interrupt(signum, frame) -> None:  # noqa: ARG001
+    if _Signals.depth:
+        _Signals.pending = True
         return
+    raise KeyboardInterrupt
 
-    def handler(signum, frame):  # noqa: ARG001
-        raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, handler)
+@contextlib.contextmanager
+def _critical():
+    _Signals.depth += 1
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        _Signals.depth -= 1
+        if not _Signals.depth and _Signals.pending:
+            _Signals.pending = False
+            raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def interrupts_stop_children():
+    """While running: SIGINT and SIGTERM raise KeyboardInterrupt, so the finally blocks that stop the
+    children run (a SIGINT the caller ignores, as under nohup, stays ignored)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(sig) is not signal.SIG_IGN:
+            previous[sig] = signal.signal(sig, _interrupt)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -52,6 +52,11 @@ def main() -> None:
         r.speed.throughput_samples_s = 500.0
         r.speed.latency = LatencyStats.from_samples_ms([120.0, 128.0, 131.0])
         r.save(run / "train" / "profile.json")
+    elif stage == "compare":
+        for device in ("cpu", "cuda"):
+            r = ProfileRecord(phase="train", model=a.model, backend="torch", device=device, batch_size=128)
+            r.speed.throughput_samples_s = 300.0 if device == "cpu" else 60000.0
+            r.save(run / "compare" / f"profile-{device}.json")
     elif stage == "export":
         (run / "model_repository" / f"{a.model or 'cnn'}_cpu" / "1").mkdir(parents=True, exist_ok=True)
     elif stage == "serve":
@@ -63,7 +68,8 @@ def main() -> None:
         server.serve_forever()
     elif stage == "load":
         batch, users = int(a.batch), int(a.users or 1)
-        r = ProfileRecord(phase="infer", model=a.model, backend="onnxruntime", device="cpu", batch_size=batch,
+        device = "cuda" if a.model.endswith("_gpu") else "cpu"
+        r = ProfileRecord(phase="infer", model=a.model, backend="onnxruntime", device=device, batch_size=batch,
                           concurrency=users, target=f"{a.url}/{a.model}")
         r.speed.throughput_samples_s = 800.0 * batch ** 0.5 * users
         r.speed.latency = LatencyStats.from_samples_ms([1.0 * batch ** 0.5, 1.2, 1.5])

@@ -51,6 +51,31 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
                 and p.status() != psutil.STATUS_ZOMBIE]
 
 
+def test_with_a_gpu_it_compares_training_and_serves_on_both(tmp_path, monkeypatch):
+    import trainserve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "_cuda_available", lambda: True)
+    events = []
+    cfg = RunConfig(quick=False, run="g1", runs_dir=tmp_path)
+    Pipeline(cfg, progress=events.append, argv=fake_argv).run()
+    starts = {e.stage: e.detail for e in events if e.status == "start"}
+    assert list(starts)[:4] == ["train", "compare", "export", "serve-cpu"]
+    assert starts["train"] == "cnn/small on the GPU"
+    assert "serve-cuda" in starts and starts["load-cuda-batch1"] == "batch1 on cnn_gpu"
+    train_log = (tmp_path / "g1" / "logs" / "train.log").read_text()
+    assert "--device cuda --precision bf16" in train_log and "--samples 32768" in train_log
+    assert (tmp_path / "g1" / "load" / "embedded-cuda-saturated.json").is_file()
+
+
+def test_cuda_without_a_gpu_is_a_user_error(tmp_path, monkeypatch):
+    import trainserve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "_cuda_available", lambda: False)
+    with pytest.raises(UserError, match="--device cuda was given but no CUDA GPU"):
+        Pipeline(RunConfig(device="cuda", run="g2", runs_dir=tmp_path), argv=fake_argv).run()
+    assert not (tmp_path / "g2").exists()
+
+
 def test_a_failing_stage_names_itself_and_its_log(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_FAIL", "export")
     cfg = RunConfig(device="cpu", quick=True, run="p2", runs_dir=tmp_path)
