@@ -220,3 +220,17 @@ def test_only_broken_records_is_a_user_error(tmp_path):
     (tmp_path / "r" / "load" / "x.json").write_text("{")
     with pytest.raises(UserError, match="no profile records.*unreadable"):
         build_report(tmp_path / "r")
+
+
+def test_a_ramp_is_not_mistaken_for_a_batch1_measurement(tmp_path):
+    run = tmp_path / "r"
+    ramp = _infer("cpu", 1, 1, 900.0, 5.0, ramp=True)  # overall p50 mixes every step of the ramp
+    ramp.speed.latency = _lat(0.5)  # lower than the plain record's, and still not the batch-1 figure
+    ramp.save(run / "load" / "embedded-cpu-ramp.json")
+    _infer("cpu", 1, 1, 1000.0, 0.95).save(run / "load" / "embedded-cpu-batch1.json")
+    s = json.loads((build_report(run).parent / "summary.json").read_text())
+    b1 = s["models"]["cnn"]["infer"]["onnxruntime"]["cpu"]["batch1"]
+    assert b1["source"] == "load/embedded-cpu-batch1.json" and b1["latency"]["p50_ms"] == 0.95
+    # saturated: the best step of the ramp (900 * 3.2 samples/s at 8 users), not a whole record
+    sat = s["models"]["cnn"]["infer"]["onnxruntime"]["cpu"]["saturated"]
+    assert sat["ramp_point"] and sat["concurrency"] == 8 and sat["throughput_samples_s"] == pytest.approx(2880.0)
