@@ -8,7 +8,6 @@ OUT="${OUT:-bench-out}"
 R="$OUT/results"; mkdir -p "$R"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 py=${PYTHON:-python3}
-ts() { $py -m trainserve "$@"; }
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
   timeout "$limit" "$@" >"$R/$name.log" 2>&1; echo "rc=$? ${name} $((SECONDS-t0))s"; tail -n 4 "$R/$name.log"; }
 for phase in "$@"; do case $phase in
@@ -17,15 +16,15 @@ env)
 train)
   step train_bare 330 env OUT="$R" $py benchmarks/train_bare.py --suite gpu
   step telemetry_check 90 env OUT="$R" $py benchmarks/telemetry_check.py
-  step train_cnn 120 ts train --model cnn --preset small --device cuda --precision bf16 --batch-size 512 --samples 65536 --epochs 2 --run cnn-small --runs-dir "$R/runs"
-  step train_transformer 150 ts train --model transformer --preset small --device cuda --precision bf16 --batch-size 128 --samples 16384 --epochs 2 --run transformer-small --runs-dir "$R/runs" ;;
+  step train_cnn 120 $py -m trainserve train --model cnn --preset small --device cuda --precision bf16 --batch-size 512 --samples 65536 --epochs 2 --run cnn-small --runs-dir "$R/runs"
+  step train_transformer 150 $py -m trainserve train --model transformer --preset small --device cuda --precision bf16 --batch-size 128 --samples 16384 --epochs 2 --run transformer-small --runs-dir "$R/runs" ;;
 train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
 serve)
   step export_gpu 200 env OUT="$R" $py benchmarks/export_gpu.py --preset small
   step serve_bench 300 env OUT="$R" $py benchmarks/serve_bench.py --device cuda ;;
 run)
-  step run 540 ts run --run gpu-example --runs-dir "$R/runs" ;;
+  step run 540 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null

@@ -64,6 +64,7 @@ def bare(case: Case, device: str, model_cfg) -> dict:
     torch.manual_seed(0)
     model = build_model(model_cfg)
     cl = case.model == "cnn" and device == "cuda"
+    torch.backends.cudnn.benchmark = cl  # as the pipeline does for CNNs on CUDA
     model = model.to(device, memory_format=torch.channels_last) if cl else model.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=device == "cuda")
     scaler = grad_scaler(device, case.precision)

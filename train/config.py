@@ -45,6 +45,7 @@ class TrainConfig:
     eval_each_epoch: bool = True  # evaluate on the test split after every epoch
     warmup_steps: int = 5  # first steps left out of step-time statistics (compile, cudnn autotune)
     sync_timing: bool = False  # CUDA: synchronise after every step instead of timing with CUDA events
+    find_max_batch: bool = False  # CUDA: after training, search the largest train and inference batch
 
     def __post_init__(self) -> None:
         _check(self.device in DEVICES, "device", self.device, " | ".join(DEVICES))

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from train import checkpoint as ckpt
+from train import distributed
 from train.card import CHECKPOINT_NAME, ModelCard, TensorSpec
 from train.config import TrainConfig
 from train.data import Splits, load_splits
@@ -69,6 +70,9 @@ def prepare(cfg: TrainConfig, out_dir: Path, resume: bool) -> _Setup:
     model_cfg = preset_config(cfg.model, cfg.preset)
     device = resolve_device(cfg.device)
     check_precision(device, cfg.precision)
+    if cfg.find_max_batch and device != "cuda":
+        raise UserError("--find-max-batch needs a CUDA device (on a CPU the OS kills the process instead of "
+                        "reporting out of memory); pass --device cuda or leave it out")
     state = None
     if resume:
         state = ckpt.load(out_dir / CHECKPOINT_NAME)
@@ -91,6 +95,9 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
 
     setup = prepare(cfg, Path(out_dir), resume)
     device, splits, state = setup.device, setup.splits, setup.state
+    dist_ctx = distributed.current()  # rank 0 of 1 unless launched by torchrun (see train/distributed.py)
+    if dist_ctx.distributed:
+        rank, world_size = dist_ctx.rank, dist_ctx.world_size
     is_main = rank == 0
     out_dir = Path(out_dir)
     if is_main and state is None:
@@ -102,11 +109,14 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     model = build_model(splits.config)
     family = cfg.model
     channels_last = family == "cnn" and device == "cuda"
+    if channels_last:
+        torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
     model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
     memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
     memory.moment("weights")
     n_params = sum(p.numel() for p in model.parameters())
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.effective_lr, weight_decay=cfg.weight_decay,
+    lr = distributed.scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # global batch under DDP
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
                                   fused=device == "cuda")
     scaler = grad_scaler(device, cfg.precision)
     history: list[dict[str, Any]] = []
@@ -117,7 +127,8 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
         optimizer.load_state_dict(state["optimizer"])
         scaler.load_state_dict(state["scaler"])
         history, start_step = list(state["history"]), int(state["step"])
-    forward = torch.compile(model) if cfg.compile else model
+    forward = distributed.wrap(model, dist_ctx)  # DDP when world_size > 1; `model` stays the plain module
+    forward = torch.compile(forward) if cfg.compile else forward
 
     workers = cfg.workers if cfg.workers is not None else (min(4, _cpus() // 2) if device == "cuda" else 0)
     pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
@@ -172,6 +183,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 step += 1
                 if sampler is not None and step - start_step == cfg.warmup_steps:
                     sampler.mark()  # utilization and energy cover the measured steps only
+                distributed.after_step(model, dist_ctx, step)
                 seen += len(y)
                 loss_sum += loss.detach() * len(y)
                 correct += (logits.detach().argmax(-1) == y).sum()
@@ -192,6 +204,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                     on_progress(Progress(epoch + 1, n_epochs, step, total_steps, entry["train_loss"], None,
                                          memory.current_bytes(), phase="eval"))
                 entry.update(evaluate(forward, splits, device, cfg, channels_last))
+            entry.update(distributed.epoch_means(dist_ctx, entry, ("train_loss", "train_accuracy")))
             history.append(entry)
             log.debug("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
             card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
@@ -214,12 +227,38 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
 
     record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
                           channels_last, wall_s)
+    distributed.finish(record, dist_ctx, timer.times, cfg)
+    if cfg.find_max_batch:
+        del forward, optimizer, loader  # free what training held, so the search sees the memory a fresh run has
+        record.memory.max_batch = search_max_batch(model, splits, cfg, device)
     if is_main:
         card.save(out_dir)
         write_json_atomic(out_dir / HISTORY_NAME, {"epochs": history, "steps_per_epoch": spe,
                                                     "batch_size": cfg.batch_size})
         record.save(out_dir / PROFILE_NAME)
     return FitResult(out_dir, card, history, record, resumed_from_step=start_step)
+
+
+def search_max_batch(model: Any, splits: Splits, cfg: TrainConfig, device: str) -> dict[str, Any]:
+    """{"train": N, "infer": M, "ratio": M/N} for this model and precision, on synthetic batches."""
+    import torch
+
+    from train.maxbatch import max_batches
+
+    sample = torch.from_numpy(splits.x_train[:1])
+    high = getattr(splits.config, "vocab_size", 0)  # token ids for the transformer
+    classes = splits.config.num_classes
+
+    def make_batch(n: int) -> tuple[Any, Any]:
+        shape = (n, *sample.shape[1:])
+        x = (torch.randint(0, high, shape, device=device) if cfg.model == "transformer"
+             else torch.randn(shape, device=device))
+        if cfg.model == "cnn":
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, torch.randint(0, classes, (n,), device=device)
+
+    torch.cuda.empty_cache()
+    return max_batches(model, make_batch, cfg.precision, device, start=cfg.batch_size)
 
 
 def evaluate(forward: Any, splits: Splits, device: str, cfg: TrainConfig, channels_last: bool) -> dict[str, float]:

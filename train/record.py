@@ -44,6 +44,7 @@ def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, time
         "lr": cfg.lr, "effective_lr": cfg.effective_lr, "lr_scale": cfg.lr_scale, "optimizer": "adamw",
         "epochs": cfg.epochs, "steps": cfg.steps, "seed": cfg.seed, "dataset": splits.source,
         "workers": workers, "pin_memory": pin, "compile": cfg.compile, "channels_last": channels_last,
+        "cudnn_benchmark": bool(torch.backends.cudnn.benchmark) if device == "cuda" else None,
         "torch_threads": torch.get_num_threads(), "timing": _timing(device, cfg),
         "warmup_steps": cfg.warmup_steps,
     }

@@ -52,9 +52,9 @@ QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_sa
                train_batch=64, warmup_steps=2, compare_steps=20, export_eval_samples=256, ramp_step_s=3.0,
                ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0)
 # cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
-FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=2048, train_samples_gpu=32768, train_epochs=2,
+FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
               train_batch=128, warmup_steps=5, compare_steps=30, export_eval_samples=1024, ramp_step_s=8.0,
-              ramp_max_users=32, measure_s=15.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0)
+              ramp_max_users=32, measure_s=20.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0)
 
 
 @dataclass
@@ -139,7 +139,9 @@ class Pipeline:
                   "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
         device = "cuda" if gpu else "cpu"
         precision = ["--precision", "bf16"] if gpu else []
-        self._stage("train", self.argv("train", *common, "--device", device, *precision, "--epochs", str(b.train_epochs)),
+        find_max_batch = ["--find-max-batch"] if gpu else []  # CUDA only: largest batch, training vs inference
+        self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
+                                       "--epochs", str(b.train_epochs)),
                     f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
         if gpu:  # the same model on both devices, for the training speedup
             self._stage("compare", self.argv("compare", *common, *precision, "--steps", str(b.compare_steps)),

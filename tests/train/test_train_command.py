@@ -70,6 +70,7 @@ BAD = {
     "npz wrong shape": (["--model", "cnn", "--dataset", "{flat}"], "needs (rows, channels"),
     "npz wrong dtype": (["--model", "transformer", "--dataset", "{flat}"], "integer token ids"),
     "resume without checkpoint": (["--resume"], "no checkpoint"),
+    "max batch on cpu": (["--find-max-batch"], "--find-max-batch needs a CUDA device"),
 }
 
 

@@ -63,7 +63,7 @@ def test_with_a_gpu_it_compares_training_and_serves_on_both(tmp_path, monkeypatc
     assert starts["train"] == "cnn/small on the GPU"
     assert "serve-cuda" in starts and starts["load-cuda-batch1"] == "batch1 on cnn_gpu"
     train_log = (tmp_path / "g1" / "logs" / "train.log").read_text()
-    assert "--device cuda --precision bf16" in train_log and "--samples 32768" in train_log
+    assert "--device cuda --precision bf16 --find-max-batch" in train_log and "--samples 32768" in train_log
     assert (tmp_path / "g1" / "load" / "embedded-cuda-saturated.json").is_file()
 
 

@@ -68,6 +68,9 @@ def print_summary(result: Any) -> None:
     ]
     if rec.speed.achieved_tflops is not None:
         rows.append(("achieved", f"{rec.speed.achieved_tflops} TFLOP/s" + (f", MFU {rec.speed.mfu:.1%}" if rec.speed.mfu else "")))
+    mb = rec.memory.max_batch
+    if mb:
+        rows.append(("max batch train / infer", f"{mb['train']:,} / {mb['infer']:,} (x{mb['ratio']})"))
     rows.append(("artifacts", str(result.out_dir)))
     for k, v in rows:
         t.add_row(k, v)

@@ -50,8 +50,18 @@ def train(
     run: RunOpt = "default",
     runs_dir: RunsDirOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from RUN's checkpoint, exactly.")] = False,
+    find_max_batch: Annotated[bool, typer.Option("--find-max-batch", help=(
+        "CUDA: after training, find the largest batch that fits for training and for inference."))] = False,
+    nproc: Annotated[int | None, typer.Option(help="Data-parallel: N processes under torchrun (one per GPU; "
+                                              "gloo on CPU). See docs/distributed.md.")] = None,
+    scaling_baseline: Annotated[Path | None, typer.Option(help="DDP: a 1-process run's profile.json (or its train "
+                                                          "folder) to compute scaling efficiency against.")] = None,
 ) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
+    from train import distributed, launch
+
+    if (rc := launch.relaunch(nproc, device)) is not None:  # --nproc: this command again, under torchrun
+        raise typer.Exit(rc)
     from train.config import TrainConfig
     from trainserve.runs import run_dir
 
@@ -59,7 +69,7 @@ def train(
     cfg = TrainConfig(model=model, preset=preset, device=devices[0], precision=precision, batch_size=batch_size,
                       epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale, seed=seed, workers=workers,
                       compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
-                      sync_timing=sync_timing)
+                      sync_timing=sync_timing, find_max_batch=find_max_batch)
     root = run_dir(run, runs_dir)
     if len(devices) > 1:
         if sorted(devices) != ["cpu", "cuda"] or resume:
@@ -70,8 +80,14 @@ def train(
     from train.loop import fit
     from trainserve.commands._train_view import live_progress, print_summary
 
-    with live_progress() as on_progress:
-        result = fit(cfg, root / "train", resume=resume, on_progress=on_progress)
+    with distributed.session(cfg.device) as dist_ctx:  # joins torchrun's process group when launched by it
+        if scaling_baseline is not None:
+            dist_ctx.baseline_throughput = distributed.baseline_throughput_from(scaling_baseline)
+        if not dist_ctx.is_writer:  # ranks > 0 train silently; rank 0 shows progress and writes
+            fit(cfg, root / "train", resume=resume)
+            return
+        with live_progress() as on_progress:
+            result = fit(cfg, root / "train", resume=resume, on_progress=on_progress)
     print_summary(result)
 
 
