@@ -42,7 +42,7 @@ header dt { color:#8a93a3; } header dd { margin:0; color:#dfe3ea; font-family: u
 main { max-width:1280px; margin:0 auto; padding:20px 32px 48px; }
 section { background:#fff; border:1px solid var(--line); border-radius:10px; padding:18px 22px; margin:18px 0; }
 h2 { font-size:18px; margin:0 0 12px; } h3 { font-size:15px; margin:18px 0 8px; color:#333; }
-.tiles { display:grid; grid-template-columns:repeat(auto-fit, minmax(220px, 1fr)); gap:12px; margin:4px 0 14px; }
+.tiles { display:grid; grid-template-columns:repeat(3, 1fr); gap:12px; margin:4px 0 14px; }
 .tile { border:1px solid var(--line); border-radius:8px; padding:12px 14px; background:#fbfcfd; }
 .tile .k { font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.5px; }
 .tile .v { font-size:30px; font-weight:700; color:#0f5132; font-variant-numeric: tabular-nums; }
