@@ -24,7 +24,10 @@ def build_report(run_dir: Path) -> Path:
 
     collection = collect(run_dir)
     if not collection.entries:
-        extra = f" ({len(collection.problems)} unreadable: {collection.problems[0]})" if collection.problems else ""
+        extra = ""
+        if collection.problems:
+            rel, why = collection.problems[0]
+            extra = f" ({len(collection.problems)} unreadable, e.g. {rel}: {why})"
         raise UserError(f"run {collection.run!r} has no profile records under {run_dir}/{{train,compare,load}}"
                         f"{extra}; run `trainserve train` or `trainserve load` for it first")
     summary = analyse(collection)

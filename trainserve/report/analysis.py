@@ -48,8 +48,8 @@ def analyse(collection: Collection) -> dict[str, Any]:
         "models": models,
         "conclusions": conclusions,
         "headline": [m["conclusions"][0] for m in models.values() if m["conclusions"]],
-        "warnings": _warnings(entries) + [{"source": p, "model": None, "device": None, "phase": None,
-                                           "message": "unreadable record"} for p in collection.problems],
+        "warnings": _warnings(entries) + [{"source": rel, "model": None, "device": None, "phase": None,
+                                           "message": why} for rel, why in collection.problems],
         "records": [_record_row(e) for e in entries],
     }
 

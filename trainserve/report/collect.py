@@ -34,7 +34,7 @@ class Collection:
     run: str
     run_dir: Path
     entries: list[Entry]
-    problems: list[str] = field(default_factory=list)  # files that looked like records but were unreadable
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (file, why) for files skipped as unreadable
     card: dict[str, Any] | None = None  # train/model.json, when present
 
 
@@ -44,7 +44,7 @@ def collect(run_dir: Path) -> Collection:
         raise UserError(f"run folder {run_dir} does not exist; run `trainserve run` or the stages first, "
                         "or pass the right --run/--runs-dir")
     entries: list[Entry] = []
-    problems: list[str] = []
+    problems: list[tuple[str, str]] = []
     for folder in RECORD_FOLDERS:
         base = run_dir / folder
         if not base.is_dir():
@@ -56,21 +56,21 @@ def collect(run_dir: Path) -> Collection:
             try:
                 data = json.loads(path.read_text())
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                problems.append(f"{rel}: unreadable JSON ({e}); skipped")
+                problems.append((rel, f"unreadable JSON ({e}); skipped"))
                 continue
             if not (isinstance(data, dict) and "schema_version" in data and "phase" in data):
                 continue
             try:
                 record = ProfileRecord.from_dict(data)
             except (UserError, TypeError) as e:
-                problems.append(f"{rel}: not a usable profile record ({e}); skipped")
+                problems.append((rel, f"not a usable profile record ({e}); skipped"))
                 continue
             if record.phase not in ("train", "infer") or record.device not in ("cpu", "cuda"):
-                problems.append(f"{rel}: unknown phase {record.phase!r} or device {record.device!r}; skipped")
+                problems.append((rel, f"unknown phase {record.phase!r} or device {record.device!r}; skipped"))
                 continue
             entries.append(Entry(rel, record))
-    for p in problems:
-        log.warning("%s", p)
+    for rel, why in problems:
+        log.warning("%s: %s", rel, why)
     return Collection(run=run_dir.name, run_dir=run_dir, entries=entries, problems=problems,
                       card=_read_card(run_dir / "train" / "model.json"))
 
