@@ -8,6 +8,8 @@ OUT="${OUT:-bench-out}"
 R="$OUT/results"; mkdir -p "$R"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 py=${PYTHON:-python3}
+# wheels carried to the GPU machine (onnxruntime-gpu, tritonclient, locust) live in /tmp/site there
+[ -d /tmp/site ] && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
   timeout "$limit" "$@" >"$R/$name.log" 2>&1; echo "rc=$? ${name} $((SECONDS-t0))s"; tail -n 4 "$R/$name.log"; }
 for phase in "$@"; do case $phase in
@@ -21,8 +23,9 @@ train)
 train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
 serve)
-  step export_gpu 200 env OUT="$R" $py benchmarks/export_gpu.py --preset small
-  step serve_bench 300 env OUT="$R" $py benchmarks/serve_bench.py --device cuda ;;
+  step serve_tests 150 $py -m pytest -q -x -p no:cacheprovider tests/serve
+  step export_gpu 150 env OUT="$R" $py benchmarks/export_gpu.py --preset small --repeats 20
+  step serve_bench 240 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 ;;
 run)
   step run 540 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" ;;
 *) echo "unknown phase $phase"; exit 2 ;;

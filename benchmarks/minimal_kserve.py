@@ -63,6 +63,8 @@ async def serve(args: argparse.Namespace) -> None:
     so = ort.SessionOptions()
     so.intra_op_num_threads = args.threads
     so.inter_op_num_threads = 1
+    if args.no_spin:  # idle intra-op threads sleep instead of spinning on the cores the event loop needs
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = ort.InferenceSession(args.model, sess_options=so, providers=[args.provider])
     runner = web.AppRunner(make_app(session, args.name), access_log=None)
     await runner.setup()
@@ -81,6 +83,7 @@ def main() -> None:
     parser.add_argument("--port", type=int, default=8000)
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads")
     parser.add_argument("--provider", default="CPUExecutionProvider")
+    parser.add_argument("--no-spin", action="store_true", help="onnxruntime intra-op threads do not spin when idle")
     asyncio.run(serve(parser.parse_args()))
 
 

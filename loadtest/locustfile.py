@@ -14,6 +14,9 @@ rate, ramp and SLO) are the arguments in loadtest/options.py. See docs/loadtest.
 
 from __future__ import annotations
 
+import atexit
+import logging
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -32,6 +35,26 @@ from loadtest import options as _options  # noqa: E402
 from loadtest.collector import Collector  # noqa: E402
 from loadtest.shapes import PoissonRate, StepRamp  # noqa: E402
 from loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser  # noqa: E402
+
+_exit_code = 0
+
+
+@events.quit.add_listener
+def _remember_exit_code(exit_code: int, **_: Any) -> None:
+    global _exit_code
+    _exit_code = exit_code
+
+
+@atexit.register
+def _exit_without_teardown() -> None:
+    # Results and CSVs are written by now. Closing gRPC channels while the interpreter tears down
+    # under gevent can hang forever (seen: Channel.close from InferenceServerClient.__del__), so
+    # leave at once with Locust's exit code.
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(_exit_code)
+
 
 __all__ = ["OpenLoopUser", "PoissonRate", "StepRamp", "TritonGrpcUser", "TritonHttpUser"]
 _SHAPES = {"none": None, "StepRamp": StepRamp, "PoissonRate": PoissonRate}

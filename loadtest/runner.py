@@ -166,7 +166,8 @@ def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
     root = str(LOCUSTFILE.parents[1])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryFile(mode="w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True,
+                                preexec_fn=_die_with_parent)
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -188,6 +189,15 @@ def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
         lines = [ln for ln in err.read().splitlines() if ln.strip()]
     problems = [ln for ln in lines if "Error" in ln or "error" in ln]
     return proc.returncode, (problems or lines or [""])[-1][-300:]
+
+
+def _die_with_parent() -> None:
+    """In the Locust child (Linux): be killed when `trainserve load` dies, even by SIGKILL."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -157,5 +157,7 @@ class OpenLoopUser(TritonUser):
     def on_stop(self) -> None:
         pool = getattr(self, "_pool", None)
         if pool is not None:
-            pool.kill(block=False)
+            # Wait for the killed requests to unwind: a gRPC channel closed under a call that
+            # is still being torn down hangs the process at exit.
+            pool.kill(block=True, timeout=2.0)
         super().on_stop()

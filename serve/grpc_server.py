@@ -153,13 +153,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                         model_name=request.model_name, model_version=request.model_version, id=request.id)))
 
         async def read_all() -> None:
-            async for request in request_iterator:
-                task = asyncio.create_task(answer(request))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            if pending:
-                await asyncio.gather(*list(pending))
-            await done.put(None)  # end of stream: every answer is queued
+            try:
+                async for request in request_iterator:
+                    task = asyncio.create_task(answer(request))
+                    pending.add(task)
+                    task.add_done_callback(pending.discard)
+                if pending:
+                    await asyncio.gather(*list(pending))
+            finally:
+                await done.put(None)  # end of stream (or the client went away): stop yielding
 
         reader = asyncio.create_task(read_all())
         try:

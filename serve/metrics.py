@@ -125,7 +125,7 @@ class ResourceReader:
     NVML is optional: without it (or without a GPU) there are simply no GPU series.
     """
 
-    def __init__(self, gpu_index: int = 0, interval_s: float = 0.5) -> None:
+    def __init__(self, gpu_index: int = 0, interval_s: float = 1.0) -> None:
         self._sampler = _start_sampler(gpu_index, interval_s)
         self._nvml = _open_nvml(gpu_index)
         self._energy_start_j = self._nvml_energy_j() if self._nvml else None
@@ -187,7 +187,9 @@ def _start_sampler(gpu_index: int, interval_s: float) -> Any:
         from trainserve.telemetry import Sampler
     except ImportError:
         return None
-    sampler = Sampler(interval_s=interval_s, gpu_index=gpu_index)
+    # only machine-wide and GPU readings are served: skip the sampler's walk over child processes,
+    # which costs CPU on every tick while the server is busy
+    sampler = Sampler(interval_s=interval_s, gpu_index=gpu_index, include_children=False)
     sampler.start()
     return sampler
 

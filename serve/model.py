@@ -143,6 +143,25 @@ def _to_bytes(a: np.ndarray) -> np.ndarray:
     return np.vectorize(lambda s: s.encode() if isinstance(s, str) else bytes(s), otypes=[object])(a)
 
 
+_preloaded = False
+
+
+def _preload_cuda_libraries(ort) -> None:
+    """Load the CUDA/cuDNN libraries that pip's nvidia-* packages (e.g. torch's) ship, once.
+
+    Without this, onnxruntime-gpu finds them only through LD_LIBRARY_PATH, and otherwise falls back
+    to the CPU (which the caller then refuses).
+    """
+    global _preloaded
+    if _preloaded or not hasattr(ort, "preload_dlls"):
+        return
+    _preloaded = True
+    try:
+        ort.preload_dlls()
+    except Exception as e:  # a missing library shows up as the CPU fallback the caller reports
+        log.debug("onnxruntime.preload_dlls() failed: %s", e)
+
+
 def _make_session(path: Path, device: str, intra: int, inter: int, device_id: int = 0, spin: bool = False):
     import onnxruntime as ort
 
@@ -155,6 +174,7 @@ def _make_session(path: Path, device: str, intra: int, inter: int, device_id: in
     providers: list = ["CPUExecutionProvider"]
     if device == "cuda":
         providers = [("CUDAExecutionProvider", {"device_id": device_id}), "CPUExecutionProvider"]
+        _preload_cuda_libraries(ort)
     try:
         session = ort.InferenceSession(str(path), sess_options=so, providers=providers)
     except Exception as e:  # onnxruntime raises its own Fail/InvalidGraph/... types

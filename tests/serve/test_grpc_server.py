@@ -73,14 +73,14 @@ def test_model_ready_and_metadata(client):
     assert code == "StatusCode.UNAVAILABLE" and "broken" in message
 
 
-def test_model_config_and_repository_index(client):
+def test_model_config_and_repository_index(client, stub):
     config = client.get_model_config("classifier").config
     assert config.max_batch_size == 8 and config.input[0].name == "input" and config.HasField("dynamic_batching")
     assert client.get_model_config("ints", as_json=True)["config"]["input"][0]["data_type"] == "TYPE_INT64"
     index = {(m.name, m.version): m for m in client.get_model_repository_index().models}
     assert index[("classifier", "1")].state == "READY" and index[("classifier", "2")].state == "READY"
     assert index[("broken", "1")].state == "UNAVAILABLE" and index[("broken", "1")].reason
-    ready_only = client._client_stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True))
+    ready_only = stub.RepositoryIndex(pb.RepositoryIndexRequest(ready=True))
     assert "broken" not in {m.name for m in ready_only.models}
 
 
@@ -275,3 +275,15 @@ def test_grpc_config_validates_fields():
         GrpcConfig(port=70000)
     with pytest.raises(ValueError, match="max_message_bytes"):
         GrpcConfig(max_message_bytes=10)
+
+
+def test_a_taken_port_is_an_os_error(server):
+    from serve.grpc_server import GrpcServer
+
+    port = int(server[1].rsplit(":", 1)[1])
+
+    async def scenario() -> None:
+        with pytest.raises(OSError, match=f"127.0.0.1:{port}"):
+            await GrpcServer(core=None, config=GrpcConfig(port=port)).start()
+
+    asyncio.run(scenario())

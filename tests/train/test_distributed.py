@@ -118,13 +118,15 @@ TINY = ["--model", "mlp", "--preset", "tiny", "--device", "cpu", "--batch-size",
 def _train(tmp_path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     # OMP_NUM_THREADS=1: two ranks on two cores, no oversubscription on a loaded CI machine
     env = subprocess_env(TRAINSERVE_DDP_CHECK_SYNC="1", OMP_NUM_THREADS="1")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other tests' servers
     proc = subprocess.Popen(trainserve_cmd("train", "--nproc", "2", *TINY, "--runs-dir", str(tmp_path), *args),
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         out, _ = proc.communicate(timeout=timeout)
     finally:
         _stop_tree(proc)
-    assert not psutil.Process().children(recursive=True), "a training process outlived the run"
+    left = [p for p in psutil.Process().children(recursive=True) if p.pid not in before]
+    assert not left, f"a training process outlived the run: {left}"
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, "")
 
 
@@ -162,6 +164,7 @@ def test_two_processes_train_in_sync_then_resume_until_ctrl_c(tmp_path):
 
     # resume from that checkpoint with a long schedule; stop it with Ctrl-C once it has gone on
     env = subprocess_env(TRAINSERVE_DDP_CHECK_SYNC="1", OMP_NUM_THREADS="1")
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other tests' servers
     proc = subprocess.Popen(trainserve_cmd("train", "--nproc", "2", *TINY, "--runs-dir", str(tmp_path),
                                            "--epochs", "1000", "--run", "ddp", "--resume"),
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

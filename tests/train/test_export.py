@@ -158,8 +158,8 @@ def test_cli_exports_a_run_and_prints_a_summary(tmp_path, quick_exporter) -> Non
                                       "--seed", "1", "--gpu-variant", "fp32", "--tensorrt",
                                       "--preferred-batch-sizes", "4,8", "--max-batch-size", "8"])
     assert result.exit_code == 0, result.output
-    flat = "".join(result.output.split())  # rich wraps long paths at the console width (tmp path length varies)
-    assert "int8" in flat and "fp16" in flat and "model_repository" in flat
+    out = result.output.replace("\n", "")  # rich wraps long paths at the terminal width
+    assert "int8" in out and "fp16" in out and "model_repository" in out
     gpu = text_format.Parse((tmp_path / "r/model_repository/mlp_gpu/config.pbtxt").read_text(), pb.ModelConfig())
     assert list(gpu.dynamic_batching.preferred_batch_size) == [4, 8]
     assert gpu.optimization.execution_accelerators.gpu_execution_accelerator[0].name == "tensorrt"

@@ -1,11 +1,29 @@
-"""`trainserve report` (not built yet)."""
+"""`trainserve report`: the side-by-side report of a run."""
 
 from __future__ import annotations
 
-from trainserve.errors import UserError, cli_errors
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainserve.errors import cli_errors
+from trainserve.runs import DEFAULT_RUNS_DIR
 
 
 @cli_errors
-def report() -> None:
-    """Not built yet."""
-    raise UserError("trainserve report is not built yet")
+def report(
+    run: Annotated[str, typer.Option("--run", help="Run whose profile records to report.")],
+    runs_dir: Annotated[Path, typer.Option("--runs-dir", help="Folder that holds the runs.")] = DEFAULT_RUNS_DIR,
+) -> None:
+    """Write runs/RUN/report/: report.html (self-contained), report.md, summary.json and plots.
+
+    Reads every profile record of the run (train/, compare/, load/) and sets training beside
+    inference, CPU beside GPU: throughput, latency percentiles, memory, utilization, energy,
+    speedups, and conclusions drawn from the numbers.
+    """
+    from trainserve.report import build_report
+    from trainserve.runs import existing_run_dir
+
+    html = build_report(existing_run_dir(run, runs_dir))
+    typer.echo(f"report: {html}")

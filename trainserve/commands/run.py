@@ -1,11 +1,72 @@
-"""`trainserve run` (not built yet)."""
+"""`trainserve run`: the main job, every stage in one command."""
 
 from __future__ import annotations
 
-from trainserve.errors import UserError, cli_errors
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from trainserve.errors import cli_errors
 
 
 @cli_errors
-def run() -> None:
-    """Not built yet."""
-    raise UserError("trainserve run is not built yet")
+def run(
+    model: Annotated[str, typer.Option("--model", "-m", help="Model family: mlp, cnn or transformer.")] = "cnn",
+    preset: Annotated[str | None, typer.Option("--preset", "-p",
+                                               help="Size preset (default: small on a GPU machine, tiny with --quick or "
+                                                    "without a GPU).")] = None,
+    device: Annotated[str, typer.Option(help="auto: the CPU, plus the GPU when there is one; cpu; or cuda "
+                                             "(fails without a GPU).")] = "auto",
+    quick: Annotated[bool, typer.Option("--quick", help="A small job: under 3 minutes on a 2-core CPU.")] = False,
+    run_name: Annotated[str, typer.Option("--run", help="Run name (default: run-DATE-TIME).")] = "",
+    runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Folder of runs (default: ./runs).")] = None,
+) -> None:
+    """Train, export, serve on the CPU (and the GPU), load-test each server, and write the report.
+
+    Every stage logs to RUNS_DIR/RUN/logs/; the report lands in RUNS_DIR/RUN/report/. Ctrl-C stops
+    every process it started.
+    """
+    import time
+
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from trainserve.pipeline import Pipeline, RunConfig, StageEvent
+
+    cfg = RunConfig(model=model, preset=preset, device=device, quick=quick, run=run_name, runs_dir=runs_dir)
+    console = Console()
+    started = time.monotonic()
+    if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
+        def line(event: StageEvent) -> None:
+            if event.status == "start":
+                typer.echo(f"… {event.stage}: {event.detail}")
+            else:
+                typer.echo(f"✓ {event.stage}: {event.detail} ({event.seconds:.1f} s)")
+
+        html = _run(Pipeline(cfg, progress=line))
+    else:
+        with Progress(SpinnerColumn(finished_text="[green]✓"), TextColumn("[bold]{task.fields[stage]:<22}"),
+                      TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
+            tasks: dict[str, int] = {}
+
+            def show(event: StageEvent) -> None:
+                if event.status == "start":
+                    tasks[event.stage] = bar.add_task(event.detail, total=1, stage=event.stage)
+                else:
+                    bar.update(tasks[event.stage], completed=1,
+                               description=f"{event.detail} [dim]({event.seconds:.1f} s)")
+
+            html = _run(Pipeline(cfg, progress=show), stop=bar.stop)
+    console.print(f"run [bold]{cfg.run}[/] done in {time.monotonic() - started:.0f} s")
+    typer.echo(f"report: {html}")  # one unwrapped line, for people and scripts alike
+
+
+def _run(pipeline, stop=lambda: None) -> Path:  # pipeline: trainserve.pipeline.Pipeline
+    try:
+        return pipeline.run()
+    except KeyboardInterrupt:
+        stop()
+        typer.secho(f"interrupted; every process this run started was stopped (logs in {pipeline.logs})",
+                    err=True, fg="yellow")
+        raise typer.Exit(code=130) from None

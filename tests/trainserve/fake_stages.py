@@ -1,0 +1,86 @@
+"""Stand-ins for the stage CLIs, so `trainserve run`'s orchestration is tested in seconds.
+
+    python fake_stages.py <train|compare|export|serve|load> [the stage's options]
+
+They write real profile records where the real stages do. FAKE_FAIL=<stage> makes that stage
+fail; FAKE_SLOW=<stage> makes it hang (and start a grandchild that must be stopped with it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.server
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from trainserve.profile import LatencyStats, ProfileRecord  # noqa: E402
+
+
+def _opts(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser()
+    for name in ("--run", "--runs-dir", "--model", "--url", "--batch", "--users", "--device", "--model-repository",
+                 "--duration", "--ramp-step-s", "--ramp-max-users", "--metrics-url", "--target"):
+        p.add_argument(name)
+    p.add_argument("--ramp", action="store_true")
+    args, _ = p.parse_known_args(argv)
+    return args
+
+
+def _hang() -> None:
+    # a grandchild in the same process group, like a Locust worker or a DataLoader worker
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    time.sleep(600)
+
+
+def main() -> None:
+    stage, argv = sys.argv[1], sys.argv[2:]
+    a = _opts(argv)
+    print(f"fake {stage} {' '.join(argv)}", file=sys.stderr, flush=True)
+    if os.environ.get("FAKE_FAIL") == stage:
+        print(f"error: fake {stage} broke on purpose", file=sys.stderr)
+        sys.exit(1)
+    if os.environ.get("FAKE_SLOW") == stage:
+        _hang()
+    run = Path(a.runs_dir or "runs") / (a.run or "default")
+    if stage == "train":
+        r = ProfileRecord(phase="train", model=a.model, backend="torch", device=a.device, batch_size=64)
+        r.speed.throughput_samples_s = 500.0
+        r.speed.latency = LatencyStats.from_samples_ms([120.0, 128.0, 131.0])
+        r.save(run / "train" / "profile.json")
+    elif stage == "compare":
+        for device in ("cpu", "cuda"):
+            r = ProfileRecord(phase="train", model=a.model, backend="torch", device=device, batch_size=128)
+            r.speed.throughput_samples_s = 300.0 if device == "cpu" else 60000.0
+            r.save(run / "compare" / f"profile-{device}.json")
+    elif stage == "export":
+        (run / "model_repository" / f"{a.model or 'cnn'}_cpu" / "1").mkdir(parents=True, exist_ok=True)
+    elif stage == "serve":
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+        port = server.server_address[1]
+        print(f"trainserve serve: ready http=127.0.0.1:{port} grpc=off metrics=off", flush=True)
+        if os.environ.get("FAKE_SLOW") == "serve-child":
+            subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+        server.serve_forever()
+    elif stage == "load":
+        batch, users = int(a.batch), int(a.users or 1)
+        device = "cuda" if a.model.endswith("_gpu") else "cpu"
+        r = ProfileRecord(phase="infer", model=a.model, backend="onnxruntime", device=device, batch_size=batch,
+                          concurrency=users, target=f"{a.url}/{a.model}")
+        r.speed.throughput_samples_s = 800.0 * batch ** 0.5 * users
+        r.speed.latency = LatencyStats.from_samples_ms([1.0 * batch ** 0.5, 1.2, 1.5])
+        if a.ramp:
+            r.extra["ramp"] = [{"users": u, "rate": None, "requests_s": 800.0 * u, "throughput_samples_s": 800.0 * u,
+                                "p50_ms": 1.0 + u / 4, "p90_ms": 1.3 + u / 4, "p99_ms": 2.0 + u / 4} for u in (1, 2, 4)]
+        out = run / "load" / f"{a.target}.json"
+        r.save(out)
+        out.with_name(f"{a.target}_stats.csv").write_text("Type,Name\n")
+    time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    main()

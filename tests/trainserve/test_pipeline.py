@@ -1,0 +1,151 @@
+"""`trainserve run`'s orchestration against stand-in stages: order, files, failures, interrupts."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT, subprocess_env
+from trainserve.errors import UserError
+from trainserve.pipeline import Pipeline, RunConfig
+
+FAKE = Path(__file__).with_name("fake_stages.py")
+
+
+def fake_argv(*args: str) -> list[str]:
+    return [sys.executable, str(FAKE), *args]
+
+
+def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
+    events = []
+    cfg = RunConfig(device="cpu", quick=True, run="p1", runs_dir=tmp_path)
+    html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
+    done = [e.stage for e in events if e.status == "done"]
+    assert done == ["train", "export", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated",
+                    "report"]
+    load = tmp_path / "p1" / "load"
+    assert sorted(p.name for p in load.iterdir()) == [
+        "embedded-cpu-batch1.json", "embedded-cpu-batch1_stats.csv", "embedded-cpu-ramp.json",
+        "embedded-cpu-ramp_stats.csv", "embedded-cpu-saturated.json", "embedded-cpu-saturated_stats.csv"]
+    summary = json.loads((html.parent / "summary.json").read_text())
+    cpu = summary["models"]["cnn"]["infer"]["onnxruntime"]["cpu"]
+    assert cpu["batch1"]["source"] == "load/embedded-cpu-batch1.json"
+    assert cpu["saturated"]["batch_size"] == 64
+    assert summary["models"]["cnn"]["ramps"][0]["source"] == "load/embedded-cpu-ramp.json"
+    # the server's own process was sampled during each load and its memory filled in
+    record = json.loads((load / "embedded-cpu-batch1.json").read_text())
+    assert record["memory"]["rss_peak_bytes"] > 10 * 1024**2
+    assert record["extra"]["server_process"]["ticks"] >= 1
+    assert (tmp_path / "p1" / "logs" / "serve-cpu.log").read_text().count("trainserve serve: ready") == 1
+    # the server was stopped when its loads were done
+    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
+                and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_with_a_gpu_it_compares_training_and_serves_on_both(tmp_path, monkeypatch):
+    import trainserve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "_cuda_available", lambda: True)
+    events = []
+    cfg = RunConfig(quick=False, run="g1", runs_dir=tmp_path)
+    Pipeline(cfg, progress=events.append, argv=fake_argv).run()
+    starts = {e.stage: e.detail for e in events if e.status == "start"}
+    assert list(starts)[:4] == ["train", "compare", "export", "serve-cpu"]
+    assert starts["train"] == "cnn/small on the GPU"
+    assert "serve-cuda" in starts and starts["load-cuda-batch1"] == "batch1 on cnn_gpu"
+    train_log = (tmp_path / "g1" / "logs" / "train.log").read_text()
+    assert "--device cuda --precision bf16 --find-max-batch" in train_log and "--samples 32768" in train_log
+    assert (tmp_path / "g1" / "load" / "embedded-cuda-saturated.json").is_file()
+
+
+def test_cuda_without_a_gpu_is_a_user_error(tmp_path, monkeypatch):
+    import trainserve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "_cuda_available", lambda: False)
+    with pytest.raises(UserError, match="--device cuda was given but no CUDA GPU"):
+        Pipeline(RunConfig(device="cuda", run="g2", runs_dir=tmp_path), argv=fake_argv).run()
+    assert not (tmp_path / "g2").exists()
+
+
+def test_a_failing_stage_names_itself_and_its_log(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "export")
+    cfg = RunConfig(device="cpu", quick=True, run="p2", runs_dir=tmp_path)
+    with pytest.raises(UserError) as err:
+        Pipeline(cfg, argv=fake_argv).run()
+    msg = str(err.value)
+    assert msg.startswith("the export stage failed: exited with code 1")
+    assert "fake export broke on purpose" in msg
+    assert msg.endswith(f"see its log at {tmp_path / 'p2' / 'logs' / 'export.log'}")
+
+
+def test_bad_options_are_user_errors():
+    with pytest.raises(UserError, match="--model 'resnet' is invalid"):
+        RunConfig(model="resnet")
+    with pytest.raises(UserError, match="--device 'tpu' is invalid"):
+        RunConfig(device="tpu")
+    assert RunConfig().run.startswith("run-")
+
+
+SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from pathlib import Path
+    from trainserve.pipeline import Pipeline, RunConfig
+    from fake_stages_argv import fake_argv
+    Pipeline(RunConfig(device="cpu", quick=True, run="p3", runs_dir=Path({runs!r})), argv=fake_argv).run()
+""")
+
+
+@pytest.mark.parametrize("slow", ["serve-child", "load"])
+def test_sigint_mid_run_leaves_no_process_behind(tmp_path, slow):
+    (tmp_path / "fake_stages_argv.py").write_text(
+        f"import sys\ndef fake_argv(*a):\n    return [sys.executable, {str(FAKE)!r}, *a]\n")
+    script = SCRIPT.format(tests=str(tmp_path), runs=str(tmp_path / "runs"))
+    # serve-child: the server starts a grandchild; load: the first load hangs with a grandchild
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=REPO_ROOT, env=subprocess_env(FAKE_SLOW=slow),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        descendants = _wait_for_descendants(proc.pid, minimum=3 if slow == "load" else 2)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode != 0 and b"KeyboardInterrupt" in err
+    time.sleep(0.2)
+    alive = [p for p in descendants if _alive(p)]
+    assert not alive, f"still running after SIGINT: {[p.cmdline() for p in alive]}"
+
+
+def _wait_for_descendants(pid: int, minimum: int, timeout_s: float = 30) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout_s
+    parent = psutil.Process(pid)
+    while time.monotonic() < deadline:
+        kids = parent.children(recursive=True)
+        if len([k for k in kids if "sleep(600)" in " ".join(_cmdline(k))]) >= 1 and len(kids) >= minimum:
+            return kids
+        time.sleep(0.05)
+    raise AssertionError(f"the run never reached the hanging stage: {[_cmdline(k) for k in parent.children(True)]}")
+
+
+def _cmdline(p: psutil.Process) -> list[str]:
+    try:
+        return p.cmdline()
+    except psutil.Error:
+        return []
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False

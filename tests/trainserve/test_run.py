@@ -1,0 +1,103 @@
+"""`trainserve run` for real: every stage end to end (slow), and Ctrl-C in the middle of training."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT, subprocess_env, trainserve_cmd
+
+
+def _ours(marker: str) -> list[psutil.Process]:
+    """Processes still running whose command line names this test's folder."""
+    found = []
+    for p in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and marker in " ".join(p.info["cmdline"] or []):
+                found.append(p)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(420)
+def test_run_quick_end_to_end(tmp_path):
+    runs = tmp_path / "runs"
+    t0 = time.monotonic()
+    proc = subprocess.run(trainserve_cmd("run", "--quick", "--device", "cpu", "--run", "e2e", "--runs-dir", str(runs)),
+                          cwd=REPO_ROOT, env=subprocess_env(), capture_output=True, text=True, timeout=400)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = runs / "e2e" / "report"
+    assert f"report: {report / 'report.html'}" in proc.stdout.splitlines()
+    assert "✓ load-cpu-saturated: saturated on cnn_cpu" in proc.stdout  # one line per stage in a pipe
+    assert not _ours(str(tmp_path)), "a process of the run outlived it"
+
+    s = json.loads((report / "summary.json").read_text())
+    cnn = s["models"]["cnn"]
+    assert cnn["devices_measured"] == ["cpu"]
+    train = cnn["train"]["cpu"]
+    assert train["throughput_samples_s"] > 0 and train["latency"]["p50_ms"] > 0
+    assert train["memory"]["peak_bytes"] > 0
+    cpu = cnn["infer"]["onnxruntime"]["cpu"]
+    assert cpu["batch1"]["source"] == "load/embedded-cpu-batch1.json"
+    assert cpu["batch1"]["batch_size"] == 1 and 0 < cpu["batch1"]["latency"]["p50_ms"] < 1000
+    assert cpu["saturated"]["throughput_samples_s"] > cpu["batch1"]["throughput_samples_s"]
+    assert cpu["batch1"]["memory"]["peak_bytes"] > 0  # the server's RSS, sampled by the run
+    assert cnn["ramps"] and cnn["ramps"][0]["points"][0]["users"] == 1
+    assert cnn["speedups"]["train"]["value"] is None
+    assert any("GPU not measured" in c for c in s["conclusions"])
+    ratio = cnn["train_vs_infer"]["cpu"]["throughput_ratio"]
+    assert ratio == pytest.approx(cpu["saturated"]["throughput_samples_s"] / train["throughput_samples_s"])
+    assert any(f"{ratio:.1f}x the training throughput" in c or f"{ratio:,.0f}x the training throughput" in c
+               for c in s["conclusions"])
+
+    html = (report / "report.html").read_text()
+    assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", html, re.I)
+    assert html.count("src='data:image/png;base64,") >= 4
+    md = (report / "report.md").read_text()
+    assert "| cnn | Training | not measured |" in md
+    for stage in ("train", "export", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated"):
+        assert (runs / "e2e" / "logs" / f"{stage}.log").stat().st_size > 0
+    print(f"trainserve run --quick took {elapsed:.0f} s")
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_during_training_stops_everything(tmp_path):
+    runs = tmp_path / "runs"
+    # enough training that Ctrl-C lands while it runs
+    proc = subprocess.Popen(trainserve_cmd("run", "--device", "cpu", "--run", "int", "--runs-dir", str(runs)),
+                            cwd=REPO_ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        train_log = runs / "int" / "logs" / "train.log"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (train_log.exists() and _children_named(proc.pid, "train")):
+            time.sleep(0.1)
+        assert _children_named(proc.pid, "train"), "training never started"
+        time.sleep(1.0)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted; every process this run started was stopped" in err
+    assert "Traceback" not in err
+    assert not _ours(str(tmp_path))
+    assert not (runs / "int" / "report").exists()
+
+
+def _children_named(pid: int, word: str) -> list[psutil.Process]:
+    try:
+        return [c for c in psutil.Process(pid).children(recursive=True) if word in " ".join(c.cmdline())]
+    except psutil.Error:
+        return []

@@ -1,0 +1,290 @@
+"""`trainserve run`, the main job: train, export, serve on the CPU (and the GPU), load, report.
+
+Every stage is the stage's own CLI in a child process (DESIGN.md: stages talk through artifacts on
+disk and the network, never by importing each other), logged to `runs/<run>/logs/<stage>.log`.
+Servers listen on free loopback ports read back from their ready line. Whatever happens — success,
+a failing stage, Ctrl-C, SIGTERM — every child is stopped before this returns.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import logging
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import trainserve
+from trainserve.errors import UserError
+from trainserve.procs import ChildFailed, Children, interrupts_stop_children, trainserve_argv, wait_ready
+from trainserve.runs import run_dir
+
+log = logging.getLogger(__name__)
+
+MODELS = ("mlp", "cnn", "transformer")
+DEVICES = ("auto", "cpu", "cuda")
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much work each stage does: --quick (< 3 min on 2 cores) or the default (< 10 min)."""
+
+    preset_cpu: str  # model size preset when --preset is not given and training runs on the CPU
+    preset_gpu: str  # ... and when it runs on the GPU
+    train_samples: int  # synthetic training rows on the CPU
+    train_samples_gpu: int  # ... on the GPU, where a few thousand rows pass in well under a second
+    train_epochs: int
+    train_batch: int
+    warmup_steps: int  # training steps left out of the step-time statistics
+    compare_steps: int  # CPU-vs-GPU training comparison, steps per device (GPU machines only)
+    export_eval_samples: int  # evaluation rows for each exported variant's accuracy
+    ramp_step_s: float  # seconds per load-ramp step
+    ramp_max_users: int
+    measure_s: float  # batch-1 and saturated measurements, seconds each
+    saturate_users: int  # concurrent users of the saturating measurement
+    saturate_batch: int  # rows per request of the saturating measurement (<= export's max batch 64)
+    stage_timeout_s: float  # a stage running longer than this is stopped and reported
+
+
+QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
+               train_batch=64, warmup_steps=2, compare_steps=20, export_eval_samples=256, ramp_step_s=3.0,
+               ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0)
+# cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
+FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
+              train_batch=128, warmup_steps=5, compare_steps=30, export_eval_samples=1024, ramp_step_s=8.0,
+              ramp_max_users=32, measure_s=20.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0)
+
+
+@dataclass
+class RunConfig:
+    """What `trainserve run` does."""
+
+    model: str = "cnn"  # zoo family
+    preset: str | None = None  # None: the budget's (tiny with --quick or without a GPU, else small)
+    device: str = "auto"  # auto: the CPU, plus the GPU when there is one; cpu: CPU only; cuda: require a GPU
+    quick: bool = False
+    run: str = ""  # "" -> run-YYYYmmdd-HHMMSS
+    runs_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.model not in MODELS:
+            raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
+        if self.device not in DEVICES:
+            raise UserError(f"--device {self.device!r} is invalid; choose one of {', '.join(DEVICES)}")
+        if not self.run:
+            self.run = "run-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+
+    @property
+    def budget(self) -> Budget:
+        return QUICK if self.quick else FULL
+
+
+@dataclass
+class StageEvent:
+    """What the CLI shows: a stage started ("start") or ended ("done"), with a short detail."""
+
+    stage: str
+    status: str  # "start" | "done"
+    detail: str = ""
+    seconds: float = 0.0
+
+
+Progress = Callable[[StageEvent], None]
+
+
+@dataclass
+class Pipeline:
+    """The stages of one run. `argv` turns a stage's CLI arguments into a command line."""
+
+    cfg: RunConfig
+    progress: Progress = lambda event: None
+    argv: Callable[..., list[str]] = trainserve_argv
+    children: Children = field(default_factory=Children)
+
+    def __post_init__(self) -> None:
+        self.root = run_dir(self.cfg.run, self.cfg.runs_dir)
+        self.logs = self.root / "logs"
+        self.env = _child_env()
+
+    # --- the job ------------------------------------------------------------------------------
+
+    def run(self) -> Path:
+        """Run every stage; return the report's path. Children are stopped on every way out."""
+        gpu = self._gpu_devices()
+        with interrupts_stop_children():
+            try:
+                self._train(gpu)
+                self._export()
+                for device in ["cpu"] + (["cuda"] if gpu else []):
+                    self._serve_and_load(device)
+                return self._report()
+            finally:
+                self.children.stop_all()
+
+    def _gpu_devices(self) -> bool:
+        if self.cfg.device == "cpu":
+            return False
+        has = _cuda_available()
+        if self.cfg.device == "cuda" and not has:
+            raise UserError("--device cuda was given but no CUDA GPU is visible to PyTorch; use --device auto or cpu")
+        return has
+
+    def _train(self, gpu: bool) -> None:
+        b, c = self.cfg.budget, self.cfg
+        preset = c.preset or (b.preset_gpu if gpu else b.preset_cpu)
+        samples = b.train_samples_gpu if gpu else b.train_samples
+        common = ["--model", c.model, "--preset", preset, "--samples", str(samples),
+                  "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
+        device = "cuda" if gpu else "cpu"
+        precision = ["--precision", "bf16"] if gpu else []
+        find_max_batch = ["--find-max-batch"] if gpu else []  # CUDA only: largest batch, training vs inference
+        self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
+                                       "--epochs", str(b.train_epochs)),
+                    f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
+        if gpu:  # the same model on both devices, for the training speedup
+            self._stage("compare", self.argv("compare", *common, *precision, "--steps", str(b.compare_steps)),
+                        "training on CPU and GPU")
+
+    def _export(self) -> None:
+        self._stage("export", self.argv("export", *self._run_args(), "--eval-samples",
+                                        str(self.cfg.budget.export_eval_samples)),
+                    "ONNX, verification, model repository")
+
+    def _serve_and_load(self, device: str) -> None:
+        name = f"serve-{device}"
+        t0 = time.monotonic()
+        self.progress(StageEvent(name, "start", f"embedded server on the {_label(device)}"))
+        server = self.children.start(
+            name, self.argv("serve", "--model-repository", str(self.root / "model_repository"), "--device", device,
+                            "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"),
+            self.logs / f"{name}.log", env=self.env, capture_stdout=True)
+        try:
+            addresses = wait_ready(server, timeout_s=120)
+        except ChildFailed as e:
+            raise _failed(name, e.child.log_path, str(e)) from None
+        self.progress(StageEvent(name, "done", f"ready at http://{addresses.get('http')}", time.monotonic() - t0))
+        model = f"{self.cfg.model}_{'gpu' if device == 'cuda' else 'cpu'}"
+        b = self.cfg.budget
+        url = ["--url", addresses["http"], "--model", model, *self._run_args()]
+        if addresses.get("metrics", "off") != "off":
+            url += ["--metrics-url", f"http://{addresses['metrics']}/metrics"]
+        ramp_s = b.ramp_step_s * (b.ramp_max_users + 1)  # an upper bound: the ramp stops at saturation
+        scenarios = {
+            "ramp": ["--ramp", "--batch", "1", "--ramp-step-s", f"{b.ramp_step_s:g}",
+                     "--ramp-max-users", str(b.ramp_max_users), "--duration", f"{ramp_s:.0f}s"],
+            "batch1": ["--users", "1", "--batch", "1", "--duration", f"{b.measure_s:g}s"],
+            "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
+                          "--duration", f"{b.measure_s:g}s"],
+        }
+        for scenario, args in scenarios.items():
+            target = f"embedded-{device}-{scenario}"  # the record's file name: load/<target>.json
+            with _ServerWatch(server.proc.pid) as watch:
+                self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
+                            f"{scenario} on {model}")
+            watch.annotate(self.root / "load" / f"{target}.json")
+        self.children.stop_all()  # the server, before the next one competes for the same cores
+
+    def _report(self) -> Path:
+        t0 = time.monotonic()
+        self.progress(StageEvent("report", "start", "HTML, Markdown, summary.json"))
+        from trainserve.report import build_report
+
+        html = build_report(self.root)
+        self.progress(StageEvent("report", "done", str(html), time.monotonic() - t0))
+        return html
+
+    # --- helpers ------------------------------------------------------------------------------
+
+    def _run_args(self) -> list[str]:
+        args = ["--run", self.cfg.run]
+        if self.cfg.runs_dir is not None:
+            args += ["--runs-dir", str(self.cfg.runs_dir)]
+        return args
+
+    def _stage(self, name: str, argv: list[str], detail: str) -> None:
+        t0 = time.monotonic()
+        self.progress(StageEvent(name, "start", detail))
+        log_path = self.logs / f"{name}.log"
+        child = self.children.start(name, argv, log_path, env=self.env)
+        rc = self.children.wait(child, timeout_s=self.cfg.budget.stage_timeout_s)
+        if rc != 0:
+            why = (f"ran past its {self.cfg.budget.stage_timeout_s:.0f} s limit" if rc == 124
+                   else f"exited with code {rc}")
+            raise _failed(name, log_path, why)
+        self.progress(StageEvent(name, "done", detail, time.monotonic() - t0))
+
+
+class _ServerWatch:
+    """The server process's own CPU and memory while a load runs (the load stage sees the server only
+    through its metrics endpoint, whose CPU memory figure is the whole machine's)."""
+
+    def __init__(self, pid: int) -> None:
+        from trainserve.telemetry import Sampler
+
+        self.sampler = Sampler(interval_s=0.2, pid=pid)
+
+    def __enter__(self) -> _ServerWatch:
+        self.sampler.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sampler.stop()
+
+    def annotate(self, path: Path) -> None:
+        """Fill what the load record left empty; never overwrite what the load stage measured."""
+        from trainserve.profile import ProfileRecord
+
+        if not path.is_file():
+            return
+        s = self.sampler.summary()
+        record = ProfileRecord.load(path)
+        m, u = record.memory, record.utilization
+        if m.rss_peak_bytes is None:
+            m.rss_peak_bytes = s["rss_max_bytes"]
+        if m.peak_bytes is None and record.device == "cpu":
+            m.peak_bytes = s["rss_max_bytes"]
+        if u.cpu_process_mean_percent is None:
+            u.cpu_process_mean_percent = s["cpu_process_mean_percent"]
+            u.cpu_process_max_percent = s["cpu_process_max_percent"]
+        record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
+            "sampled_by": "trainserve run (the server's pid and its children)"}
+        record.save(path)
+
+
+def _failed(stage: str, log_path: Path, why: str) -> UserError:
+    last = _last_line(log_path)
+    tail = f" (last line: {last!r})" if last else ""
+    return UserError(f"the {stage} stage failed: {why}{tail}; see its log at {log_path}")
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1][:200] if lines else ""
+
+
+def _label(device: str) -> str:
+    return "GPU" if device == "cuda" else "CPU"
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def _child_env() -> dict[str, str]:
+    """The children import this same trainserve tree, even when it is not installed."""
+    env = dict(os.environ)
+    root = str(Path(trainserve.__file__).resolve().parents[1])
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    env.setdefault("TERM", "dumb")
+    env["COLUMNS"] = "160"  # logs written by rich stay readable
+    return env

@@ -1,0 +1,45 @@
+"""The side-by-side report of a run: collect its profile records, line them up, draw, write.
+
+`build_report(run_dir)` writes `<run>/report/{report.html, report.md, summary.json, *.png}` in one
+step (a staged folder renamed into place), so a failed report never replaces a good one.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from trainserve.errors import UserError
+from trainserve.fsutil import staged_dir, write_json_atomic, write_text_atomic
+
+log = logging.getLogger(__name__)
+
+
+def build_report(run_dir: Path) -> Path:
+    """Write the report folder of the run at `run_dir` and return the path of report.html."""
+    from trainserve.report.analysis import analyse
+    from trainserve.report.collect import collect
+    from trainserve.report.plots import model_figures
+    from trainserve.report.render import html_report, markdown_report
+
+    collection = collect(run_dir)
+    if not collection.entries:
+        extra = ""
+        if collection.problems:
+            rel, why = collection.problems[0]
+            extra = f" ({len(collection.problems)} unreadable, e.g. {rel}: {why})"
+        raise UserError(f"run {collection.run!r} has no profile records under {run_dir}/{{train,compare,load}}"
+                        f"{extra}; run `trainserve train` or `trainserve load` for it first")
+    summary = analyse(collection)
+    figures: dict[str, bytes] = {}
+    for section in summary["models"].values():
+        figures.update(model_figures(section))
+    final = run_dir / "report"
+    with staged_dir(final) as tmp:
+        for name, png in figures.items():
+            (tmp / name).write_bytes(png)
+        write_json_atomic(tmp / "summary.json", summary)
+        write_text_atomic(tmp / "report.md", markdown_report(summary, figures))
+        write_text_atomic(tmp / "report.html", html_report(summary, figures))
+    log.debug("report of %d records written to %s", len(collection.entries), final)
+    return final / "report.html"

@@ -1,0 +1,410 @@
+"""Line a run's records up: per model, training beside inference, CPU beside GPU, and what follows.
+
+The result is one plain dict (written as summary.json and read by the renderers), so every number
+the HTML and Markdown show is also in summary.json. A side that was not measured is None there and
+"not measured" in prose; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+from typing import Any
+
+from trainserve.profile import ProfileRecord
+from trainserve.report import units as u
+from trainserve.report.collect import Collection, Entry
+
+SUMMARY_SCHEMA_VERSION = 1
+DEVICES = ("cpu", "cuda")
+DEVICE_LABEL = {"cpu": "CPU", "cuda": "GPU"}
+# Which inference backend the headline speedups use when several were measured on both devices.
+BACKEND_PREFERENCE = ("onnxruntime", "triton", "torch")
+
+
+def model_key(record: ProfileRecord) -> str:
+    """Served names carry the device ("cnn_cpu", "cnn_gpu"); the report groups by the model itself."""
+    name = record.model.rsplit("/", 1)[-1]
+    for suffix in ("_cpu", "_gpu"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+def analyse(collection: Collection) -> dict[str, Any]:
+    entries = collection.entries
+    models: dict[str, dict[str, Any]] = {}
+    for name in sorted({model_key(e.record) for e in entries}):
+        mine = [e for e in entries if model_key(e.record) == name]
+        models[name] = _model_section(name, mine)
+    conclusions = [c for m in models.values() for c in m["conclusions"]]
+    return {
+        "schema_version": SUMMARY_SCHEMA_VERSION,
+        "run": collection.run,
+        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "machines": _machines(entries),
+        "versions": _versions(entries),
+        "card": _card_summary(collection.card),
+        "models": models,
+        "conclusions": conclusions,
+        "headline": [m["conclusions"][0] for m in models.values() if m["conclusions"]],
+        "warnings": _warnings(entries) + [{"source": rel, "model": None, "device": None, "phase": None,
+                                           "message": why} for rel, why in collection.problems],
+        "records": [_record_row(e) for e in entries],
+    }
+
+
+# --- one column of a table: a record (or one point of its load ramp) seen through the report ---
+
+def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[str, Any]:
+    r = e.record
+    lat = dataclasses.asdict(r.speed.latency)
+    throughput, requests_s, concurrency = r.speed.throughput_samples_s, r.speed.requests_s, r.concurrency
+    if point is not None:
+        lat = {k: point.get(k) for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "mean_ms", "max_ms")}
+        throughput, requests_s = point.get("throughput_samples_s"), point.get("requests_s")
+        concurrency = point.get("users", concurrency)
+    m = r.memory
+    energy_per_sample = r.energy.energy_per_sample_j
+    if energy_per_sample is None and r.energy.energy_j is not None and r.validity.samples > 0:
+        energy_per_sample = r.energy.energy_j / r.validity.samples
+    return {
+        "source": e.source,
+        "scenario": scenario,
+        "phase": r.phase,
+        "device": r.device,
+        "device_name": r.device_name,
+        "backend": r.backend,
+        "target": r.target,
+        "precision": r.precision,
+        "batch_size": r.batch_size,
+        "concurrency": concurrency,
+        "ramp_point": point is not None,
+        "throughput_samples_s": throughput,
+        "requests_s": requests_s,
+        "latency": lat,
+        "memory": {
+            "peak_bytes": _first(m.peak_bytes, m.cuda_allocated_peak_bytes, m.rss_peak_bytes),
+            "weights_bytes": m.weights_bytes,
+            "gradients_bytes": m.gradients_bytes,
+            "optimizer_bytes": m.optimizer_bytes,
+            "activations_bytes": m.activations_bytes,
+            "cuda_reserved_peak_bytes": m.cuda_reserved_peak_bytes,
+            "rss_peak_bytes": m.rss_peak_bytes,
+            "gpu_mem_used_max_bytes": r.utilization.gpu_mem_used_max_bytes,
+        },
+        "gpu_util_mean_percent": r.utilization.gpu_util_mean_percent,
+        "cpu_process_mean_percent": r.utilization.cpu_process_mean_percent,
+        "cpu_system_mean_percent": r.utilization.cpu_system_mean_percent,
+        "mean_power_w": r.energy.mean_power_w,
+        "energy_j": r.energy.energy_j,
+        "energy_per_sample_j": energy_per_sample,
+        "flops_per_sample": r.speed.flops_per_sample,
+        "achieved_tflops": r.speed.achieved_tflops,
+        "mfu": r.speed.mfu,
+        "partial": r.validity.partial,
+        "warnings": list(r.validity.warnings),
+    }
+
+
+def _first(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
+
+
+# --- per model ------------------------------------------------------------------------------
+
+def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
+    train = {d: _pick_train([e for e in entries if e.record.phase == "train" and e.record.device == d])
+             for d in DEVICES}
+    infer_entries = [e for e in entries if e.record.phase == "infer"]
+    backends = sorted({e.record.backend for e in infer_entries}, key=_backend_rank)
+    infer: dict[str, dict[str, Any]] = {}
+    for b in backends:
+        infer[b] = {}
+        for d in DEVICES:
+            mine = [e for e in infer_entries if e.record.backend == b and e.record.device == d]
+            infer[b][d] = _infer_views(mine) if mine else None
+    section = {
+        "model": name,
+        "train": train,
+        "infer": infer,
+        "speedups": _speedups(train, infer),
+        "train_vs_infer": _train_vs_infer(train, infer),
+        "max_batch": _max_batch(entries),
+        "ramps": _ramps(infer_entries),
+        "devices_measured": sorted({e.record.device for e in entries}, key=DEVICES.index),
+    }
+    section["conclusions"] = _conclusions(section)
+    return section
+
+
+def _backend_rank(b: str) -> tuple[int, str]:
+    return (BACKEND_PREFERENCE.index(b) if b in BACKEND_PREFERENCE else len(BACKEND_PREFERENCE), b)
+
+
+def _pick_train(entries: list[Entry]) -> dict[str, Any] | None:
+    """The compare/ record first (made for the CPU-vs-GPU comparison), else the newest."""
+    if not entries:
+        return None
+    best = max(entries, key=lambda e: (e.source.startswith("compare/"), e.record.created, e.source))
+    return view(best, "train")
+
+
+def _infer_views(entries: list[Entry]) -> dict[str, Any]:
+    """Batch 1 (latency at one request in flight) and saturated (the most samples/s seen)."""
+    batch1 = None
+    # a ramp's overall latency mixes every step, so only plain measurements count as batch 1
+    singles = [e for e in entries if e.record.batch_size == 1 and (e.record.concurrency or 1) == 1 and not _ramp(e)]
+    if singles:
+        batch1 = view(min(singles, key=lambda e: _p50(e) if _p50(e) is not None else float("inf")), "batch1")
+    else:
+        for e in entries:
+            first = [p for p in _ramp(e) if p.get("users") == 1 and p.get("rate") is None]
+            if e.record.batch_size == 1 and first:
+                batch1 = view(e, "batch1", first[0])
+                break
+    candidates: list[tuple[float, Entry, dict[str, Any] | None]] = []
+    for e in entries:
+        if e.record.speed.throughput_samples_s is not None:
+            candidates.append((e.record.speed.throughput_samples_s, e, None))
+        for p in _ramp(e):
+            if p.get("throughput_samples_s") is not None:
+                candidates.append((p["throughput_samples_s"], e, p))
+    saturated = None
+    if candidates:
+        _, e, p = max(candidates, key=lambda c: c[0])
+        saturated = view(e, "saturated", p)
+    return {"batch1": batch1, "saturated": saturated}
+
+
+def _p50(e: Entry) -> float | None:
+    return e.record.speed.latency.p50_ms
+
+
+def _ramp(e: Entry) -> list[dict[str, Any]]:
+    ramp = e.record.extra.get("ramp") if isinstance(e.record.extra, dict) else None
+    return [p for p in ramp if isinstance(p, dict)] if isinstance(ramp, list) else []
+
+
+def _div(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _speedup(kind: str, cpu: dict | None, gpu: dict | None, metric: str) -> dict[str, Any]:
+    """GPU over CPU; for latency the CPU's time over the GPU's (how many times faster it answers)."""
+    get = (lambda v: v["latency"].get("p50_ms")) if metric == "p50_ms" else (lambda v: v.get(metric))
+    c = get(cpu) if cpu else None
+    g = get(gpu) if gpu else None
+    value = _div(c, g) if metric == "p50_ms" else _div(g, c)
+    missing = [DEVICE_LABEL[d] for d, v in (("cpu", c), ("cuda", g)) if v is None]
+    note = None if value is not None else f"not measured: no {' or '.join(missing)} {kind} measurement"
+    return {"value": value, "cpu": c, "gpu": g, "metric": metric, "note": note}
+
+
+def _speedups(train: dict, infer: dict) -> dict[str, Any]:
+    out = {"train": _speedup("training", train["cpu"], train["cuda"], "throughput_samples_s")}
+    backend = next((b for b in infer if infer[b]["cpu"] and infer[b]["cuda"]), next(iter(infer), None))
+    cpu = infer[backend]["cpu"] if backend else None
+    gpu = infer[backend]["cuda"] if backend else None
+    out["infer_batch1"] = _speedup("batch-1 inference", cpu and cpu["batch1"], gpu and gpu["batch1"], "p50_ms")
+    out["infer_saturated"] = _speedup("saturated inference", cpu and cpu["saturated"], gpu and gpu["saturated"],
+                                      "throughput_samples_s")
+    out["infer_backend"] = backend
+    return out
+
+
+def _train_vs_infer(train: dict, infer: dict) -> dict[str, Any]:
+    out = {}
+    for d in DEVICES:
+        t = train[d]
+        i = next((infer[b][d]["saturated"] for b in infer if infer[b][d] and infer[b][d]["saturated"]), None)
+        if t is None and i is None:
+            continue
+        out[d] = {
+            "train_throughput_samples_s": t and t["throughput_samples_s"],
+            "infer_throughput_samples_s": i and i["throughput_samples_s"],
+            "throughput_ratio": _div(i and i["throughput_samples_s"], t and t["throughput_samples_s"]),
+            "train_peak_bytes": t and t["memory"]["peak_bytes"],
+            "infer_peak_bytes": i and i["memory"]["peak_bytes"],
+            "memory_ratio": _div(t and t["memory"]["peak_bytes"], i and i["memory"]["peak_bytes"]),
+            "train_energy_per_sample_j": t and t["energy_per_sample_j"],
+            "infer_energy_per_sample_j": i and i["energy_per_sample_j"],
+            "energy_ratio": _div(t and t["energy_per_sample_j"], i and i["energy_per_sample_j"]),
+        }
+    return out
+
+
+def _max_batch(entries: list[Entry]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for e in sorted(entries, key=lambda e: e.record.created):
+        mb = e.record.memory.max_batch
+        if not isinstance(mb, dict) or not (mb.get("train") or mb.get("infer")):
+            continue
+        t, i = mb.get("train"), mb.get("infer")
+        out[e.record.device] = {"train": t, "infer": i, "ratio": mb.get("ratio") or _div(i, t),
+                                "precision": e.record.precision, "source": e.source}
+    return out
+
+
+def _ramps(entries: list[Entry]) -> list[dict[str, Any]]:
+    out = []
+    for e in entries:
+        points = [p for p in _ramp(e) if p.get("throughput_samples_s") is not None]
+        if points:
+            r = e.record
+            out.append({"label": f"{DEVICE_LABEL[r.device]} · {r.backend} · batch {r.batch_size}",
+                        "device": r.device, "backend": r.backend, "batch_size": r.batch_size,
+                        "source": e.source, "points": points})
+    return out
+
+
+# --- plain-language conclusions, only from what was measured --------------------------------
+
+def _conclusions(s: dict[str, Any]) -> list[str]:
+    name, sp = s["model"], s["speedups"]
+    out: list[str] = []
+    tr, b1, sat = sp["train"], sp["infer_batch1"], sp["infer_saturated"]
+    if tr["value"] is not None or b1["value"] is not None or sat["value"] is not None:
+        parts = []
+        if tr["value"] is not None:
+            parts.append(f"the GPU trains {_times(tr['value'])} the CPU "
+                         f"({u.num(tr['gpu'])} vs {u.num(tr['cpu'])} samples/s)")
+        if b1["value"] is not None:
+            only = "only " if tr["value"] is not None and b1["value"] < tr["value"] / 2 and b1["value"] >= 1 else ""
+            verb = (f"it answers {only}{u.ratio(b1['value'])} faster" if b1["value"] >= 1
+                    else f"it answers {u.ratio(1 / b1['value'])} slower than the CPU")
+            parts.append(f"at batch 1 {verb} (p50 {u.ms(b1['gpu'])} vs {u.ms(b1['cpu'])})")
+        if sat["value"] is not None:
+            parts.append(f"saturated, it serves {u.ratio(sat['value'])} the CPU's throughput "
+                         f"({u.num(sat['gpu'])} vs {u.num(sat['cpu'])} samples/s)")
+        out.append(f"{name}: " + "; ".join(parts) + ".")
+    if "cuda" not in s["devices_measured"]:
+        out.append(f"{name}: GPU not measured — this run has no CUDA records, so there is no CPU-vs-GPU speedup.")
+    elif "cpu" not in s["devices_measured"]:
+        out.append(f"{name}: CPU not measured — this run has no CPU records, so there is no CPU-vs-GPU speedup.")
+    for d, tv in s["train_vs_infer"].items():
+        where = "on the GPU" if d == "cuda" else "on the CPU"
+        if tv["throughput_ratio"] is not None:
+            out.append(f"{name} {where}: serving at saturation handles {u.num(tv['infer_throughput_samples_s'])} "
+                       f"samples/s, {u.ratio(tv['throughput_ratio'])} the training throughput of "
+                       f"{u.num(tv['train_throughput_samples_s'])} samples/s.")
+        if tv["memory_ratio"] is not None:
+            t = s["train"][d]
+            out.append(f"{name} {where}: training at batch {t['batch_size']} peaks at "
+                       f"{u.nbytes(tv['train_peak_bytes'])}{_breakdown_text(t['memory'])}; "
+                       f"inference peaks at {u.nbytes(tv['infer_peak_bytes'])} ({_less(tv['memory_ratio'])}).")
+        if tv["energy_ratio"] is not None:
+            out.append(f"{name} {where}: a training sample costs {u.joules(tv['train_energy_per_sample_j'])}, "
+                       f"an inference sample {u.joules(tv['infer_energy_per_sample_j'])} "
+                       f"({_less(tv['energy_ratio'])}).")
+    for d, mb in s["max_batch"].items():
+        if mb["train"] and mb["infer"]:
+            out.append(f"{name}: the largest batch that fits on the {DEVICE_LABEL[d]} is {u.num(mb['train'])} for "
+                       f"training and {u.num(mb['infer'])} for inference ({u.ratio(mb['ratio'])}).")
+    t = s["train"]["cuda"]
+    if t and t["mfu"] is not None:
+        out.append(f"{name}: GPU training reaches {u.fraction(t['mfu'])} MFU "
+                   f"({u.tflops(t['achieved_tflops'])}, {t['precision']}, {t['device_name'] or 'GPU'}).")
+    return out
+
+
+def _less(ratio: float) -> str:
+    """Training's figure over inference's, in words."""
+    if ratio >= 1.15:
+        return f"{u.ratio(ratio)} less than training"
+    if ratio > 1 / 1.15:
+        return "about the same as training"
+    return f"{u.ratio(1 / ratio)} more than training"
+
+
+def _times(x: float) -> str:
+    return f"{u.ratio(x)} faster than" if x >= 1 else f"{u.ratio(1 / x)} slower than"
+
+
+def _breakdown_text(m: dict[str, Any]) -> str:
+    parts = [(k, m.get(f"{k}_bytes")) for k in ("weights", "gradients", "optimizer", "activations")]
+    total = sum(v for _, v in parts if v) if any(v for _, v in parts) else 0
+    if not total:
+        return ""
+    shares = [(k, 100 * v / total) for k, v in parts if v]
+    return " (" + ", ".join(f"{k} {share:.0f}%" if share >= 0.5 else f"{k} <1%" for k, share in shares) + ")"
+
+
+# --- run-wide -------------------------------------------------------------------------------
+
+def _warnings(entries: list[Entry]) -> list[dict[str, Any]]:
+    out = []
+    for e in entries:
+        r = e.record
+        messages = list(r.validity.warnings)
+        if r.validity.partial:
+            messages.append("partial: the measurement stopped early; numbers cover what finished")
+        if r.memory.gpu_released is False:
+            messages.append(f"GPU memory not released after the run ({u.nbytes(r.memory.gpu_held_bytes)} still held)")
+        seen = set()
+        for msg in messages:
+            if msg not in seen:
+                seen.add(msg)
+                out.append({"source": e.source, "model": model_key(r), "device": r.device, "phase": r.phase,
+                            "message": msg})
+    return out
+
+
+def _machines(entries: list[Entry]) -> list[dict[str, Any]]:
+    hosts: dict[str, dict[str, Any]] = {}
+    for e in entries:
+        h = e.record.host or {}
+        key = str(h.get("hostname") or "unknown host")
+        m = hosts.setdefault(key, {"hostname": key, "cpu_model": h.get("cpu_model"),
+                                   "logical_cpus": h.get("logical_cpus"), "memory_bytes": h.get("memory_bytes"),
+                                   "platform": h.get("platform"), "python": h.get("python"), "gpus": []})
+        if e.record.device == "cuda" and e.record.device_name and e.record.device_name not in m["gpus"]:
+            m["gpus"].append(e.record.device_name)
+    return list(hosts.values())
+
+
+def _versions(entries: list[Entry]) -> dict[str, str]:
+    seen: dict[str, list[str]] = {}
+    for e in entries:
+        for k, v in (e.record.versions or {}).items():
+            if str(v) not in seen.setdefault(k, []):
+                seen[k].append(str(v))
+    return {k: " / ".join(v) for k, v in sorted(seen.items())}
+
+
+def _card_summary(card: dict[str, Any] | None) -> dict[str, Any] | None:
+    if not card:
+        return None
+    return {k: card.get(k) for k in ("family", "preset", "parameters", "dataset", "precision", "metrics")}
+
+
+def _record_row(e: Entry) -> dict[str, Any]:
+    r = e.record
+    return {"source": e.source, "phase": r.phase, "model": r.model, "device": r.device, "backend": r.backend,
+            "precision": r.precision, "batch_size": r.batch_size, "concurrency": r.concurrency,
+            "throughput_samples_s": r.speed.throughput_samples_s, "p50_ms": r.speed.latency.p50_ms,
+            "p99_ms": r.speed.latency.p99_ms, "peak_bytes": _first(r.memory.peak_bytes, r.memory.rss_peak_bytes),
+            "partial": r.validity.partial, "created": r.created}
+
+
+def columns(section: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+    """The side-by-side columns of a model's table, CPU beside GPU for each kind of measurement.
+
+    Devices with no record at all for this model get no column; a device that was measured for
+    one phase but not the other gets a column of "not measured" (None).
+    """
+    devices = section["devices_measured"]
+    cols: list[tuple[str, dict[str, Any] | None]] = []
+    for d in devices:
+        cols.append((f"Train · {DEVICE_LABEL[d]}", section["train"][d]))
+    several = len(section["infer"]) > 1
+    for b, per_device in section["infer"].items():
+        for kind, title in (("batch1", "Infer batch 1"), ("saturated", "Infer saturated")):
+            for d in devices:
+                v = per_device[d][kind] if per_device[d] else None
+                cols.append((f"{title} · {DEVICE_LABEL[d]}" + (f" · {b}" if several else ""), v))
+    if not section["infer"]:
+        cols += [(f"Infer · {DEVICE_LABEL[d]}", None) for d in devices]
+    return cols

@@ -1,0 +1,206 @@
+"""The report's figures as PNG bytes (matplotlib's Agg canvas; no display, no pyplot state).
+
+Each function returns None when there is nothing measured to draw, so a CPU-only run simply has
+fewer figures instead of empty axes.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from trainserve.report.analysis import DEVICE_LABEL, columns
+from trainserve.report import units as u
+
+COLORS = {"cpu": "#3b6ea5", "cuda": "#76b900"}  # GPU in NVIDIA green, CPU in steel blue
+PARTS = (("weights", "#4c566a"), ("gradients", "#d08770"), ("optimizer", "#b48ead"), ("activations", "#ebcb8b"))
+PCTS = (("p50_ms", "p50"), ("p90_ms", "p90"), ("p99_ms", "p99"), ("p999_ms", "p99.9"))
+
+
+def model_figures(section: dict[str, Any]) -> dict[str, bytes]:
+    """All figures of one model, keyed by file name."""
+    name = section["model"]
+    out: dict[str, bytes] = {}
+    for kind, fn in (("throughput", throughput), ("latency", latency), ("memory", memory),
+                     ("ramp", ramp), ("maxbatch", max_batch)):
+        png = fn(section)
+        if png is not None:
+            out[f"{kind}-{_safe(name)}.png"] = png
+    return out
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
+
+
+def _figure(width: float, height: float):
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    return fig
+
+
+def _png(fig) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", facecolor="white")
+    return buf.getvalue()
+
+
+def _plain_log_ticks(axis) -> None:
+    """Log axes labelled 0.4, 1, 2,000 rather than 4x10^-1: readers compare numbers, not exponents."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = axis.get_view_interval()
+    wide = lo > 0 and hi / lo > 300  # more than ~2.5 decades: 1-2-5 labels would collide
+    axis.set_major_locator(LogLocator(base=10, subs=(1.0,) if wide else (1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda x, _: u.num(x, 2)))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _style(ax, title: str) -> None:
+    ax.set_title(title, loc="left", fontsize=11, fontweight="bold", color="#222")
+    for side in ("top", "right"):
+        ax.spines[side].set_visible(False)
+    ax.grid(color="#e5e5e5", linewidth=0.6)
+    ax.set_axisbelow(True)
+    ax.tick_params(labelsize=8.5)
+
+
+def throughput(section: dict[str, Any]) -> bytes | None:
+    cols = [(label, v) for label, v in columns(section) if v and v["throughput_samples_s"]]
+    if not cols:
+        return None
+    fig = _figure(7.2, 0.45 * len(cols) + 1.0)
+    ax = fig.add_subplot()
+    labels = [label for label, _ in cols][::-1]
+    values = [v["throughput_samples_s"] for _, v in cols][::-1]
+    colors = [COLORS[v["device"]] for _, v in cols][::-1]
+    hatches = ["//" if v["phase"] == "train" else "" for _, v in cols][::-1]
+    bars = ax.barh(labels, values, color=colors, edgecolor="white", hatch=hatches)
+    ax.set_xscale("log")
+    ax.set_xlabel("samples/s (log scale)", fontsize=9)
+    for bar, value in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {u.num(value)}", va="center", fontsize=8)
+    ax.set_xlim(right=max(values) * 6)
+    _plain_log_ticks(ax.xaxis)
+    _style(ax, f"{section['model']}: throughput, training (hatched) vs inference")
+    return _png(fig)
+
+
+def latency(section: dict[str, Any]) -> bytes | None:
+    cols = [(label, v) for label, v in columns(section) if v and v["latency"].get("p50_ms") is not None]
+    if not cols:
+        return None
+    import numpy as np
+
+    fig = _figure(7.2, 0.6 * len(cols) + 1.2)
+    ax = fig.add_subplot()
+    y = np.arange(len(cols))[::-1]
+    height = 0.8 / len(PCTS)
+    shades = ("#1f3b57", "#3b6ea5", "#7fa7d1", "#c3d6ea")
+    for i, ((key, title), shade) in enumerate(zip(PCTS, shades)):
+        vals = [v["latency"].get(key) or 0 for _, v in cols]
+        ax.barh(y + (1.5 - i) * height, vals, height=height, color=shade, label=title)
+    ax.set_yticks(y, [label for label, _ in cols])
+    ax.set_xscale("log")
+    _plain_log_ticks(ax.xaxis)
+    ax.set_xlabel("ms per training step / per request (log scale)", fontsize=9)
+    ax.legend(fontsize=8, ncols=4, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
+    _style(ax, f"{section['model']}: step time and latency percentiles\n")
+    return _png(fig)
+
+
+def memory(section: dict[str, Any]) -> bytes | None:
+    bars: list[tuple[str, str, dict[str, Any]]] = []
+    for d in section["devices_measured"]:
+        t = section["train"][d]
+        if t and t["memory"]["peak_bytes"]:
+            bars.append((f"Train\n{DEVICE_LABEL[d]} · b{t['batch_size']}", "train", t))
+        for b, per in section["infer"].items():
+            i = per[d]["saturated"] if per[d] else None
+            if i and i["memory"]["peak_bytes"]:
+                bars.append((f"Infer\n{DEVICE_LABEL[d]} · {b}", "infer", i))
+    if not bars:
+        return None
+    fig = _figure(7.2, 3.4)
+    ax = fig.add_subplot()
+    gib = 1024**3
+    scale, unit = (gib, "GiB") if max(v["memory"]["peak_bytes"] for _, _, v in bars) >= gib / 4 else (1024**2, "MiB")
+    for x, (label, phase, v) in enumerate(bars):
+        m = v["memory"]
+        parts = [(name, color, m.get(f"{name}_bytes")) for name, color in PARTS]
+        if phase == "train" and any(p[2] for p in parts):
+            bottom = 0.0
+            for name, color, value in parts:
+                if value:
+                    ax.bar(x, value / scale, bottom=bottom, color=color, width=0.6,
+                           label=name if name not in ax.get_legend_handles_labels()[1] else None)
+                    bottom += value / scale
+            top = max(bottom, m["peak_bytes"] / scale)
+        else:
+            ax.bar(x, m["peak_bytes"] / scale, color=COLORS[v["device"]], width=0.6, alpha=0.85,
+                   label=f"peak ({DEVICE_LABEL[v['device']]})"
+                   if f"peak ({DEVICE_LABEL[v['device']]})" not in ax.get_legend_handles_labels()[1] else None)
+            top = m["peak_bytes"] / scale
+        ax.text(x, top, u.nbytes(m["peak_bytes"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8.5)
+    ax.set_ylabel(unit, fontsize=9)
+    ax.margins(y=0.15)
+    ax.legend(fontsize=8, frameon=False, loc="upper right")
+    _style(ax, f"{section['model']}: peak memory, training breakdown beside inference")
+    return _png(fig)
+
+
+def ramp(section: dict[str, Any]) -> bytes | None:
+    ramps = section["ramps"]
+    if not ramps:
+        return None
+    fig = _figure(7.2, 3.6)
+    ax = fig.add_subplot()
+    palette = ("#3b6ea5", "#76b900", "#d08770", "#b48ead", "#5e81ac", "#a3be8c")
+    for i, r in enumerate(ramps):
+        color = COLORS.get(r["device"]) if len({x["device"] for x in ramps}) == len(ramps) else palette[i % 6]
+        xs = [p["throughput_samples_s"] for p in r["points"]]
+        for key, style, tag in (("p50_ms", "-", "p50"), ("p99_ms", "--", "p99")):
+            pts = [(x, p.get(key)) for x, p in zip(xs, r["points"]) if p.get(key) is not None]
+            if pts:
+                ax.plot([a for a, _ in pts], [b for _, b in pts], style, marker="o", markersize=3.5,
+                        color=color, label=f"{r['label']} {tag}")
+        last = r["points"][-1]
+        if last.get("p50_ms") is not None:
+            ax.annotate(f"{last.get('users')} users", (xs[-1], last["p50_ms"]), fontsize=7, color="#555",
+                        textcoords="offset points", xytext=(4, -10))
+    # log axes only where the values span a decade; a short ramp reads better on linear ones
+    for axis, set_scale, values in ((ax.xaxis, ax.set_xscale, [x for r in ramps for x in
+                                                                 (p["throughput_samples_s"] for p in r["points"])]),
+                                    (ax.yaxis, ax.set_yscale, [y for r in ramps for p in r["points"]
+                                                               for y in (p.get("p50_ms"), p.get("p99_ms")) if y])):
+        positive = [v for v in values if v and v > 0]
+        if positive and max(positive) / min(positive) >= 10:
+            set_scale("log")
+            _plain_log_ticks(axis)
+    ax.set_xlabel("throughput, samples/s", fontsize=9)
+    ax.set_ylabel("latency, ms", fontsize=9)
+    ax.legend(fontsize=7.5, frameon=False, loc="upper left")
+    _style(ax, f"{section['model']}: latency vs throughput as load ramps up")
+    return _png(fig)
+
+
+def max_batch(section: dict[str, Any]) -> bytes | None:
+    mb = {d: v for d, v in section["max_batch"].items() if v["train"] or v["infer"]}
+    if not mb:
+        return None
+    rows = [(f"{phase} · {DEVICE_LABEL[d]} ({v['precision']})", v[key] or 0, color)
+            for d, v in mb.items()
+            for phase, key, color in (("training", "train", "#d08770"), ("inference", "infer", "#5e81ac"))]
+    fig = _figure(7.2, 0.9 + 0.42 * len(rows))
+    ax = fig.add_subplot()
+    labels = [r[0] for r in rows][::-1]
+    values = [r[1] for r in rows][::-1]
+    bars = ax.barh(labels, values, height=0.6, color=[r[2] for r in rows][::-1])
+    for bar, value in zip(bars, values):
+        ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {u.num(value)}", va="center", fontsize=8)
+    ax.set_xlabel("largest batch that fits, samples", fontsize=9)
+    ax.margins(x=0.15)
+    _style(ax, f"{section['model']}: largest batch, training vs inference")
+    return _png(fig)

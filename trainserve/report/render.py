@@ -1,0 +1,324 @@
+"""The report as one self-contained HTML page (inline CSS, plots as data: URIs) and as Markdown.
+
+Both read only the summary dict from analysis.py and the PNG bytes from plots.py, so they show the
+same numbers. The HTML loads nothing from the network: it opens from disk, offline, anywhere.
+"""
+
+from __future__ import annotations
+
+import base64
+from html import escape
+from typing import Any
+
+from trainserve.report import units as u
+from trainserve.report.analysis import DEVICE_LABEL, columns
+from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
+
+NOT_MEASURED = "not measured"
+FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "maxbatch")
+
+
+def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
+    from trainserve.report.plots import _safe
+
+    names = [f"{kind}-{_safe(model)}.png" for kind in FIGURE_ORDER]
+    return [n for n in names if n in figures]
+
+
+# --- HTML -----------------------------------------------------------------------------------
+
+CSS = """
+:root { --fg:#1d2330; --muted:#6b7280; --line:#e3e6ea; --bg:#f6f7f9; --cpu:#3b6ea5; --gpu:#76b900;
+        --warn-bg:#fff7e6; --warn:#9a6400; }
+* { box-sizing: border-box; }
+body { margin:0; font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif;
+       color:var(--fg); background:var(--bg); }
+header { background:#161b26; color:#e8ebf0; padding:22px 32px 18px; }
+header h1 { margin:0 0 4px; font-size:22px; font-weight:650; letter-spacing:.2px; }
+header h1 code, h2 code { font-size:inherit; }
+header .sub { color:#aab2c0; font-size:13px; }
+header dl { display:grid; grid-template-columns:max-content 1fr; gap:2px 14px; margin:12px 0 0; font-size:12.5px; }
+header dt { color:#8a93a3; } header dd { margin:0; color:#dfe3ea; font-family: ui-monospace, SFMono-Regular, Menlo, monospace; }
+main { max-width:1280px; margin:0 auto; padding:20px 32px 48px; }
+section { background:#fff; border:1px solid var(--line); border-radius:10px; padding:18px 22px; margin:18px 0; }
+h2 { font-size:18px; margin:0 0 12px; } h3 { font-size:15px; margin:18px 0 8px; color:#333; }
+.tiles { display:grid; grid-template-columns:repeat(3, 1fr); gap:12px; margin:4px 0 14px; }
+.tile { border:1px solid var(--line); border-radius:8px; padding:12px 14px; background:#fbfcfd; }
+.tile .k { font-size:12px; color:var(--muted); text-transform:uppercase; letter-spacing:.5px; }
+.tile .v { font-size:30px; font-weight:700; color:#0f5132; font-variant-numeric: tabular-nums; }
+.tile .v.small { font-size:22px; color:var(--fg); }
+.tile.cpu { border-left:4px solid var(--cpu); } .tile.cuda { border-left:4px solid var(--gpu); }
+.tile .v.nm { font-size:18px; color:var(--muted); font-weight:500; font-style:italic; padding:8px 0; }
+.tile .d { font-size:12px; color:var(--muted); }
+ul.conclusions { margin:6px 0 0; padding-left:20px; } ul.conclusions li { margin:4px 0; }
+.tablewrap { overflow-x:auto; }
+table { border-collapse:collapse; width:100%; font-size:13px; }
+th, td { padding:5px 9px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
+th:first-child, td:first-child { text-align:left; }
+thead th { background:#f0f2f5; font-weight:600; vertical-align:bottom; border-bottom:2px solid #cfd5dd;
+           white-space:normal; min-width:92px; line-height:1.3; }
+thead th .dev { display:block; font-weight:500; color:var(--muted); font-size:12px; }
+thead th.cpu { border-top:3px solid var(--cpu); } thead th.cuda { border-top:3px solid var(--gpu); }
+thead th .nm { display:block; font-weight:400; font-style:italic; color:var(--muted); font-size:11.5px; }
+tr.group td { background:#fafbfc; font-weight:600; color:#444; text-transform:uppercase; font-size:11px;
+              letter-spacing:.6px; text-align:left; }
+td { font-variant-numeric: tabular-nums; } td.nm { color:#b0b6bf; }
+td.src { white-space:normal; word-break:break-all; } td.src code { font-size:11px; color:var(--muted); }
+tbody tr:hover td { background:#f7fafc; }
+.figs { display:grid; grid-template-columns:repeat(auto-fit, minmax(520px, 1fr)); gap:14px; margin-top:14px; }
+.figs img { width:100%; border:1px solid var(--line); border-radius:6px; background:#fff; }
+.warn { background:var(--warn-bg); border-left:4px solid #f0a020; padding:6px 10px; margin:6px 0; border-radius:4px; }
+.warn code { color:var(--warn); }
+.ok { color:#0f5132; } .muted { color:var(--muted); }
+details summary { cursor:pointer; color:#334; font-weight:600; margin:8px 0; }
+code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size:12px; }
+footer { color:var(--muted); font-size:12px; text-align:center; padding:12px; }
+"""
+
+
+def html_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
+    parts = [
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+        f"<title>trainserve report — {escape(summary['run'])}</title><style>{CSS}</style></head><body>",
+        _html_header(summary), "<main>", _html_summary(summary),
+    ]
+    for model in summary["models"].values():
+        parts.append(_html_model(model, figures))
+    parts += [_html_warnings(summary), _html_records(summary), "</main>",
+              "<footer>Made by <code>trainserve report</code>. Every number is read from the run's profile "
+              "records; a dash or “not measured” means no record measured it.</footer></body></html>"]
+    return "\n".join(parts)
+
+
+def _html_header(s: dict[str, Any]) -> str:
+    rows = []
+    for m in s["machines"]:
+        desc = [m.get("cpu_model") or "CPU", f"{m['logical_cpus']} logical CPUs" if m.get("logical_cpus") else None,
+                u.nbytes(m["memory_bytes"]) + " RAM" if m.get("memory_bytes") else None,
+                ", ".join(m["gpus"]) if m["gpus"] else "no GPU measured"]
+        rows.append(("host " + m["hostname"], " · ".join(x for x in desc if x)))
+        if m.get("platform"):
+            rows.append(("platform", f"{m['platform']} · Python {m.get('python') or '?'}"))
+    if s["versions"]:
+        rows.append(("versions", "  ".join(f"{k} {v}" for k, v in s["versions"].items())))
+    card = s.get("card")
+    if card:
+        rows.append(("model card", f"{card.get('family')} / {card.get('preset') or 'custom'} · "
+                     f"{u.num(card.get('parameters'))} parameters · {card.get('dataset') or 'dataset ?'}"))
+    dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
+    return (f"<header><h1>Training vs serving — run <code>{escape(s['run'])}</code></h1>"
+            f"<div class='sub'>{len(s['records'])} profile records · generated {escape(s['generated'])}</div>"
+            f"<dl>{dl}</dl></header>")
+
+
+def _html_summary(s: dict[str, Any]) -> str:
+    out = ["<section id='summary'><h2>Summary</h2>"]
+    for model in s["models"].values():
+        if len(s["models"]) > 1:
+            out.append(f"<h3>{escape(model['model'])}</h3>")
+        out.append("<div class='tiles'>")
+        for key, title, metric in SPEEDUPS:
+            sp = model["speedups"][key]
+            value = (f"<div class='v'>{u.ratio(sp['value'])}</div>" if sp["value"] is not None
+                     else f"<div class='v nm'>{NOT_MEASURED}</div>")
+            out.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
+                       f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}</div></div>")
+        out.append("</div>")
+        out.append(_html_measured_tiles(model))
+    out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in s["conclusions"]) + "</ul>")
+    n = len(s["warnings"])
+    if n:
+        out.append(f"<p class='warn'>{n} warning{'s' if n != 1 else ''} — see <a href='#warnings'>Warnings</a>.</p>")
+    out.append("</section>")
+    return "".join(out)
+
+
+def _html_measured_tiles(model: dict[str, Any]) -> str:
+    """What each device did, in three numbers: training speed, batch-1 latency, peak serving speed."""
+    tiles = []
+    for d in model["devices_measured"]:
+        t = model["train"][d]
+        infer = next((model["infer"][b][d] for b in model["infer"] if model["infer"][b][d]), None)
+        b1 = infer and infer["batch1"]
+        sat = infer and infer["saturated"]
+        for title, value, detail in (
+                ("training", t and u.num(t["throughput_samples_s"]), "samples/s" + (f", batch {t['batch_size']}" if t else "")),
+                ("batch-1 latency", b1 and u.ms(b1["latency"].get("p50_ms")), "p50 per request"),
+                ("serving, saturated", sat and u.num(sat["throughput_samples_s"]),
+                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else ""))):
+            shown = (f"<div class='v small'>{escape(value)}</div>" if value and value != u.MISSING
+                     else f"<div class='v nm'>{NOT_MEASURED}</div>")
+            tiles.append(f"<div class='tile {d}'><div class='k'>{DEVICE_LABEL[d]} · {escape(title)}</div>{shown}"
+                         f"<div class='d'>{escape(detail)}</div></div>")
+    return f"<div class='tiles'>{''.join(tiles)}</div>" if tiles else ""
+
+
+def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
+    name = escape(model["model"])
+    cols = columns(model)
+    head = "".join(
+        f"<th class='{v['device'] if v else _col_device(label)}'>{_two_lines(label)}"
+        + ("" if v else f"<span class='nm'>{NOT_MEASURED}</span>") + "</th>"
+        for label, v in cols)
+    body = []
+    for group, rows in GROUPS:
+        body.append(f"<tr class='group'><td colspan='{len(cols) + 1}'>{escape(group)}</td></tr>")
+        for label, cell in rows:
+            tds = []
+            for _, v in cols:
+                text = cell(v) if v else u.MISSING
+                cls = " class='nm'" if text in (u.MISSING, "") else ""
+                tds.append(f"<td{cls}>{escape(text)}</td>")
+            body.append(f"<tr><td>{escape(label)}</td>{''.join(tds)}</tr>")
+    sources = "".join(f"<td class='src'><code>{escape(v['source'])}</code></td>" if v else "<td class='nm'>—</td>"
+                      for _, v in cols)
+    body.append(f"<tr><td>record</td>{sources}</tr>")
+    missing = [DEVICE_LABEL[d] for d in ("cpu", "cuda") if d not in model["devices_measured"]]
+    note = (f"<p class='muted'>{' and '.join(missing)}: {NOT_MEASURED} — this run has no records for it, "
+            "so it has no column here.</p>") if missing else ""
+    figs = "".join(
+        f"<img alt='{escape(n)}' src='data:image/png;base64,{base64.b64encode(figures[n]).decode()}'>"
+        for n in figures_of(model["model"], figures))
+    return (f"<section id='model-{name}'><h2>Model <code>{name}</code>: training beside inference</h2>{note}"
+            f"<div class='tablewrap'><table><thead><tr><th></th>{head}</tr></thead>"
+            f"<tbody>{''.join(body)}</tbody></table></div>"
+            + _html_max_batch(model) + (f"<div class='figs'>{figs}</div>" if figs else "")
+            + _html_ramps(model) + "</section>")
+
+
+def _two_lines(label: str) -> str:
+    """"Infer batch 1 · GPU · triton" -> the kind on one line, device and backend under it."""
+    kind, _, rest = label.partition(" · ")
+    return f"{escape(kind)}<span class='dev'>{escape(rest)}</span>"
+
+
+def _col_device(label: str) -> str:
+    return "cuda" if "· GPU" in label else "cpu"
+
+
+def _html_max_batch(model: dict[str, Any]) -> str:
+    if not model["max_batch"]:
+        return "<p class='muted'>Largest batch that fits: not measured in this run.</p>"
+    rows = "".join(
+        f"<tr><td>{DEVICE_LABEL[d]} ({escape(str(v['precision']))})</td><td>{u.num(v['train'])}</td>"
+        f"<td>{u.num(v['infer'])}</td><td>{u.ratio(v['ratio'])}</td></tr>" for d, v in model["max_batch"].items())
+    return ("<h3>Largest batch that fits</h3><div class='tablewrap'><table><thead><tr><th>device</th>"
+            f"<th>training</th><th>inference</th><th>inference ÷ training</th></tr></thead><tbody>{rows}</tbody>"
+            "</table></div>")
+
+
+def _html_ramps(model: dict[str, Any]) -> str:
+    out = []
+    for r in model["ramps"]:
+        rows = "".join(
+            f"<tr><td>{escape(_users_or_rate(p))}</td><td>{u.num(p.get('requests_s'))}</td>"
+            f"<td>{u.num(p.get('throughput_samples_s'))}</td><td>{u.ms(p.get('p50_ms'))}</td>"
+            f"<td>{u.ms(p.get('p90_ms'))}</td><td>{u.ms(p.get('p99_ms'))}</td></tr>" for p in r["points"])
+        out.append(f"<details><summary>Load ramp: {escape(r['label'])} <span class='muted'>"
+                   f"({escape(r['source'])})</span></summary><div class='tablewrap'><table><thead><tr>"
+                   "<th>users / rate</th><th>requests/s</th><th>samples/s</th><th>p50</th><th>p90</th><th>p99</th>"
+                   f"</tr></thead><tbody>{rows}</tbody></table></div></details>")
+    return "".join(out)
+
+
+def _users_or_rate(p: dict[str, Any]) -> str:
+    if p.get("rate") is not None:
+        return f"{u.num(p['rate'])} req/s offered"
+    users = p.get("users", "?")
+    return f"{users} user" if users == 1 else f"{users} users"
+
+
+def _html_warnings(s: dict[str, Any]) -> str:
+    if not s["warnings"]:
+        return "<section id='warnings'><h2>Warnings</h2><p class='ok'>No record carries a warning.</p></section>"
+    items = "".join(f"<div class='warn'><code>{escape(w['source'])}</code> — {escape(w['message'])}</div>"
+                    for w in s["warnings"])
+    return f"<section id='warnings'><h2>Warnings ({len(s['warnings'])})</h2>{items}</section>"
+
+
+def _html_records(s: dict[str, Any]) -> str:
+    rows = "".join(
+        f"<tr><td><code>{escape(r['source'])}</code></td><td>{escape(r['phase'])}</td><td>{escape(r['model'])}</td>"
+        f"<td>{DEVICE_LABEL[r['device']]}</td><td>{escape(r['backend'])}</td><td>{escape(r['precision'])}</td>"
+        f"<td>{r['batch_size']}</td><td>{'' if r['concurrency'] is None else r['concurrency']}</td>"
+        f"<td>{u.num(r['throughput_samples_s'])}</td><td>{u.ms(r['p50_ms'])}</td><td>{u.ms(r['p99_ms'])}</td>"
+        f"<td>{u.nbytes(r['peak_bytes'])}</td></tr>" for r in s["records"])
+    return ("<section id='records'><details><summary>All profile records "
+            f"({len(s['records'])})</summary><div class='tablewrap'><table><thead><tr><th>file</th><th>phase</th>"
+            "<th>model</th><th>device</th><th>backend</th><th>precision</th><th>batch</th><th>users</th>"
+            "<th>samples/s</th><th>p50</th><th>p99</th><th>peak memory</th></tr></thead>"
+            f"<tbody>{rows}</tbody></table></div></details></section>")
+
+
+# --- Markdown -------------------------------------------------------------------------------
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ") or " "
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |",
+             "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return lines + [""]
+
+
+def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
+    s = summary
+    md = [f"# Training vs serving — run `{s['run']}`", "",
+          f"{len(s['records'])} profile records · generated {s['generated']}", ""]
+    for m in s["machines"]:
+        md.append(f"- **host {m['hostname']}**: {m.get('cpu_model') or 'CPU'}, {m.get('logical_cpus') or '?'} "
+                  f"logical CPUs, {u.nbytes(m.get('memory_bytes'))} RAM; GPU: "
+                  f"{', '.join(m['gpus']) if m['gpus'] else 'not measured'}")
+    if s["versions"]:
+        md.append("- **versions**: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
+    md += ["", "## Summary", ""]
+    md += [f"- {c}" for c in s["conclusions"]] + [""]
+    rows = []
+    for model in s["models"].values():
+        for key, title, metric in SPEEDUPS:
+            sp = model["speedups"][key]
+            rows.append([model["model"], title, u.ratio(sp["value"]) if sp["value"] is not None else NOT_MEASURED,
+                         f"{metric}; {speedup_detail(key, sp)}"])
+    md += ["### GPU vs CPU speedups", ""] + _md_table(["model", "measurement", "speedup", "how"], rows)
+    for model in s["models"].values():
+        md += _md_model(model, figures)
+    md += ["## Warnings", ""]
+    md += [f"- `{w['source']}`: {w['message']}" for w in s["warnings"]] or ["No record carries a warning."]
+    md += ["", "## All profile records", ""]
+    md += _md_table(["file", "phase", "model", "device", "backend", "batch", "users", "samples/s", "p50", "p99"],
+                    [[f"`{r['source']}`", r["phase"], r["model"], DEVICE_LABEL[r["device"]], r["backend"],
+                      str(r["batch_size"]), "" if r["concurrency"] is None else str(r["concurrency"]),
+                      u.num(r["throughput_samples_s"]), u.ms(r["p50_ms"]), u.ms(r["p99_ms"])] for r in s["records"]])
+    return "\n".join(md)
+
+
+def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
+    cols = columns(model)
+    md = [f"## Model `{model['model']}`: training beside inference", ""]
+    missing = [DEVICE_LABEL[d] for d in ("cpu", "cuda") if d not in model["devices_measured"]]
+    if missing:
+        md += [f"{' and '.join(missing)}: {NOT_MEASURED} — this run has no records for it.", ""]
+    rows = []
+    for group, group_rows in GROUPS:
+        rows.append([f"**{group}**"] + [""] * len(cols))
+        for label, cell in group_rows:
+            rows.append([label] + [(cell(v) if v else u.MISSING) for _, v in cols])
+    rows.append(["record"] + [f"`{v['source']}`" if v else NOT_MEASURED for _, v in cols])
+    md += _md_table([""] + [label for label, _ in cols], rows)
+    if model["max_batch"]:
+        md += ["### Largest batch that fits", ""]
+        md += _md_table(["device", "training", "inference", "inference ÷ training"],
+                        [[f"{DEVICE_LABEL[d]} ({v['precision']})", u.num(v["train"]), u.num(v["infer"]),
+                          u.ratio(v["ratio"])] for d, v in model["max_batch"].items()])
+    else:
+        md += ["Largest batch that fits: not measured.", ""]
+    for r in model["ramps"]:
+        md += [f"### Load ramp: {r['label']} (`{r['source']}`)", ""]
+        md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
+                        [[_users_or_rate(p), u.num(p.get("requests_s")), u.num(p.get("throughput_samples_s")),
+                          u.ms(p.get("p50_ms")), u.ms(p.get("p90_ms")), u.ms(p.get("p99_ms"))] for p in r["points"]])
+    md += [f"![{n}]({n})" for n in figures_of(model["model"], figures)] + [""]
+    return md

@@ -1,0 +1,80 @@
+"""The rows of a model's side-by-side table, shared by the HTML and Markdown renderers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from trainserve.report import units as u
+
+Row = tuple[str, Callable[[dict[str, Any]], str]]
+
+
+def _lat(key: str) -> Callable[[dict[str, Any]], str]:
+    return lambda v: u.ms(v["latency"].get(key))
+
+
+def _mem(key: str, train_only: bool = False) -> Callable[[dict[str, Any]], str]:
+    def cell(v: dict[str, Any]) -> str:
+        if train_only and v["phase"] != "train":
+            return ""
+        return u.nbytes(v["memory"].get(key))
+    return cell
+
+
+def _users(v: dict[str, Any]) -> str:
+    if v["phase"] == "train":
+        return ""
+    c = v["concurrency"]
+    return u.MISSING if c is None else f"{c}" + (" (ramp step)" if v["ramp_point"] else "")
+
+
+GROUPS: list[tuple[str, list[Row]]] = [
+    ("Setup", [
+        ("device", lambda v: v["device_name"] or v["device"]),
+        ("backend", lambda v: v["backend"]),
+        ("precision", lambda v: v["precision"]),
+        ("batch size", lambda v: f"{v['batch_size']}"),
+        ("users in flight", _users),
+    ]),
+    ("Speed", [
+        ("throughput, samples/s", lambda v: u.num(v["throughput_samples_s"])),
+        ("requests/s", lambda v: "" if v["phase"] == "train" else u.num(v["requests_s"])),
+        ("p50 (step / request)", _lat("p50_ms")),
+        ("p90", _lat("p90_ms")),
+        ("p99", _lat("p99_ms")),
+        ("p99.9", _lat("p999_ms")),
+        ("max", _lat("max_ms")),
+    ]),
+    ("Memory", [
+        ("peak", _mem("peak_bytes")),
+        ("· weights", _mem("weights_bytes", True)),
+        ("· gradients", _mem("gradients_bytes", True)),
+        ("· optimizer state", _mem("optimizer_bytes", True)),
+        ("· activations, temporaries", _mem("activations_bytes", True)),
+        ("GPU memory used (NVML max)", _mem("gpu_mem_used_max_bytes")),
+    ]),
+    ("Utilization and energy", [
+        ("GPU utilization, mean", lambda v: u.percent(v["gpu_util_mean_percent"])),
+        ("CPU, process mean (100% = 1 core)", lambda v: u.percent(v["cpu_process_mean_percent"])),
+        ("mean power", lambda v: u.watts(v["mean_power_w"])),
+        ("energy per sample", lambda v: u.joules(v["energy_per_sample_j"])),
+    ]),
+    ("Compute", [
+        ("FLOPs per sample", lambda v: u.flops(v["flops_per_sample"])),
+        ("achieved", lambda v: u.tflops(v["achieved_tflops"])),
+        ("MFU", lambda v: u.fraction(v["mfu"])),
+    ]),
+]
+
+SPEEDUPS = (("train", "Training", "throughput, GPU ÷ CPU"),
+            ("infer_batch1", "Inference, batch 1", "p50 latency, CPU ÷ GPU"),
+            ("infer_saturated", "Inference, saturated", "peak throughput, GPU ÷ CPU"))
+
+
+def speedup_detail(key: str, s: dict[str, Any]) -> str:
+    if s["value"] is None:
+        return s["note"] or "not measured"
+    if key == "infer_batch1":
+        return f"p50 {u.ms(s['gpu'])} on the GPU vs {u.ms(s['cpu'])} on the CPU"
+    return f"{u.num(s['gpu'])} vs {u.num(s['cpu'])} samples/s"
