@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
-# The example report: `trainserve run` with its defaults (cnn/small; CPU, plus the GPU when there is
-# one), everything written under $OUT (default ./bench-out):
-#   $OUT/runs/example/...      the whole run (train, compare, export, model_repository, load, logs)
-#   $OUT/report/               report.html, report.md, summary.json (the JSON results), *.png
-#   $OUT/run.log               the progress lines
+# The example report: `trainserve run` with its defaults (cnn/small on a GPU machine; CPU, plus the
+# GPU when there is one). Heavy artifacts (checkpoints, ONNX files) stay in a scratch folder; $OUT
+# (default ./bench-out) gets what is worth keeping:
+#   $OUT/report/            report.html, report.md, summary.json (the JSON results), *.png
+#   $OUT/records/           every profile record and speedup.json (train/, compare/, load/)
+#   $OUT/logs/              one log per stage
+#   $OUT/run.log            the progress lines
 # Extra arguments go to `trainserve run` (e.g. --quick, --model transformer).
 #   PYTHON=python3.12 OUT=/tmp/out benchmarks/run_example.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-./bench-out}"
 PY="${PYTHON:-python}"
+RUNS="$(mktemp -d)"
+trap 'rm -rf "$RUNS"' EXIT
 mkdir -p "$OUT"
-"$PY" -m trainserve run --run example --runs-dir "$OUT/runs" "$@" 2>&1 | tee "$OUT/run.log"
-rm -rf "$OUT/report"
-cp -r "$OUT/runs/example/report" "$OUT/report"
+status=0
+"$PY" -m trainserve run --run example --runs-dir "$RUNS" "$@" 2>&1 | tee "$OUT/run.log" || status=$?
+run="$RUNS/example"
+rm -rf "$OUT/report" "$OUT/records" "$OUT/logs"
+[ -d "$run/logs" ] && cp -r "$run/logs" "$OUT/logs"
+[ -d "$run/report" ] && cp -r "$run/report" "$OUT/report"
+for part in train compare load export; do
+  [ -d "$run/$part" ] || continue
+  mkdir -p "$OUT/records/$part"
+  find "$run/$part" -maxdepth 1 -name '*.json' -exec cp {} "$OUT/records/$part/" \;
+done
 echo "example report: $OUT/report/report.html"
+exit "$status"

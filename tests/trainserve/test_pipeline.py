@@ -27,6 +27,7 @@ def fake_argv(*args: str) -> list[str]:
 
 def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     events = []
+    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other tests' servers
     cfg = RunConfig(device="cpu", quick=True, run="p1", runs_dir=tmp_path)
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     done = [e.stage for e in events if e.status == "done"]
@@ -47,8 +48,8 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     assert record["extra"]["server_process"]["ticks"] >= 1
     assert (tmp_path / "p1" / "logs" / "serve-cpu.log").read_text().count("trainserve serve: ready") == 1
     # the server was stopped when its loads were done
-    assert not [p for p in psutil.Process().children(recursive=True) if p.is_running()
-                and p.status() != psutil.STATUS_ZOMBIE]
+    assert not [p for p in psutil.Process().children(recursive=True)
+                if p.pid not in before and _alive(p)]
 
 
 def test_with_a_gpu_it_compares_training_and_serves_on_both(tmp_path, monkeypatch):
