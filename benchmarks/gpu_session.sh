@@ -16,10 +16,11 @@ for phase in "$@"; do case $phase in
 env)
   step env 60 bash -c "nvidia-smi; $py -c 'import torch,onnxruntime as o; print(torch.__version__, torch.cuda.get_device_name(), o.__version__, o.get_available_providers())'; nproc" ;;
 train)
-  step train_bare 330 env OUT="$R" $py benchmarks/train_bare.py --suite gpu
-  step telemetry_check 90 env OUT="$R" $py benchmarks/telemetry_check.py
-  step train_cnn 120 $py -m trainserve train --model cnn --preset small --device cuda --precision bf16 --batch-size 512 --samples 65536 --epochs 2 --run cnn-small --runs-dir "$R/runs"
-  step train_transformer 150 $py -m trainserve train --model transformer --preset small --device cuda --precision bf16 --batch-size 128 --samples 16384 --epochs 2 --run transformer-small --runs-dir "$R/runs" ;;
+  step train_bare 170 env OUT="$R" $py benchmarks/train_bare.py --suite gpu --quick
+  step telemetry_check 80 env OUT="$R" $py benchmarks/telemetry_check.py
+  step train_profile_cnn 100 env OUT="$R" $py benchmarks/train_profile_gpu.py --model cnn
+  step train_profile_transformer 100 env OUT="$R" $py benchmarks/train_profile_gpu.py --model transformer
+  step compare 90 $py -m trainserve compare --model cnn --preset small --precision bf16 --batch-size 512 --steps 12 --warmup-steps 2 --samples 6144 --run cmp --runs-dir "$R/runs" ;;
 train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
 serve)
