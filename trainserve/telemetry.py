@@ -39,6 +39,7 @@ LOW_GPU_UTIL_PERCENT = 50.0
 GPU_MEM_IN_USE_BYTES = 1 << 30
 # How often the list of child processes (data-loader workers) is refreshed, seconds.
 CHILDREN_REFRESH_S = 5.0
+ENERGY_EVERY_S = 1.0  # seconds between reads of the NVML energy counter (besides window ends)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,6 @@ class _Nvml:
         self.name: str | None = None
         self._energy_ok = True
         self._power_ok = True
-        self._last_energy: tuple[float, float] | None = None  # (monotonic s, counter J) at the last read
         try:
             import pynvml
 
@@ -89,8 +89,13 @@ class _Nvml:
     def ok(self) -> bool:
         return self.handle is not None
 
-    def read(self) -> tuple[float | None, int | None, float | None, float | None]:
-        """(utilization %, memory used bytes, power W, energy counter J)."""
+    def read(self, energy_due: bool = True) -> tuple[float | None, int | None, float | None, float | None]:
+        """(utilization %, memory used bytes, power W, energy counter J or None when not read).
+
+        The energy counter is read only when `energy_due`: on some virtualised GPUs one read costs
+        ~4 ms of CPU (seen on a lent H200, against ~0.01 ms for the other NVML reads), so the sampler
+        reads it at the window's ends and about once a second, not at every tick.
+        """
         if self.handle is None:
             return None, None, None, None
         nv, h = self._nv, self.handle
@@ -103,23 +108,16 @@ class _Nvml:
             mem = int(nv.nvmlDeviceGetMemoryInfo(h).used)
         except Exception:
             pass
-        if self._energy_ok:
-            try:
-                energy = nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0  # mJ -> J (Volta and newer)
-            except Exception:
-                self._energy_ok = False
-        if energy is not None and self._last_energy is not None and energy >= self._last_energy[1]:
-            # mean power since the last tick from the counter: one NVML call fewer per tick
-            t_prev, e_prev = self._last_energy
-            dt = time.monotonic() - t_prev
-            power = (energy - e_prev) / dt if dt > 0 else None
-        elif self._power_ok:
+        if self._power_ok:
             try:
                 power = nv.nvmlDeviceGetPowerUsage(h) / 1000.0  # mW -> W
             except Exception:
                 self._power_ok = False
-        if energy is not None:
-            self._last_energy = (time.monotonic(), energy)
+        if self._energy_ok and energy_due:
+            try:
+                energy = nv.nvmlDeviceGetTotalEnergyConsumption(h) / 1000.0  # mJ -> J (Volta and newer)
+            except Exception:
+                self._energy_ok = False
         return util, mem, power, energy
 
     def close(self) -> None:
@@ -307,7 +305,7 @@ def read_costs(gpu_index: int = 0, repeats: int = 20) -> dict[str, float | None]
                 "nvml_power": cost(lambda: m.nvmlDeviceGetPowerUsage(h)),
                 "nvml_total_energy": cost(lambda: m.nvmlDeviceGetTotalEnergyConsumption(h)),
                 "nvml_compute_processes": cost(lambda: m.nvmlDeviceGetComputeRunningProcesses(h)),
-                "nvml_read_as_ticked": cost(nv.read)}
+                "nvml_read_as_ticked": cost(lambda: nv.read(energy_due=False))}
         nv.close()
     cpu = _Cpu(None, include_children=True)
     out["cpu_read_as_ticked"] = cost(cpu.read)
@@ -370,6 +368,7 @@ class Sampler:
         self._cpu: _Cpu | None = None
         self._rapl: _Rapl | None = None
         self._latest: Sample | None = None
+        self._energy_read_at = float("-inf")  # monotonic time of the last energy-counter read
         self._t0 = 0.0
         self._overhead_s = 0.0  # sampler thread CPU seconds in the window
         self._ticks_total = 0
@@ -384,7 +383,7 @@ class Sampler:
         self._cpu = _Cpu(self.pid, self.include_children)
         self._rapl = _Rapl()
         self._t0 = time.monotonic()
-        self._tick()  # a first reading, so latest() works at once
+        self._tick(boundary=True)  # a first reading, so latest() works at once
         with self._lock:
             self._reset_window()
             self._open_window(self._latest)
@@ -398,7 +397,7 @@ class Sampler:
             return self
         self._stop.set()
         self._thread.join()
-        self._tick()
+        self._tick(boundary=True)
         with self._lock:
             self._t_end = time.monotonic()
         if self._gpu is not None and self._gpu.ok:
@@ -414,7 +413,7 @@ class Sampler:
     def mark(self) -> None:
         """Start a fresh window now (e.g. after warm-up): statistics and energy restart from here."""
         with self._tick_lock:
-            self._tick()
+            self._tick(boundary=True)
             with self._lock:
                 self._reset_window()
                 self._open_window(self._latest)
@@ -443,8 +442,9 @@ class Sampler:
                     and self._win_first.cpu_energy_j is not None:
                 cpu_j = last.cpu_energy_j - self._win_first.cpu_energy_j
             power_mean = st["gpu_power_w"].mean
-            if gpu_src == "nvml" and window_s > 0:
-                power_mean = gpu_j / window_s  # exact mean from the counter, not from samples
+            span_s = (self._win_energy_last.t_s - self._win_first.t_s) if gpu_src == "nvml" else 0.0
+            if span_s > 0:
+                power_mean = gpu_j / span_s  # exact mean from the counter, not from samples
             mem_max = st["gpu_mem_used_bytes"].max
             rss_max = st["rss_bytes"].max
             return {
@@ -512,6 +512,7 @@ class Sampler:
         self._overhead_s = 0.0
         self._win_t0 = time.monotonic()
         self._win_first: Sample | None = None
+        self._win_energy_last: Sample | None = None  # the window's latest sample with an energy reading
         self._power_j = 0.0  # integral of GPU power, the fallback without the energy counter
         self._prev: Sample | None = None
         self._t_end: float | None = None
@@ -523,9 +524,8 @@ class Sampler:
             self._add(first)
 
     def _gpu_energy(self, last: Sample | None) -> tuple[float | None, str | None]:
-        first = self._win_first
-        if first is not None and last is not None and first.gpu_energy_j is not None \
-                and last.gpu_energy_j is not None:
+        first, last = self._win_first, self._win_energy_last
+        if first is not None and last is not None and last is not first and first.gpu_energy_j is not None:
             return last.gpu_energy_j - first.gpu_energy_j, "nvml"
         if self._stats["gpu_power_w"].n >= 2:
             return self._power_j, "nvml-power"  # integrated samples: less exact than the counter
@@ -539,11 +539,12 @@ class Sampler:
                 next_t = time.monotonic() + self.interval_s
             self._tick()
 
-    def _tick(self) -> None:
+    def _tick(self, boundary: bool = False) -> None:
+        """One reading; `boundary` (start, mark, stop) always reads the energy counter."""
         with self._tick_lock:
             c0 = time.thread_time()
             try:
-                sample = self._read()
+                sample = self._read(boundary)
             except Exception as e:  # a sampler must never take the measured program down
                 log.debug("telemetry tick failed: %s", e)
                 return
@@ -553,9 +554,13 @@ class Sampler:
                     self._add(sample)
                 self._overhead_s += time.thread_time() - c0
 
-    def _read(self) -> Sample:
+    def _read(self, boundary: bool = False) -> Sample:
         assert self._gpu is not None and self._cpu is not None and self._rapl is not None
-        util, mem, power, energy = self._gpu.read()
+        now = time.monotonic()
+        energy_due = boundary or now - self._energy_read_at >= ENERGY_EVERY_S
+        util, mem, power, energy = self._gpu.read(energy_due)
+        if energy is not None:
+            self._energy_read_at = now
         proc, system, rss = self._cpu.read()
         return Sample(
             t_s=round(time.monotonic() - self._t0, 4),
@@ -567,6 +572,8 @@ class Sampler:
 
     def _add(self, s: Sample) -> None:
         """Fold one sample into the window (lock held)."""
+        if s.gpu_energy_j is not None:
+            self._win_energy_last = s
         prev, self._prev = self._prev, s
         if prev is not None and prev is not s and prev.gpu_power_w is not None and s.gpu_power_w is not None:
             self._power_j += (prev.gpu_power_w + s.gpu_power_w) / 2 * max(0.0, s.t_s - prev.t_s)

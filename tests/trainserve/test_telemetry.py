@@ -36,6 +36,7 @@ class FakeNvml(types.ModuleType):
         super().__init__("pynvml")
         self.energy_mj = 1_000_000
         self.energy_supported = energy_supported
+        self.energy_reads = 0
         self.shutdowns = 0
 
     def nvmlInit(self) -> None: ...
@@ -54,6 +55,7 @@ class FakeNvml(types.ModuleType):
     def nvmlDeviceGetTotalEnergyConsumption(self, h: object) -> int:
         if not self.energy_supported:
             raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        self.energy_reads += 1
         self.energy_mj += 50_000
         return self.energy_mj
     def nvmlDeviceGetComputeRunningProcesses(self, h: object) -> list:
@@ -113,8 +115,9 @@ def test_energy_from_nvml_counter_and_apply(monkeypatch):
     summary = s.summary()
     assert summary["gpu_name"] == "NVIDIA H200"
     assert summary["gpu_energy_source"] == "nvml"
-    # every read after the window's first adds 50 J; stop() takes one last read
-    assert summary["gpu_energy_j"] == pytest.approx(50.0 * (summary["ticks"] - 1))
+    # the counter is read at start and stop (and once a second between): 50 J per read after the first
+    assert fake.energy_reads == 2
+    assert summary["gpu_energy_j"] == pytest.approx(50.0)
     assert summary["gpu_util_mean_percent"] == 30 and summary["gpu_mem_used_max_bytes"] == 3 * 2**30
 
     record = ProfileRecord(phase="train", model="cnn", backend="torch", device="cuda")
@@ -122,7 +125,7 @@ def test_energy_from_nvml_counter_and_apply(monkeypatch):
     assert record.energy.source == "nvml"
     assert record.energy.energy_j == summary["gpu_energy_j"]
     assert record.energy.energy_per_sample_j == pytest.approx(summary["gpu_energy_j"] / 1000)
-    assert record.energy.mean_power_w == pytest.approx(summary["gpu_energy_j"] / summary["window_s"], rel=1e-3)
+    assert record.energy.mean_power_w == pytest.approx(summary["gpu_energy_j"] / summary["window_s"], rel=0.05)
     assert record.utilization.gpu_util_max_percent == 30
     assert record.utilization.timeline and "gpu_util_percent" in record.utilization.timeline[0]
     assert "overhead_percent_of_core" in record.extra["telemetry"]
@@ -183,14 +186,27 @@ def test_timeline_is_bounded(monkeypatch):
 
 
 def test_mark_restarts_the_window(monkeypatch):
-    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
     with Sampler(interval_s=0.02) as s:
         _wait_ticks(s, 6)
         s.mark()
+        reads_at_mark = fake.energy_reads
         assert s.summary()["ticks"] == 1
         _wait_ticks(s, 3)
     summary = s.summary()
-    assert summary["gpu_energy_j"] == pytest.approx(50.0 * (summary["ticks"] - 1))
+    assert summary["gpu_energy_j"] == pytest.approx(50.0 * (fake.energy_reads - reads_at_mark))
+
+
+def test_energy_counter_is_read_about_once_a_second_not_every_tick(monkeypatch):
+    # one counter read cost ~4 ms of CPU on a virtualised H200: at 10 Hz that alone was 4% of a core
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    with Sampler(interval_s=0.01) as s:
+        time.sleep(1.3)
+    assert s.summary()["ticks"] > 40
+    assert 2 <= fake.energy_reads <= 4  # start, ~1 s, stop
+    assert s.summary()["gpu_energy_j"] == pytest.approx(50.0 * (fake.energy_reads - 1))
 
 
 def test_overhead_is_small(monkeypatch):
@@ -203,18 +219,16 @@ def test_overhead_is_small(monkeypatch):
     assert summary["overhead_cpu_s"] > 0
 
 
-def test_power_comes_from_the_energy_counter_and_read_costs_names_each_call(monkeypatch):
+def test_power_is_read_every_tick_and_read_costs_names_each_call(monkeypatch):
     fake = FakeNvml()
     calls = []
     monkeypatch.setattr(fake, "nvmlDeviceGetPowerUsage", lambda h: calls.append(h) or 200_000, raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     nv = telemetry._Nvml(0)
-    first = nv.read()
-    time.sleep(0.05)
-    second = nv.read()
-    # no counter delta yet on the first read: power asked of NVML once; then 50 J over the interval
-    assert first[2] == 200.0 and len(calls) == 1
-    assert second[2] is not None and 50 / 0.5 < second[2] < 50 / 0.04 and len(calls) == 1
+    first = nv.read(energy_due=True)
+    second = nv.read(energy_due=False)
+    assert first[2] == 200.0 and second[2] == 200.0 and len(calls) == 2
+    assert first[3] is not None and second[3] is None and fake.energy_reads == 1
     costs = telemetry.read_costs(0, repeats=2)
     for name in ("os_times", "psutil_children_recursive", "nvml_utilization", "nvml_total_energy",
                  "nvml_read_as_ticked", "cpu_read_as_ticked"):
