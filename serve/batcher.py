@@ -31,6 +31,7 @@ class BatchingConfig:
     max_queue_delay_us: int = 0  # how long the first request of a batch may wait for company, microseconds
     max_queue_size: int = 1024  # requests waiting per model; beyond it requests are refused (503)
     inline_max_us: int = 200  # run a batch on the event loop itself when its size ran faster than this, microseconds
+    idle_inline_max_us: int = 2000  # ... or faster than this while no other request waits, microseconds
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
@@ -39,6 +40,8 @@ class BatchingConfig:
             raise ValueError(f"max_queue_delay_us={self.max_queue_delay_us} must be >= 0")
         if self.inline_max_us < 0:
             raise ValueError(f"inline_max_us={self.inline_max_us} must be >= 0")
+        if self.idle_inline_max_us < 0:
+            raise ValueError(f"idle_inline_max_us={self.idle_inline_max_us} must be >= 0")
         if self.max_queue_size < 1:
             raise ValueError(f"max_queue_size={self.max_queue_size} must be >= 1")
         bad = [p for p in self.preferred_batch_sizes if not 0 < p <= max(self.max_batch_size, 1)]
@@ -125,6 +128,7 @@ class Batcher:
         # ~0.1-0.3 ms of wake-ups on a busy CPU; a batch that runs faster than that runs on the loop itself.
         self._run_ns: dict[int, float] = {}
         self._inline_ns = config.inline_max_us * 1000 if model.instance_count == 1 else 0
+        self._idle_inline_ns = config.idle_inline_max_us * 1000 if model.instance_count == 1 else 0
 
     def start(self) -> None:
         """Start the worker coroutines on the running event loop."""
@@ -192,7 +196,11 @@ class Batcher:
             start = time.perf_counter_ns()
             self._busy += 1
             try:
-                if self._run_ns.get(rows, float("inf")) < self._inline_ns:
+                run_ns = self._run_ns.get(rows, float("inf"))
+                # Inline when the batch is very short, or when nobody else is waiting and it is short
+                # enough not to matter: at low load the hand-off to the instance thread (two thread
+                # wake-ups) costs more latency than the run itself.
+                if run_ns < self._inline_ns or (not queue.items and run_ns < self._idle_inline_ns):
                     results, input_ns, infer_ns, output_ns = self._execute(instance, batch, rows)
                 else:
                     results, input_ns, infer_ns, output_ns = await loop.run_in_executor(
