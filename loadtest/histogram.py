@@ -52,14 +52,16 @@ class Histogram:
     def record(self, ms: float) -> None:
         """Add one latency in milliseconds (negative values count as 0)."""
         us = int(ms * 1000.0 + 0.5) if ms > 0 else 0
-        i = us if us < _EXACT else _index(us)
+        i = us if us < _EXACT else _index(us)  # most latencies: the bucket is the value itself
         counts = self.counts
         counts[i] = counts.get(i, 0) + 1
         self.count += 1
         self.sum_us += us
-        if self.min_us is None or us < self.min_us:
+        if self.count == 1:
+            self.min_us = self.max_us = us
+        elif us < self.min_us:  # type: ignore[operator]  # set by the first record
             self.min_us = us
-        if self.max_us is None or us > self.max_us:
+        elif us > self.max_us:  # type: ignore[operator]
             self.max_us = us
 
     def merge(self, other: Histogram) -> None:
