@@ -237,7 +237,7 @@ class Batcher:
             feed = {name: np.concatenate([r.inputs[name] for r in batch]) for name in batch[0].inputs}
         t1 = time.perf_counter_ns()
         names = self.model.output_names
-        outs = self.model.run(instance, feed, names)
+        outs = self.model.run(instance, feed, names, rows)
         t2 = time.perf_counter_ns()
         if len(batch) == 1:
             results = [dict(zip(names, outs))]
