@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import http.client
 import json
+import time
 
 import numpy as np
 import pytest
@@ -178,9 +179,20 @@ def test_async_clients_are_batched_and_each_gets_its_rows(tmp_path):
         srv.stop()
 
 
-def test_queue_full_answers_503_over_http(tmp_path):
+def test_queue_full_answers_503_over_http(tmp_path, monkeypatch):
     classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
-    (tmp_path / "m" / "config.pbtxt").write_text(classifier_config("m", delay_us=300_000))
+    (tmp_path / "m" / "config.pbtxt").write_text(classifier_config("m", max_batch_size=1))
+    # Each run takes 0.3 s, so while the first runs every later request must wait in the queue:
+    # two fit, the rest are refused, however slowly the client's requests arrive.
+    from serve.model import LoadedModel
+
+    run = LoadedModel.run
+
+    def slow_run(self, *args, **kwargs):
+        time.sleep(0.3)
+        return run(self, *args, **kwargs)
+
+    monkeypatch.setattr(LoadedModel, "run", slow_run)
     srv = ThreadServer(tmp_path, core_options={"max_queue_size": 2}).start()
 
     async def go():
