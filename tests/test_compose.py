@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shlex
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from typing import Any
 import pytest
 from ruamel.yaml import YAML  # ships with check-jsonschema (test extra); PyYAML is not a dependency
 
-from tests.conftest import REPO_ROOT, subprocess_env
+from tests.conftest import REPO_ROOT, free_port, stop_process, subprocess_env
 from trainserve.runs import run_dir
 
 COMPOSE = REPO_ROOT / "compose.yaml"
@@ -227,20 +226,9 @@ def test_every_trainserve_command_knows_its_options(service, cmd):
     assert not missing, f"{service}: {' '.join(cmd[:2])} does not know {missing}"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _stop(proc: subprocess.Popen) -> str:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    """Stop a Locust process and return what it printed."""
+    stop_process(proc)
     return proc.stdout.read() if proc.stdout else ""
 
 
@@ -255,7 +243,7 @@ def test_locust_master_and_worker_start_for_real(services):
     if not (REPO_ROOT / locustfile).exists():
         pytest.skip(f"{locustfile} is not in this checkout yet")
     assert _flag(worker_cmd, "-f") == locustfile and _flag(worker_cmd, "--master-host") == "locust"
-    web, bind = _free_port(), _free_port()
+    web, bind = free_port(), free_port()
     env = subprocess_env()
     py = [sys.executable, "-m", "locust"]
     master = subprocess.Popen([*py, *master_cmd[1:], "--web-host", "127.0.0.1", "--web-port", str(web),

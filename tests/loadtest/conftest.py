@@ -12,20 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, subprocess_env, trainserve_cmd
+from tests.conftest import REPO_ROOT, stop_process, subprocess_env, trainserve_cmd
 from tests.loadtest.tiny_repo import build_repository
 
 READY = re.compile(r"trainserve serve: ready (.*)")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def _read_line(proc: subprocess.Popen, pattern: re.Pattern[str], timeout_s: float) -> re.Match[str]:
@@ -62,7 +52,7 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
         _drain(proc)
         yield dict(part.split("=", 1) for part in m.group(1).split())
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
 def start_stub(*args: str) -> tuple[subprocess.Popen, str]:
@@ -72,7 +62,7 @@ def start_stub(*args: str) -> tuple[subprocess.Popen, str]:
     try:
         m = _read_line(proc, re.compile(r"http_port=(\d+)"), 30)
     except BaseException:
-        _stop(proc)
+        stop_process(proc)
         raise
     _drain(proc)
     return proc, f"127.0.0.1:{m.group(1)}"
@@ -84,7 +74,6 @@ def stub_server() -> Iterator[str]:
     try:
         yield url
     finally:
-        _stop(proc)
+        stop_process(proc)
 
 
-stop_process = _stop

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import socket
 from pathlib import Path
 
-from tests.loadtest.conftest import start_stub, stop_process
+from tests.conftest import free_port, stop_process
+from tests.loadtest.conftest import start_stub
 from tests.loadtest.test_runner import run_load
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_unreachable_server(tmp_path: Path) -> None:
-    p = run_load(tmp_path, "--url", f"127.0.0.1:{_free_port()}", "--model", "m", "--duration", "1s")
+    p = run_load(tmp_path, "--url", f"127.0.0.1:{free_port()}", "--model", "m", "--duration", "1s")
     assert p.returncode == 1
     assert "no HTTP inference server answers at" in p.stderr and "Traceback" not in p.stderr
     assert not (tmp_path / "r" / "load").exists()

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 
-from tests.conftest import REPO_ROOT, subprocess_env
-from tests.loadtest.conftest import stop_process
+from tests.conftest import REPO_ROOT, free_port, stop_process, subprocess_env
 
 
 def test_no_torch_in_load_generator_imports() -> None:
@@ -18,15 +16,8 @@ def test_no_torch_in_load_generator_imports() -> None:
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=REPO_ROOT, check=True, timeout=60)
 
 
-def _free_port() -> int:
-    # Locust does not report the port it bound for --web-port 0, so take a free one (tiny race)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_web_ui_form_has_custom_fields_and_shapes() -> None:
-    port = _free_port()
+    port = free_port()
     cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest" / "locustfile.py"), "--web-host",
            "127.0.0.1", "--web-port", str(port), "--class-picker", "--model-name", "tiny_cpu"]
     proc = subprocess.Popen(cmd, env=subprocess_env(), cwd=REPO_ROOT, stdout=subprocess.DEVNULL,

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from tests.conftest import REPO_ROOT, subprocess_env
-from tests.loadtest.conftest import start_stub, stop_process
+from tests.conftest import stop_process
+from tests.loadtest.conftest import start_stub
 
 LOCUSTFILE = REPO_ROOT / "loadtest" / "locustfile.py"
 

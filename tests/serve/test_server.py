@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from tests.conftest import subprocess_env, trainserve_cmd
+from tests.conftest import stop_process, subprocess_env, trainserve_cmd
 from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
 
 READY = re.compile(r"trainserve serve: ready http=127\.0\.0\.1:(\d+) grpc=(\S+) metrics=(\S+)")
@@ -36,16 +36,6 @@ def _wait_ready(proc: subprocess.Popen, timeout_s: float = 60) -> int:
         if m:
             return int(m.group(1))
     raise AssertionError("server not ready in time")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
@@ -78,7 +68,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
         np.testing.assert_allclose(result["logits"], expected_logits(x), rtol=1e-5)
         assert proc.wait(15) == 0
     finally:
-        _stop(proc)
+        stop_process(proc, 15)
 
 
 def test_missing_repository_is_one_line_and_exit_1(tmp_path):
@@ -130,4 +120,4 @@ def test_cuda_device_never_falls_back_to_the_cpu_silently(tmp_path):
             err = proc.stderr.read()
             assert "CUDA was requested but onnxruntime fell back to" in err and "Traceback" not in err
     finally:
-        _stop(proc)
+        stop_process(proc, 15)
