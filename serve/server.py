@@ -39,10 +39,6 @@ class StartError(Exception):
     """The server could not start (a port in use, no loadable model): one sentence saying what to do."""
 
 
-class StartError(Exception):
-    """The server could not start (a port in use, no loadable model): one sentence saying what to do."""
-
-
 class FrontEnd(Protocol):
     name: str
 

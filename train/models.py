@@ -163,14 +163,8 @@ def family_of(config: ModelConfig) -> str:
 
 def build_model(config: ModelConfig) -> Any:
     """Make the torch module for a config (weights freshly initialised)."""
-    import torch  # noqa: F401  (import check before building)
-
-    family = family_of(config)
-    if family == "mlp":
-        return _MLP(config)
-    if family == "cnn":
-        return _CNN(config)
-    return _Transformer(config)
+    mlp, cnn, transformer = _torch_modules()
+    return {"mlp": mlp, "cnn": cnn, "transformer": transformer}[family_of(config)](config)
 
 
 @functools.cache
@@ -245,18 +239,6 @@ def _torch_modules():  # defined lazily so importing train.models does not impor
             return self.head(x.mean(dim=1))
 
     return MLP, CNN, Transformer
-
-
-def _MLP(cfg: MLPConfig) -> Any:
-    return _torch_modules()[0](cfg)
-
-
-def _CNN(cfg: CNNConfig) -> Any:
-    return _torch_modules()[1](cfg)
-
-
-def _Transformer(cfg: TransformerConfig) -> Any:
-    return _torch_modules()[2](cfg)
 
 
 def io_spec(config: ModelConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -164,7 +164,6 @@ def test_two_processes_train_in_sync_then_resume_until_ctrl_c(tmp_path):
 
     # resume from that checkpoint with a long schedule; stop it with Ctrl-C once it has gone on
     env = subprocess_env(TRAINSERVE_DDP_CHECK_SYNC="1", OMP_NUM_THREADS="1")
-    before = {p.pid for p in psutil.Process().children(recursive=True)}  # other tests' servers
     proc = subprocess.Popen(trainserve_cmd("train", "--nproc", "2", *TINY, "--runs-dir", str(tmp_path),
                                            "--epochs", "1000", "--run", "ddp", "--resume"),
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
