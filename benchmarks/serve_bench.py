@@ -284,7 +284,8 @@ def run(args: argparse.Namespace) -> dict:
         servers = {
             "embedded": ([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
                           "--device", args.device, "--threads", str(args.threads), "--http-port", "0",
-                          "--grpc-port", "0", "--metrics-port", "0"], r"ready http=[^:]+:(\d+)"),
+                          "--grpc-port", "0", "--metrics-port", "0", "--spin" if args.spin else "--no-spin"],
+                         r"ready http=[^:]+:(\d+)"),
             "minimal": ([sys.executable, str(REPO_ROOT / "benchmarks" / "minimal_kserve.py"), str(onnx_path),
                          "--name", MODEL, "--port", "0", "--threads", str(args.threads), "--provider",
                          "CUDAExecutionProvider" if gpu else "CPUExecutionProvider"], r"listening on (\d+)"),
@@ -349,6 +350,7 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--preset", default=None, help="cnn preset (default: tiny on cpu, small on cuda)")
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (pinned, all three)")
+    parser.add_argument("--spin", action="store_true", help="start the embedded server with --spin (idle threads busy-wait)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
     parser.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window, seconds")
     parser.add_argument("--client-procs", type=int, default=max(1, (os.cpu_count() or 2) // 2),

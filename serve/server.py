@@ -146,13 +146,14 @@ def run_server(
     threads: int = 0,
     max_queue_size: int = 1024,
     max_body_bytes: int = 64 * 1024 * 1024,
+    spin: bool = False,
     on_ready: Callable[[str], None] = print,
 ) -> None:
     """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
     from serve.model import CudaUnavailable
 
     try:
-        core_options = CoreOptions(Path(model_repository), device, threads, 1, max_queue_size)
+        core_options = CoreOptions(Path(model_repository), device, threads, 1, max_queue_size, allow_spinning=spin)
         options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes)
     except ValueError as e:
         raise StartError(f"invalid server option: {e}") from None

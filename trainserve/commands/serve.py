@@ -23,6 +23,9 @@ def serve(
     threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads per session, unless config.pbtxt sets intra_op_thread_count; 0 = all cores.")] = 0,
     max_queue_size: Annotated[int, typer.Option(help="Requests waiting per model before the server answers 503 / UNAVAILABLE.")] = 1024,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted, in bytes (413 beyond).")] = 64 * 1024 * 1024,
+    spin: Annotated[bool, typer.Option("--spin/--no-spin", help=(
+        "Let onnxruntime's idle threads busy-wait: lower latency at low load on cores nobody else needs, "
+        "fewer requests/s when the event loop shares them (docs/BENCHMARKS.md)."))] = False,
 ) -> None:
     """Serve a model repository over KServe v2 HTTP and gRPC with Triton's endpoints, ports and metrics.
 
@@ -35,6 +38,7 @@ def serve(
         run_server(
             model_repository=model_repository, device=device, host=host, http_port=http_port, grpc_port=grpc_port,
             metrics_port=metrics_port, threads=threads, max_queue_size=max_queue_size, max_body_bytes=max_body_bytes,
+            spin=spin,
             on_ready=lambda line: typer.echo(line),
         )
     except StartError as e:
