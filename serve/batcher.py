@@ -128,7 +128,13 @@ class Batcher:
         # ~0.1-0.3 ms of wake-ups on a busy CPU; a batch that runs faster than that runs on the loop itself.
         self._run_ns: dict[int, float] = {}
         self._inline_ns = config.inline_max_us * 1000 if model.instance_count == 1 else 0
-        self._idle_inline_ns = config.idle_inline_max_us * 1000 if model.instance_count == 1 else 0
+        # While nothing runs and nothing waits, a short batch runs on the loop whatever the instance count:
+        # no other instance could have used the time.
+        self._idle_inline_ns = config.idle_inline_max_us * 1000
+        # A request that finds the batcher idle may run at once inside submit(), skipping the queue, a
+        # future and two event-loop turns, unless batching asks it to wait for company (a queue delay).
+        self._direct = not (config.dynamic and config.max_queue_delay_us > 0)
+        self._last_submit_ns = 0
 
     def start(self) -> None:
         """Start the worker coroutines on the running event loop."""
@@ -139,6 +145,11 @@ class Batcher:
         return len(self._queue.items)
 
     @property
+    def running(self) -> bool:
+        """A batch is being run right now (on an instance thread or the loop)."""
+        return self._busy > 0
+
+    @property
     def idle(self) -> bool:
         return not self._queue.items and self._busy == 0
 
@@ -146,6 +157,14 @@ class Batcher:
         """Queue one validated request (`rows` rows along dim 0) and wait for all model outputs (its rows only)."""
         if self._queue.closed:
             raise Unavailable("server is shutting down")
+        now = time.perf_counter_ns()
+        since, self._last_submit_ns = now - self._last_submit_ns, now
+        if self._direct and self._busy == 0 and not self._queue.items:
+            run_ns = self._run_ns.get(rows, float("inf"))
+            # Only when requests come further apart than a run takes: closer together, the next request
+            # is likely already read by the loop and waiting one turn lets the worker batch both.
+            if run_ns < self._idle_inline_ns and since > run_ns:
+                return self._run_direct(inputs, rows)
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
         fut = asyncio.get_running_loop().create_future()
         self._queue.put(_Request(inputs, rows, key, fut))
@@ -197,10 +216,12 @@ class Batcher:
             self._busy += 1
             try:
                 run_ns = self._run_ns.get(rows, float("inf"))
-                # Inline when the batch is very short, or when nobody else is waiting and it is short
-                # enough not to matter: at low load the hand-off to the instance thread (two thread
-                # wake-ups) costs more latency than the run itself.
-                if run_ns < self._inline_ns or (not queue.items and run_ns < self._idle_inline_ns):
+                # Inline when the batch is very short, or when nobody else is waiting or running and it
+                # is short enough not to matter: at low load the hand-off to the instance thread (two
+                # thread wake-ups) costs more latency than the run itself.
+                if run_ns < self._inline_ns or (
+                    not queue.items and self._busy == 1 and run_ns < self._idle_inline_ns
+                ):
                     results, input_ns, infer_ns, output_ns = self._execute(instance, batch, rows)
                 else:
                     results, input_ns, infer_ns, output_ns = await loop.run_in_executor(
@@ -227,6 +248,28 @@ class Batcher:
             for r, res in zip(batch, results):
                 if not r.future.done():  # the client may have gone away
                     r.future.set_result(res)
+
+    def _run_direct(self, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+        """One request on the loop, now, on instance 0 (every instance is idle): what _worker would do with it."""
+        start = time.perf_counter_ns()
+        self._busy += 1
+        try:
+            t1 = time.perf_counter_ns()
+            names = self.model.output_names
+            outs = self.model.run(0, inputs, names, rows)
+            t2 = time.perf_counter_ns()
+            result = dict(zip(names, outs))
+        except ServeError:
+            raise
+        except Exception as e:  # onnxruntime's own errors: the model failed on this request
+            raise Internal(f"onnxruntime failed on model '{self.model.name}': {e}") from None
+        finally:
+            self._busy -= 1
+        infer_ns = t2 - t1
+        self._run_ns[rows] = 0.8 * self._run_ns[rows] + 0.2 * infer_ns
+        t3 = time.perf_counter_ns()
+        self.stats.record_execution(rows, 1, 0, t1 - start, infer_ns, t3 - t2)
+        return result
 
     def _execute(self, instance: int, batch: list[_Request], rows: int):
         """On the instance's thread: join inputs (compute_input), run (compute_infer), split rows back (compute_output)."""

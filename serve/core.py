@@ -15,6 +15,7 @@ Internal 500); each carries `http_status` and `grpc_code` for the front end to a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Iterable
@@ -47,11 +48,16 @@ class CoreOptions:
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
     max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
     allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
+    # After a request, while no batch runs, the event loop polls its sockets instead of sleeping for this
+    # long, microseconds (0 = off): a sleeping core takes ~0.3 ms to wake on a VM (see docs/BENCHMARKS.md).
+    busy_poll_us: int = 0
 
     def __post_init__(self) -> None:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
         if self.max_queue_size < 1:
             raise ValueError(f"max_queue_size={self.max_queue_size} must be >= 1")
+        if not 0 <= self.busy_poll_us <= 1_000_000:
+            raise ValueError(f"busy_poll_us={self.busy_poll_us} must be in [0, 1000000]")
 
 
 @dataclass
@@ -101,6 +107,11 @@ class ServerCore:
         self._accepting = False
         self.draining = False  # set when shutdown begins: ready turns False while in-flight requests finish
         self.live = True
+        self._batchers: list[Batcher] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._poll_ns = options.busy_poll_us * 1000
+        self._poll_until = 0  # perf_counter_ns until which the loop keeps polling
+        self._polling = False
 
     # ---------------------------------------------------------------- lifecycle
     def load(self) -> None:
@@ -145,6 +156,8 @@ class ServerCore:
         for entry in self._all_entries():
             if entry.batcher is not None:
                 entry.batcher.start()
+        self._batchers = [e.batcher for e in self._all_entries() if e.batcher is not None]
+        self._loop = asyncio.get_running_loop()
         self._accepting = True
 
     async def stop(self) -> None:
@@ -250,10 +263,25 @@ class ServerCore:
         except ServeError:
             entry.stats.record_failure(time.perf_counter_ns() - start)
             raise
-        entry.stats.record_success(time.perf_counter_ns() - start)
+        end = time.perf_counter_ns()
+        entry.stats.record_success(end - start)
+        if self._poll_ns:
+            self._poll_until = end + self._poll_ns
+            if not self._polling:
+                self._polling = True
+                self._loop.call_soon(self._poll)
         if outputs is None:
             return result
         return {n: result[n] for n in outputs}
+
+
+    def _poll(self) -> None:
+        """Stay in the ready queue (the loop then polls its sockets without sleeping) until the window
+        ends or a batch runs on an instance thread, which needs the core more than the loop does."""
+        if time.perf_counter_ns() < self._poll_until and self._accepting and not any(b.running for b in self._batchers):
+            self._loop.call_soon(self._poll)
+        else:
+            self._polling = False
 
 
 def _read_model(model_dir: Path) -> tuple[object, list[str]]:

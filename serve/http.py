@@ -1,12 +1,16 @@
 """The HTTP/REST front end (KServe v2 with Triton's extensions) on aiohttp, over the server core.
 
-Routes are matched by hand on the split path: cheaper per request than a router on the hot path.
+Plain infer requests are answered by a lean protocol in front of aiohttp (serve/http_fast.py);
+every other request reaches aiohttp. Routes are matched by hand on the split path: cheaper per
+request than a router.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import time
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -14,6 +18,7 @@ from aiohttp import web
 from serve import kserve
 from serve.core import ServerCore
 from serve.errors import InvalidArgument, NotFound, ServeError, Unsupported
+from serve.http_fast import KEEPALIVE_S, FastConnection
 from serve.server import ServerOptions
 
 log = logging.getLogger(__name__)
@@ -68,6 +73,9 @@ class HttpFrontEnd:
         self.port = port
         self.max_body_bytes = max_body_bytes
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task | None = None
+        self.connections: set[FastConnection] = set()  # open connections on the lean infer path
 
     async def start(self) -> int:
         app = web.Application(client_max_size=self.max_body_bytes)
@@ -75,15 +83,59 @@ class HttpFrontEnd:
         # shutdown_timeout: how long cleanup() lets running handlers finish before closing connections, s
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=self.drain_timeout_s)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
-        await site.start()
-        sockets = site._server.sockets  # the bound socket tells the ephemeral port
-        return sockets[0].getsockname()[1]
+        # Connections start on the lean infer path (serve/http_fast.py), which hands any other request
+        # to aiohttp's handler (what TCPSite would have listened with).
+        aiohttp_handler = self._runner.server
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            lambda: FastConnection(self, aiohttp_handler), self.host, self.port, reuse_address=True, backlog=128
+        )
+        self._sweeper = loop.create_task(self._close_idle_connections())
+        return self._server.sockets[0].getsockname()[1]  # the bound socket tells the ephemeral port
 
     async def stop(self, grace_s: float) -> None:
-        if self._runner is not None:
-            # stops listening, waits up to shutdown_timeout (drain_timeout_s) for running handlers, then closes
-            await self._runner.cleanup()
+        if self._server is not None:
+            self._server.close()  # stop listening
+            self._sweeper.cancel()
+        for conn in list(self.connections):
+            conn.close_when_idle()
+        # aiohttp's connections: waits up to shutdown_timeout (drain_timeout_s) for running handlers, then closes
+        cleanup = self._runner.cleanup() if self._runner is not None else asyncio.sleep(0)
+        await asyncio.gather(self._drain_fast_connections(), cleanup)
+
+    async def _drain_fast_connections(self) -> None:
+        """Wait (up to drain_timeout_s) for the lean path's answers in flight, then close what is left."""
+        deadline = time.monotonic() + self.drain_timeout_s
+        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+
+    async def _close_idle_connections(self) -> None:
+        """Close lean-path keep-alive connections idle for longer than KEEPALIVE_S, as aiohttp does its own."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(KEEPALIVE_S / 4)
+            idle_since = loop.time() - KEEPALIVE_S
+            for conn in list(self.connections):
+                if not conn.busy and conn.last_active < idle_since:
+                    conn.close_when_idle()
+
+    def error_body(self, e: ServeError) -> bytes:
+        return kserve.error_body(e.message)
+
+    async def infer_payload(self, model: str, version: str, header_length: str | None, body: bytes) -> tuple[bytes, int | None]:
+        """An infer request's body -> (response body, JSON header length or None); both HTTP paths call this."""
+        if header_length is not None:
+            try:
+                header_length = int(header_length)
+            except ValueError:
+                raise InvalidArgument(f"{kserve.HEADER_LENGTH} must be an integer, got {header_length!r}") from None
+        req = kserve.parse_infer_request(body, header_length)
+        results = await self.core.infer(model, version, req.inputs, req.outputs, req.parameters)
+        served_version = version or self.core.entry(model).version
+        return kserve.encode_infer_response(model, served_version, req, results)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
         path = request.rel_url.raw_path  # still quoted: a '%2F' inside a model name must not split it
@@ -175,16 +227,7 @@ class HttpFrontEnd:
 
     async def _infer(self, request: web.Request, model: str, version: str) -> web.Response:
         body = await self._read_body(request)
-        header_length = request.headers.get(kserve.HEADER_LENGTH)
-        if header_length is not None:
-            try:
-                header_length = int(header_length)
-            except ValueError:
-                raise InvalidArgument(f"{kserve.HEADER_LENGTH} must be an integer, got {header_length!r}") from None
-        req = kserve.parse_infer_request(body, header_length)
-        results = await self.core.infer(model, version, req.inputs, req.outputs, req.parameters)
-        served_version = version or self.core.entry(model).version
-        payload, json_size = kserve.encode_infer_response(model, served_version, req, results)
+        payload, json_size = await self.infer_payload(model, version, request.headers.get(kserve.HEADER_LENGTH), body)
         headers = None
         content_type = JSON
         if json_size is not None:

@@ -147,13 +147,16 @@ def run_server(
     max_queue_size: int = 1024,
     max_body_bytes: int = 64 * 1024 * 1024,
     spin: bool = False,
+    busy_poll_us: int = 0,
     on_ready: Callable[[str], None] = print,
 ) -> None:
     """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
     from serve.model import CudaUnavailable
 
     try:
-        core_options = CoreOptions(Path(model_repository), device, threads, 1, max_queue_size, allow_spinning=spin)
+        core_options = CoreOptions(
+            Path(model_repository), device, threads, 1, max_queue_size, allow_spinning=spin, busy_poll_us=busy_poll_us
+        )
         options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes)
     except ValueError as e:
         raise StartError(f"invalid server option: {e}") from None

@@ -26,6 +26,9 @@ def serve(
     spin: Annotated[bool, typer.Option("--spin/--no-spin", help=(
         "Let onnxruntime's idle threads busy-wait: lower latency at low load on cores nobody else needs, "
         "fewer requests/s when the event loop shares them (docs/BENCHMARKS.md)."))] = False,
+    busy_poll_us: Annotated[int, typer.Option(help=(
+        "After each request, while no batch runs, poll the sockets for this many microseconds instead of "
+        "sleeping: lower latency at low load for CPU time; 0 = off."))] = 0,
 ) -> None:
     """Serve a model repository over KServe v2 HTTP and gRPC with Triton's endpoints, ports and metrics.
 
@@ -38,7 +41,7 @@ def serve(
         run_server(
             model_repository=model_repository, device=device, host=host, http_port=http_port, grpc_port=grpc_port,
             metrics_port=metrics_port, threads=threads, max_queue_size=max_queue_size, max_body_bytes=max_body_bytes,
-            spin=spin,
+            spin=spin, busy_poll_us=busy_poll_us,
             on_ready=lambda line: typer.echo(line),
         )
     except StartError as e:
