@@ -48,9 +48,10 @@ class CoreOptions:
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
     max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
     allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
-    # After a request, while no batch runs, the event loop polls its sockets instead of sleeping for this
-    # long, microseconds (0 = off): a sleeping core takes ~0.3 ms to wake on a VM (see docs/BENCHMARKS.md).
-    busy_poll_us: int = 0
+    # After a request that took less than this, the event loop polls its sockets instead of sleeping for
+    # this long while no batch runs, microseconds (0 = off): on the VM measured, waking from sleep added
+    # ~0.3 ms to a batch-1 request (docs/BENCHMARKS.md).
+    busy_poll_us: int = 1000
 
     def __post_init__(self) -> None:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
@@ -265,7 +266,9 @@ class ServerCore:
             raise
         end = time.perf_counter_ns()
         entry.stats.record_success(end - start)
-        if self._poll_ns:
+        # Only after a request that took less than the window: for those a wake-up from sleep is a sizable
+        # part of the latency; longer ones (queued, large batches) would only lose CPU to the polling.
+        if end - start < self._poll_ns:
             self._poll_until = end + self._poll_ns
             if not self._polling:
                 self._polling = True

@@ -147,7 +147,7 @@ def run_server(
     max_queue_size: int = 1024,
     max_body_bytes: int = 64 * 1024 * 1024,
     spin: bool = False,
-    busy_poll_us: int = 0,
+    busy_poll_us: int = 1000,
     on_ready: Callable[[str], None] = print,
 ) -> None:
     """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""

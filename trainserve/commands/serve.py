@@ -27,8 +27,8 @@ def serve(
         "Let onnxruntime's idle threads busy-wait: lower latency at low load on cores nobody else needs, "
         "fewer requests/s when the event loop shares them (docs/BENCHMARKS.md)."))] = False,
     busy_poll_us: Annotated[int, typer.Option(help=(
-        "After each request, while no batch runs, poll the sockets for this many microseconds instead of "
-        "sleeping: lower latency at low load for CPU time; 0 = off."))] = 0,
+        "After a request shorter than this, poll the sockets for this many microseconds instead of sleeping "
+        "(while no batch runs): lower latency at low load for some CPU time; 0 = off."))] = 1000,
 ) -> None:
     """Serve a model repository over KServe v2 HTTP and gRPC with Triton's endpoints, ports and metrics.
 
