@@ -4,6 +4,8 @@ Same model (a CNN from the zoo, exported to ONNX), same client (tritonclient.htt
 in separate client processes so the client never shares the server's GIL):
   (a) onnxruntime `session.run` in this process: the limit;
   (b) the embedded server, `trainserve serve` (core, dynamic batcher, HTTP/gRPC/metrics front ends);
+      on the CPU its config.pbtxt asks for --threads instances of one onnxruntime thread each
+      (instance_group count; --instances changes it), the same thread total as (a) and (c);
   (c) benchmarks/minimal_kserve.py: aiohttp around one session, no batching: the baseline.
 Targets (issue 5): (b) batch-1 p50 at concurrency 1 <= (a) + 0.4 ms; (b) req/s at concurrency 16
 batch 1 >= 1.5x (c); (b) samples/s with batch-64 requests at concurrency 4 >= 85% of (a) at batch 64.
@@ -40,8 +42,10 @@ TARGETS = {"latency_overhead_ms": 0.4, "c16_speedup_vs_minimal": 1.5, "b64_fract
 
 
 # ------------------------------------------------------------------ model
-def export_repository(root: Path, preset: str, device: str, threads: int, max_batch: int) -> tuple[Path, Path]:
-    """Build the zoo CNN, export it to ONNX, write a one-model Triton repository; (repo, onnx path)."""
+def export_repository(root: Path, preset: str, device: str, threads: int, max_batch: int,
+                      instances: int = 1) -> tuple[Path, Path]:
+    """Build the zoo CNN, export it to ONNX, write a one-model Triton repository; (repo, onnx path).
+    The embedded server gets `instances` instances of threads // instances onnxruntime threads each."""
     import warnings
 
     import torch
@@ -63,9 +67,9 @@ def export_repository(root: Path, preset: str, device: str, threads: int, max_ba
         f'input [ {{ name: "input" data_type: TYPE_FP32 dims: [ {config.in_channels}, {config.image_size}, '
         f'{config.image_size} ] }} ]\n'
         f'output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ {config.num_classes} ] }} ]\n'
-        f"instance_group [ {{ count: 1 kind: {kind} }} ]\n"
+        f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n"
         "dynamic_batching { }\n"  # no queue delay: batch whatever queued while the session was busy
-        f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{threads}" }} }}\n')
+        f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{max(1, threads // instances)}" }} }}\n')
     return root, onnx_path
 
 
@@ -167,10 +171,13 @@ def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warm
         pipes.append(parent)
         workers.append(p)
     server = psutil.Process(server_pid)
+    clients = [psutil.Process(p.pid) for p in workers]
     time.sleep(max(begin - time.monotonic(), 0))
     cpu_begin = sum(server.cpu_times()[:2])  # user + system, seconds, all threads
+    clients_begin = sum(sum(c.cpu_times()[:2]) for c in clients)
     time.sleep(max(end - time.monotonic(), 0))
     server_cpu_s = sum(server.cpu_times()[:2]) - cpu_begin
+    clients_cpu_s = sum(sum(c.cpu_times()[:2]) for c in clients) - clients_begin
     reports = []
     try:
         for pipe, p in zip(pipes, workers):
@@ -192,7 +199,9 @@ def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warm
             "p99_ms": 1e3 * float(np.percentile(lat, 99)),
             "errors": sum(r["error_count"] for r in reports), "error_samples": reports[0]["errors"],
             "client_cpu_s": sum(r["cpu_s"] for r in reports), "server_cpu_s": server_cpu_s,
-            "server_cpu_ms_per_request": 1e3 * server_cpu_s / lat.size}
+            "server_cpu_ms_per_request": 1e3 * server_cpu_s / lat.size,
+            # the client processes' CPU over the measurement window only (client_cpu_s includes the warm-up)
+            "client_cpu_ms_per_request": 1e3 * clients_cpu_s / lat.size}
 
 
 # ------------------------------------------------------------------ servers
@@ -279,7 +288,8 @@ def run(args: argparse.Namespace) -> dict:
         scenarios["gpu_dynamic"] = (args.gpu_request_batch, args.gpu_concurrency)
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
-        repo, onnx_path = export_repository(Path(tmp), args.preset, args.device, args.threads, max(batches))
+        repo, onnx_path = export_repository(Path(tmp), args.preset, args.device, args.threads, max(batches),
+                                            args.instances)
         session = make_session(onnx_path, args.device, args.threads)
         servers = {
             "embedded": ([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
@@ -335,6 +345,7 @@ def run(args: argparse.Namespace) -> dict:
               for name in ("embedded", "minimal")}
     return {"benchmark": "serve_bench", "date": datetime.date.today().isoformat(), "device": args.device,
             "model": f"cnn_{args.preset}", "input_shape": list(shape), "onnxruntime_intra_op_threads": args.threads,
+            "embedded_instances": args.instances,
             "machine": machine(), "load_average_at_end": os.getloadavg(), "command": " ".join(sys.argv),
             "seconds_per_point": args.seconds, "rounds": len(rounds), "client_processes_max": args.client_procs,
             "offline": offline_summary, "embedded": median["embedded"], "minimal": median["minimal"],
@@ -350,6 +361,9 @@ def main() -> None:
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     parser.add_argument("--preset", default=None, help="cnn preset (default: tiny on cpu, small on cuda)")
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (pinned, all three)")
+    parser.add_argument("--instances", type=int, default=None,
+                        help="(b)'s model instances, each with threads/instances onnxruntime threads "
+                             "(default: one per thread on cpu, so instances x threads = --threads; 1 on cuda)")
     parser.add_argument("--spin", action="store_true", help="start the embedded server with --spin (idle threads busy-wait)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
     parser.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window, seconds")
@@ -361,6 +375,7 @@ def main() -> None:
     parser.add_argument("--gpu-concurrency", type=int, default=64, help="users in the GPU point")
     args = parser.parse_args()
     args.preset = args.preset or ("small" if args.device == "cuda" else "tiny")
+    args.instances = args.instances or (1 if args.device == "cuda" else args.threads)
     result = run(args)
     out = Path(os.environ.get("OUT", "bench-out"))
     out.mkdir(parents=True, exist_ok=True)

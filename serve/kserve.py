@@ -17,6 +17,7 @@ from serve.datatypes import kserve_datatype, numpy_dtype
 from serve.errors import InvalidArgument, Unsupported
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
+_COMPACT = json.JSONEncoder(separators=(",", ":"))  # built once: json.dumps with options builds one per call
 
 
 @dataclass
@@ -179,7 +180,7 @@ def encode_infer_response(
     if request.id is not None:
         response["id"] = request.id
     response["outputs"] = outs
-    header = json.dumps(response, separators=(",", ":")).encode()
+    header = _COMPACT.encode(response).encode()
     if not blobs:
         return header, None
     return b"".join([header, *blobs]), len(header)

@@ -93,3 +93,45 @@ def test_batching_config_validation_names_the_field():
         BatchingConfig(max_batch_size=4, max_queue_size=0)
     with pytest.raises(ValueError, match="preferred_batch_sizes"):
         BatchingConfig(max_batch_size=4, preferred_batch_sizes=(8,))
+
+
+def test_a_request_that_finds_the_batcher_idle_runs_at_once_and_is_counted(tmp_path):
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
+    x = np.ones((1, 4), np.float32)
+
+    async def go(core):
+        batcher = core.entry("m").batcher
+        first = await core.infer("m", "", {"input": x})  # no run time known yet: through the worker
+        await asyncio.sleep(0.01)  # requests further apart than a run takes
+        submit = batcher.submit
+        direct = []
+        batcher._run_direct = lambda inputs, rows, run=batcher._run_direct: direct.append(rows) or run(inputs, rows)
+        second = await submit({"input": x}, 1)
+        return first, second, direct
+
+    core, (first, second, direct) = asyncio.run(_with_core(repo, go))
+    assert direct == [1]
+    np.testing.assert_allclose(second["logits"], expected_logits(x), rtol=1e-5)
+    np.testing.assert_allclose(first["logits"], second["logits"])
+    stats = core.statistics("m")[0]
+    assert stats.execution_count == 2 and stats.inference_count == 2 and stats.compute_infer.count == 2
+
+
+def test_a_queue_delay_keeps_requests_on_the_queue(tmp_path):
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=5_000)
+
+    async def go(core):
+        batcher = core.entry("m").batcher
+        batcher._run_direct = lambda *a: pytest.fail("a request with a queue delay ran directly")
+        for _ in range(3):
+            await core.infer("m", "", {"input": np.ones((1, 4), np.float32)})
+            await asyncio.sleep(0.01)
+
+    core, _ = asyncio.run(_with_core(repo, go))
+    assert core.statistics("m")[0].execution_count == 3
+
+
+@pytest.mark.parametrize("value", [-1, 1_000_001])
+def test_busy_poll_out_of_range_is_refused(tmp_path, value):
+    with pytest.raises(ValueError, match="busy_poll_us"):
+        CoreOptions(tmp_path, busy_poll_us=value)

@@ -1,0 +1,118 @@
+"""The lean infer path in front of aiohttp: raw keep-alive connections, pipelining, split bodies, hand-over."""
+
+from __future__ import annotations
+
+import json
+import socket
+import time
+
+import numpy as np
+
+from tests.serve.tiny_models import expected_logits
+
+HEADER = "Inference-Header-Content-Length"
+
+
+def _infer_request(x: np.ndarray, path: str = "/v2/models/classifier/infer", extra: str = "") -> bytes:
+    header = json.dumps({"inputs": [{"name": "input", "datatype": "FP32", "shape": list(x.shape),
+                                     "parameters": {"binary_data_size": x.nbytes}}],
+                         "outputs": [{"name": "logits", "parameters": {"binary_data": True}}]}).encode()
+    body = header + x.tobytes()
+    head = f"POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: {len(body)}\r\n{HEADER}: {len(header)}\r\n{extra}\r\n"
+    return head.encode() + body
+
+
+class _Conn:
+    """One raw keep-alive connection that reads Content-Length framed answers."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+
+    def answer(self) -> tuple[int, dict[str, str], bytes]:
+        while b"\r\n\r\n" not in self.buf:
+            self._more()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode().split("\r\n")
+        headers = {k.lower(): v.strip() for k, v in (line.split(":", 1) for line in lines[1:])}
+        length = int(headers["content-length"])
+        while len(self.buf) < length:
+            self._more()
+        body, self.buf = self.buf[:length], self.buf[length:]
+        return int(lines[0].split()[1]), headers, body
+
+    def _more(self) -> None:
+        data = self.sock.recv(65536)
+        assert data, "connection closed"
+        self.buf += data
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _logits(headers: dict, body: bytes) -> np.ndarray:
+    n = int(headers[HEADER.lower()])
+    out = json.loads(body[:n])["outputs"][0]
+    return np.frombuffer(body[n:], np.float32).reshape(out["shape"])
+
+
+def test_pipelined_infers_then_hand_over_to_aiohttp_on_the_same_connection(server):
+    c = _Conn(server.ports["http"])
+    try:
+        xs = [np.full((1 + i, 4), i, np.float32) for i in range(3)]
+        c.sock.sendall(b"".join(_infer_request(x) for x in xs))  # three requests in one send
+        for x in xs:
+            status, headers, body = c.answer()
+            assert status == 200 and headers["content-type"] == "application/octet-stream"
+            np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+        # a request the lean path does not take: aiohttp answers it, then the next infer, on this connection
+        c.sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n")
+        assert c.answer()[0] == 200
+        x = np.ones((2, 4), np.float32)
+        c.sock.sendall(_infer_request(x))
+        status, headers, body = c.answer()
+        assert status == 200
+        np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+    finally:
+        c.close()
+
+
+def test_a_body_in_pieces_and_errors_keep_the_connection(server):
+    c = _Conn(server.ports["http"])
+    try:
+        x = np.arange(8, dtype=np.float32).reshape(2, 4)
+        request = _infer_request(x, "/v2/models/classifier/versions/1/infer")
+        for i in range(0, len(request), 7):  # head and body split across many segments
+            c.sock.sendall(request[i : i + 7])
+            time.sleep(0.001)
+        status, headers, body = c.answer()
+        assert status == 200 and json.loads(body[: int(headers[HEADER.lower()])])["model_version"] == "1"
+        np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+        bad = _infer_request(x).replace(f"{HEADER}: ".encode(), f"{HEADER}: x".encode())
+        c.sock.sendall(bad)
+        status, headers, body = c.answer()
+        assert status == 400 and headers["content-type"] == "application/json"
+        assert json.loads(body)["error"].startswith(f"{HEADER} must be an integer")
+        c.sock.sendall(_infer_request(x, "/v2/models/nope/infer"))
+        status, _, body = c.answer()
+        assert status == 404 and json.loads(body) == {"error": "Request for unknown model: 'nope' is not found"}
+        c.sock.sendall(_infer_request(x))
+        assert c.answer()[0] == 200
+    finally:
+        c.close()
+
+
+def test_chunked_bodies_go_to_aiohttp_and_are_answered_alike(server):
+    c = _Conn(server.ports["http"])
+    try:
+        x = np.ones((1, 4), np.float32)
+        request = _infer_request(x)
+        head, body = request.split(b"\r\n\r\n", 1)
+        head = b"\r\n".join(line for line in head.split(b"\r\n") if not line.startswith(b"Content-Length"))
+        chunked = head + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
+        c.sock.sendall(chunked)
+        status, headers, out = c.answer()
+        assert status == 200
+        np.testing.assert_allclose(_logits(headers, out), expected_logits(x), rtol=1e-5)
+    finally:
+        c.close()
