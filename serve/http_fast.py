@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_HEAD_BYTES = 16384  # a request head longer than this goes to aiohttp (which limits and answers it)
-SCRATCH_BYTES = 65536  # receive buffer for heads (and the bodies that arrive with them), bytes
+SCRATCH_BYTES = 16384  # per-connection receive buffer for heads and the small bodies that arrive with them, bytes
 PAUSE_BYTES = 1 << 20  # stop reading a connection that sends this much ahead of its answers, bytes
 KEEPALIVE_S = 75.0  # an idle keep-alive connection is closed after this long, seconds (aiohttp's default)
 _HANDOVER_HEADERS = (b"transfer-encoding", b"expect", b"upgrade")
