@@ -40,7 +40,8 @@ TARGETS = {"latency_overhead_ms": 0.4, "c16_speedup_vs_minimal": 1.5, "b64_fract
 
 
 # ------------------------------------------------------------------ model
-def export_repository(root: Path, preset: str, device: str, threads: int, max_batch: int) -> tuple[Path, Path]:
+def export_repository(root: Path, preset: str, device: str, threads: int, max_batch: int,
+                      instances: int = 1) -> tuple[Path, Path]:
     """Build the zoo CNN, export it to ONNX, write a one-model Triton repository; (repo, onnx path)."""
     import warnings
 
@@ -63,7 +64,7 @@ def export_repository(root: Path, preset: str, device: str, threads: int, max_ba
         f'input [ {{ name: "input" data_type: TYPE_FP32 dims: [ {config.in_channels}, {config.image_size}, '
         f'{config.image_size} ] }} ]\n'
         f'output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ {config.num_classes} ] }} ]\n'
-        f"instance_group [ {{ count: 1 kind: {kind} }} ]\n"
+        f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n"
         "dynamic_batching { }\n"  # no queue delay: batch whatever queued while the session was busy
         f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{threads}" }} }}\n')
     return root, onnx_path
@@ -264,7 +265,8 @@ def ratios_of(a: dict, b: dict, c: dict, gpu: bool) -> dict:
          "c16_cpu_per_request_minimal_over_embedded": c["c16_b1"]["server_cpu_ms_per_request"]
          / b["c16_b1"]["server_cpu_ms_per_request"]}
     if gpu:
-        r["gpu_fraction_of_offline_best"] = b["gpu_dynamic"]["samples_per_s"] / a["samples_per_s"][best]
+        dynamic = max(v["samples_per_s"] for k, v in b.items() if k.startswith("gpu_dynamic"))
+        r["gpu_fraction_of_offline_best"] = dynamic / a["samples_per_s"][best]
     return r
 
 
@@ -275,11 +277,13 @@ def run(args: argparse.Namespace) -> dict:
     gpu = args.device == "cuda"
     batches = sorted(set(args.gpu_batches) | {64}) if gpu else [64]
     scenarios = {"c1_b1": (1, 1), "c16_b1": (1, 16), "c4_b64": (64, 4)}
-    if gpu:
-        scenarios["gpu_dynamic"] = (args.gpu_request_batch, args.gpu_concurrency)
+    if gpu:  # one point per request size; the target takes the best (how a user would size requests)
+        for rows in args.gpu_request_batch:
+            scenarios[f"gpu_dynamic_r{rows}"] = (rows, args.gpu_concurrency)
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
-        repo, onnx_path = export_repository(Path(tmp), args.preset, args.device, args.threads, max(batches))
+        repo, onnx_path = export_repository(Path(tmp), args.preset, args.device, args.threads, max(batches),
+                                            args.gpu_instances if gpu else 1)
         session = make_session(onnx_path, args.device, args.threads)
         servers = {
             "embedded": ([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
@@ -300,7 +304,7 @@ def run(args: argparse.Namespace) -> dict:
                 one = {"offline": offline(session, shape, batches, args.seconds), "embedded": {}, "minimal": {}}
                 for scenario, (batch, concurrency) in scenarios.items():
                     for name in servers:
-                        if name == "minimal" and scenario == "gpu_dynamic":
+                        if name == "minimal" and scenario.startswith("gpu_dynamic"):
                             continue
                         one[name][scenario] = drive(f"127.0.0.1:{ports[name]}", batch, shape, concurrency,
                                                     args.client_procs, args.warmup, args.seconds, procs[name].pid)
@@ -357,7 +361,10 @@ def main() -> None:
                         help="client processes at most, per point (default: half the cores)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every point; ratios are medians")
     parser.add_argument("--gpu-batches", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256, 512])
-    parser.add_argument("--gpu-request-batch", type=int, default=32, help="rows per request in the GPU point")
+    parser.add_argument("--gpu-request-batch", type=int, nargs="+", default=[32, 64],
+                        help="rows per request, one GPU point each")
+    parser.add_argument("--gpu-instances", type=int, default=2,
+                        help="instance_group count on the GPU (two sessions overlap copies with compute)")
     parser.add_argument("--gpu-concurrency", type=int, default=64, help="users in the GPU point")
     args = parser.parse_args()
     args.preset = args.preset or ("small" if args.device == "cuda" else "tiny")
