@@ -91,6 +91,38 @@ def make_session(onnx_path: Path, device: str, threads: int):
     return session
 
 
+def shape_switching(onnx_path: Path, shape: tuple[int, ...], seconds: float, sizes: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)) -> dict:
+    """CUDA only, in process: run time of batch sizes that change from run to run (what a dynamic batcher
+    under batch-1 load sends) against one fixed size, per cuDNN algorithm search mode. On the H200 the
+    server's batch-1 loads above 4 users slowed to ~100 ms a request; this tells onnxruntime/cuDNN
+    (slow here too) from the server (fast here)."""
+    import onnxruntime as ort
+
+    out = {}
+    for search in ("HEURISTIC", "EXHAUSTIVE"):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(str(onnx_path), sess_options=so, providers=[
+            ("CUDAExecutionProvider", {"cudnn_conv_algo_search": search}), "CPUExecutionProvider"])
+        xs = {b: np.random.rand(b, *shape).astype(np.float32) for b in sizes}
+        for _ in range(3):
+            for b in sizes:
+                sess.run(None, {"input": xs[b]})
+        res = {}
+        for mode, order in (("fixed", [sizes[len(sizes) // 2]]), ("cycling", list(sizes))):
+            lat, i, end = [], 0, time.perf_counter() + seconds / 2
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                sess.run(None, {"input": xs[order[i % len(order)]]})
+                lat.append(time.perf_counter() - t0)
+                i += 1
+            res[mode] = {"runs": len(lat), "p50_ms": 1e3 * float(np.percentile(lat, 50)),
+                         "p99_ms": 1e3 * float(np.percentile(lat, 99)), "max_ms": 1e3 * max(lat)}
+        out[search] = res
+        del sess
+    return out
+
+
 def offline(session, shape: tuple[int, ...], batches: list[int], seconds: float) -> dict:
     """Batch-1 latency percentiles and samples/s per batch size of session.run in this process."""
     x1 = np.random.rand(1, *shape).astype(np.float32)
@@ -302,6 +334,9 @@ def run(args: argparse.Namespace) -> dict:
             for i in range(args.rounds):
                 log(f"round {i + 1}/{args.rounds}: offline")
                 one = {"offline": offline(session, shape, batches, args.seconds), "embedded": {}, "minimal": {}}
+                if gpu and i == 0:
+                    one["offline"]["shape_switching"] = shape_switching(onnx_path, shape, args.seconds)
+                    log(f"shape switching: {json.dumps(one['offline']['shape_switching'])}")
                 for scenario, (batch, concurrency) in scenarios.items():
                     for name in servers:
                         if name == "minimal" and scenario.startswith("gpu_dynamic"):

@@ -212,11 +212,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="bare/pipeline pairs (alternating order)")
     ap.add_argument("--quick", action="store_true", help="fewer steps (the gpu suite in about 2 minutes)")
     args = ap.parse_args()
     suites = QUICK | {k: v for k, v in SUITES.items() if k not in QUICK} if args.quick else SUITES
     cases = suites[args.suite] if args.suite else [
-        Case(args.model, args.preset, args.batch, args.precision, args.steps, args.compile, args.device, args.warmup)]
+        Case(args.model, args.preset, args.batch, args.precision, args.steps, args.compile, args.device, args.warmup,
+             rounds=args.rounds)]
     out_dir = Path(os.environ.get("OUT", "bench-out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     out_file = out_dir / f"train_bare-{args.suite or 'custom'}.json"
