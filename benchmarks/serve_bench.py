@@ -94,12 +94,13 @@ def make_session(onnx_path: Path, device: str, threads: int):
 def shape_switching(onnx_path: Path, shape: tuple[int, ...], seconds: float, sizes: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)) -> dict:
     """CUDA only, in process: run time of batch sizes that change from run to run (what a dynamic batcher
     under batch-1 load sends) against one fixed size, per cuDNN algorithm search mode. On the H200 the
-    server's batch-1 loads above 4 users slowed to ~100 ms a request; this tells onnxruntime/cuDNN
-    (slow here too) from the server (fast here)."""
+    server's batch-1 loads above 4 users slowed to ~100 ms a request, with both instance threads busy on
+    the CPU; this tells onnxruntime/cuDNN (cycling slow here too: the algorithm choice redone at every
+    shape change) from the server (fast here). DEFAULT skips cuDNN's algorithm query altogether."""
     import onnxruntime as ort
 
     out = {}
-    for search in ("HEURISTIC", "EXHAUSTIVE"):
+    for search in ("HEURISTIC", "EXHAUSTIVE", "DEFAULT"):
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
         sess = ort.InferenceSession(str(onnx_path), sess_options=so, providers=[
