@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
-# Usage: OUT=dir benchmarks/gpu_session.sh PHASE...   phases: env train serve run
+# Usage: OUT=dir benchmarks/gpu_session.sh PHASE...   phases: env train profile ddp1 train-cpu serve export run
 # Each phase writes under $OUT/results (logs and JSON); a tarball of it is left at $OUT/results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -16,17 +16,22 @@ for phase in "$@"; do case $phase in
 env)
   step env 60 bash -c "nvidia-smi; $py -c 'import torch,onnxruntime as o; print(torch.__version__, torch.cuda.get_device_name(), o.__version__, o.get_available_providers())'; nproc" ;;
 train)
-  step train_bare 170 env OUT="$R" $py benchmarks/train_bare.py --suite gpu --quick
-  step telemetry_check 80 env OUT="$R" $py benchmarks/telemetry_check.py
-  step train_profile_cnn 100 env OUT="$R" $py benchmarks/train_profile_gpu.py --model cnn
-  step train_profile_transformer 100 env OUT="$R" $py benchmarks/train_profile_gpu.py --model transformer
-  step compare 90 $py -m trainserve compare --model cnn --preset small --precision bf16 --batch-size 512 --steps 12 --warmup-steps 2 --samples 6144 --run cmp --runs-dir "$R/runs" ;;
+  step train_bare 330 env OUT="$R" $py benchmarks/train_bare.py --suite gpu --quick
+  step telemetry_check 80 env OUT="$R" $py benchmarks/telemetry_check.py ;;
+profile)
+  step train_profile_cnn 150 env OUT="$R" $py benchmarks/train_profile_gpu.py --model cnn
+  step train_profile_transformer 120 env OUT="$R" $py benchmarks/train_profile_gpu.py --model transformer
+  step compare_cnn 120 $py -m trainserve compare --model cnn --preset small --precision bf16 --batch-size 512 --steps 14 --warmup-steps 4 --samples 7168 --run cmp-cnn --runs-dir "$R/runs"
+  step compare_transformer 180 $py -m trainserve compare --model transformer --preset small --precision bf16 --batch-size 128 --steps 10 --warmup-steps 3 --samples 1280 --run cmp-transformer --runs-dir "$R/runs" ;;
+ddp1)
+  step ddp_scaling_1gpu 150 env OUT="$R" $py benchmarks/ddp_scaling.py --nproc 1 ;;
 train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
 serve)
   step serve_tests 150 $py -m pytest -q -x -p no:cacheprovider tests/serve
-  step export_gpu 150 env OUT="$R" $py benchmarks/export_gpu.py --preset small --repeats 20
-  step serve_bench 240 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 ;;
+  step serve_bench 300 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 ;;
+export)
+  step export_gpu 150 env OUT="$R" $py benchmarks/export_gpu.py --preset small --repeats 20 ;;
 run)
   step run 540 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" ;;
 *) echo "unknown phase $phase"; exit 2 ;;

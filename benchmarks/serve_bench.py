@@ -45,7 +45,8 @@ TARGETS = {"latency_overhead_ms": 0.4, "c16_speedup_vs_minimal": 1.5, "b64_fract
 def export_repository(root: Path, preset: str, device: str, threads: int, max_batch: int,
                       instances: int = 1) -> tuple[Path, Path]:
     """Build the zoo CNN, export it to ONNX, write a one-model Triton repository; (repo, onnx path).
-    The embedded server gets `instances` instances of threads // instances onnxruntime threads each."""
+    On the CPU the embedded server gets `instances` instances of threads // instances onnxruntime
+    threads each; on CUDA each of its `instances` gets `threads`."""
     import warnings
 
     import torch
@@ -62,6 +63,7 @@ def export_repository(root: Path, preset: str, device: str, threads: int, max_ba
         torch.onnx.export(model, (example,), str(onnx_path), input_names=["input"], output_names=["logits"],
                           dynamic_axes={"input": {0: "batch"}, "logits": {0: "batch"}}, dynamo=False)
     kind = "KIND_GPU" if device == "cuda" else "KIND_CPU"
+    per_instance = threads if device == "cuda" else max(1, threads // instances)
     (root / MODEL / "config.pbtxt").write_text(
         f'name: "{MODEL}"\nplatform: "onnxruntime_onnx"\nmax_batch_size: {max_batch}\n'
         f'input [ {{ name: "input" data_type: TYPE_FP32 dims: [ {config.in_channels}, {config.image_size}, '
@@ -69,7 +71,7 @@ def export_repository(root: Path, preset: str, device: str, threads: int, max_ba
         f'output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ {config.num_classes} ] }} ]\n'
         f"instance_group [ {{ count: {instances} kind: {kind} }} ]\n"
         "dynamic_batching { }\n"  # no queue delay: batch whatever queued while the session was busy
-        f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{max(1, threads // instances)}" }} }}\n')
+        f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{per_instance}" }} }}\n')
     return root, onnx_path
 
 
@@ -92,6 +94,39 @@ def make_session(onnx_path: Path, device: str, threads: int):
     if session.get_providers()[0] != providers[0]:
         raise SystemExit(f"onnxruntime fell back to {session.get_providers()}; {providers[0]} is not usable here")
     return session
+
+
+def shape_switching(onnx_path: Path, shape: tuple[int, ...], seconds: float, sizes: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)) -> dict:
+    """CUDA only, in process: run time of batch sizes that change from run to run (what a dynamic batcher
+    under batch-1 load sends) against one fixed size, per cuDNN algorithm search mode. On the H200 the
+    server's batch-1 loads above 4 users slowed to ~100 ms a request, with both instance threads busy on
+    the CPU; this tells onnxruntime/cuDNN (cycling slow here too: the algorithm choice redone at every
+    shape change) from the server (fast here). DEFAULT skips cuDNN's algorithm query altogether."""
+    import onnxruntime as ort
+
+    out = {}
+    for search in ("HEURISTIC", "EXHAUSTIVE", "DEFAULT"):
+        so = ort.SessionOptions()
+        so.intra_op_num_threads = 1
+        sess = ort.InferenceSession(str(onnx_path), sess_options=so, providers=[
+            ("CUDAExecutionProvider", {"cudnn_conv_algo_search": search}), "CPUExecutionProvider"])
+        xs = {b: np.random.rand(b, *shape).astype(np.float32) for b in sizes}
+        for _ in range(3):
+            for b in sizes:
+                sess.run(None, {"input": xs[b]})
+        res = {}
+        for mode, order in (("fixed", [sizes[len(sizes) // 2]]), ("cycling", list(sizes))):
+            lat, i, end = [], 0, time.perf_counter() + seconds / 2
+            while time.perf_counter() < end:
+                t0 = time.perf_counter()
+                sess.run(None, {"input": xs[order[i % len(order)]]})
+                lat.append(time.perf_counter() - t0)
+                i += 1
+            res[mode] = {"runs": len(lat), "p50_ms": 1e3 * float(np.percentile(lat, 50)),
+                         "p99_ms": 1e3 * float(np.percentile(lat, 99)), "max_ms": 1e3 * max(lat)}
+        out[search] = res
+        del sess
+    return out
 
 
 def offline(session, shape: tuple[int, ...], batches: list[int], seconds: float) -> dict:
@@ -273,7 +308,8 @@ def ratios_of(a: dict, b: dict, c: dict, gpu: bool) -> dict:
          "c16_cpu_per_request_minimal_over_embedded": c["c16_b1"]["server_cpu_ms_per_request"]
          / b["c16_b1"]["server_cpu_ms_per_request"]}
     if gpu:
-        r["gpu_fraction_of_offline_best"] = b["gpu_dynamic"]["samples_per_s"] / a["samples_per_s"][best]
+        dynamic = max(v["samples_per_s"] for k, v in b.items() if k.startswith("gpu_dynamic"))
+        r["gpu_fraction_of_offline_best"] = dynamic / a["samples_per_s"][best]
     return r
 
 
@@ -284,12 +320,13 @@ def run(args: argparse.Namespace) -> dict:
     gpu = args.device == "cuda"
     batches = sorted(set(args.gpu_batches) | {64}) if gpu else [64]
     scenarios = {"c1_b1": (1, 1), "c16_b1": (1, 16), "c4_b64": (64, 4)}
-    if gpu:
-        scenarios["gpu_dynamic"] = (args.gpu_request_batch, args.gpu_concurrency)
+    if gpu:  # one point per request size; the target takes the best (how a user would size requests)
+        for rows in args.gpu_request_batch:
+            scenarios[f"gpu_dynamic_r{rows}"] = (rows, args.gpu_concurrency)
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
         repo, onnx_path = export_repository(Path(tmp), args.preset, args.device, args.threads, max(batches),
-                                            args.instances)
+                                            args.gpu_instances if gpu else args.instances)
         session = make_session(onnx_path, args.device, args.threads)
         servers = {
             "embedded": ([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
@@ -308,9 +345,12 @@ def run(args: argparse.Namespace) -> dict:
             for i in range(args.rounds):
                 log(f"round {i + 1}/{args.rounds}: offline")
                 one = {"offline": offline(session, shape, batches, args.seconds), "embedded": {}, "minimal": {}}
+                if gpu and i == 0:
+                    one["offline"]["shape_switching"] = shape_switching(onnx_path, shape, args.seconds)
+                    log(f"shape switching: {json.dumps(one['offline']['shape_switching'])}")
                 for scenario, (batch, concurrency) in scenarios.items():
                     for name in servers:
-                        if name == "minimal" and scenario == "gpu_dynamic":
+                        if name == "minimal" and scenario.startswith("gpu_dynamic"):
                             continue
                         one[name][scenario] = drive(f"127.0.0.1:{ports[name]}", batch, shape, concurrency,
                                                     args.client_procs, args.warmup, args.seconds, procs[name].pid)
@@ -345,7 +385,7 @@ def run(args: argparse.Namespace) -> dict:
               for name in ("embedded", "minimal")}
     return {"benchmark": "serve_bench", "date": datetime.date.today().isoformat(), "device": args.device,
             "model": f"cnn_{args.preset}", "input_shape": list(shape), "onnxruntime_intra_op_threads": args.threads,
-            "embedded_instances": args.instances,
+            "embedded_instances": args.gpu_instances if args.device == "cuda" else args.instances,
             "machine": machine(), "load_average_at_end": os.getloadavg(), "command": " ".join(sys.argv),
             "seconds_per_point": args.seconds, "rounds": len(rounds), "client_processes_max": args.client_procs,
             "offline": offline_summary, "embedded": median["embedded"], "minimal": median["minimal"],
@@ -363,7 +403,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2, help="onnxruntime intra-op threads (pinned, all three)")
     parser.add_argument("--instances", type=int, default=None,
                         help="(b)'s model instances, each with threads/instances onnxruntime threads "
-                             "(default: one per thread on cpu, so instances x threads = --threads; 1 on cuda)")
+                             "(cpu only; default: one per thread, so instances x threads = --threads; see --gpu-instances)")
     parser.add_argument("--spin", action="store_true", help="start the embedded server with --spin (idle threads busy-wait)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
     parser.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window, seconds")
@@ -371,11 +411,14 @@ def main() -> None:
                         help="client processes at most, per point (default: half the cores)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every point; ratios are medians")
     parser.add_argument("--gpu-batches", type=int, nargs="+", default=[1, 8, 32, 64, 128, 256, 512])
-    parser.add_argument("--gpu-request-batch", type=int, default=32, help="rows per request in the GPU point")
+    parser.add_argument("--gpu-request-batch", type=int, nargs="+", default=[32, 64],
+                        help="rows per request, one GPU point each")
+    parser.add_argument("--gpu-instances", type=int, default=2,
+                        help="instance_group count on the GPU (two sessions overlap copies with compute)")
     parser.add_argument("--gpu-concurrency", type=int, default=64, help="users in the GPU point")
     args = parser.parse_args()
     args.preset = args.preset or ("small" if args.device == "cuda" else "tiny")
-    args.instances = args.instances or (1 if args.device == "cuda" else args.threads)
+    args.instances = args.instances or args.threads
     result = run(args)
     out = Path(os.environ.get("OUT", "bench-out"))
     out.mkdir(parents=True, exist_ok=True)

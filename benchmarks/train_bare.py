@@ -2,12 +2,16 @@
 
 The bare loop trains on one synthetic batch already on the device (no DataLoader, no timing per
 step, no telemetry): the fastest this model can train here. The pipeline is `train.loop.fit` as
-`trainserve train` runs it (DataLoader, prefetch, per-step timing, telemetry sampler, eval and a
-checkpoint each epoch); its throughput is over its measured steps. Runs bare, pipeline, bare and
-compares the pipeline with the faster bare run. Results go to $OUT/train_bare-<suite>.json
-(OUT defaults to ./bench-out); the file is rewritten after every case, so a cut-short run keeps its results.
+`trainserve train` runs it (data on the device or a DataLoader, per-step timing, telemetry sampler,
+eval and a checkpoint each epoch); its throughput is over its measured steps.
 
-  python benchmarks/train_bare.py --suite gpu --quick   # H200 in ~2 minutes, with the per-component runs
+A virtualised GPU machine drifts by 10-20% between runs a minute apart (clocks, power, neighbours),
+more than the 5% being measured. So each case runs `rounds` pairs, alternating which of the two
+goes first (bare-pipeline, pipeline-bare, ...), and compares medians; the per-round ratios show the
+spread. Results go to $OUT/train_bare-<suite>.json (OUT defaults to ./bench-out); the file is
+rewritten after every case, so a cut-short run keeps its results.
+
+  python benchmarks/train_bare.py --suite gpu --quick   # H200 in ~3 minutes: 3 rounds per case
   python benchmarks/train_bare.py --suite overhead  # no GPU: host overhead per step of a sub-millisecond step
   python benchmarks/train_bare.py --suite gpu       # H200: cnn small b512 bf16, transformer small b128 bf16 (eager, compiled)
   python benchmarks/train_bare.py --suite host-cpu  # the same cnn/transformer small runs on the host's CPU cores
@@ -39,8 +43,8 @@ class Case:
     compile: bool = False
     device: str = "auto"
     warmup: int = 20
-    bare_runs: int = 2  # bare before and after the pipeline (drift shows); 1 where a run is slow
-    components: bool = True  # also run the pipeline with telemetry off and with the DataLoader path
+    rounds: int = 3  # bare/pipeline pairs, alternating order; 1 where a run is slow
+    components: bool = True  # also run the pipeline with telemetry off and with the DataLoader path (once)
 
 
 # Pipeline variants that explain a gap: each changes one thing against the default pipeline.
@@ -53,19 +57,19 @@ SUITES = {
             Case("transformer", "small", 128, "bf16", 500, device="cuda"),
             Case("transformer", "small", 128, "bf16", 500, compile=True, device="cuda", warmup=30)],
     # the same runs on the host's CPU cores (few steps: a CPU step takes seconds here)
-    "host-cpu": [Case("cnn", "small", 512, "bf16", 8, device="cpu", warmup=2, bare_runs=1),
-                 Case("transformer", "small", 128, "bf16", 6, device="cpu", warmup=2, bare_runs=1)],
+    "host-cpu": [Case("cnn", "small", 512, "bf16", 8, device="cpu", warmup=2, rounds=1, components=False),
+                 Case("transformer", "small", 128, "bf16", 6, device="cpu", warmup=2, rounds=1, components=False)],
     # a machine without a GPU: tiny presets, about two minutes on 2 busy cores
     "cpu": [Case("cnn", "tiny", 64, "fp32", 30, device="cpu", warmup=5),
             Case("transformer", "tiny", 64, "fp32", 30, device="cpu", warmup=5)],
     # host overhead per step, magnified: a model whose step takes well under a millisecond
     "overhead": [Case("mlp", "tiny", 32, "fp32", 400, device="cpu", warmup=20)],
 }
-# --quick: the GPU suite within ~2 minutes on an H200 (fewer steps, the compiled case without components)
-QUICK = {"gpu": [Case("cnn", "small", 512, "bf16", 400, device="cuda"),
-                 Case("transformer", "small", 128, "bf16", 200, device="cuda"),
-                 Case("transformer", "small", 128, "bf16", 200, compile=True, device="cuda", warmup=30,
-                      bare_runs=1, components=False)]}
+# --quick: the GPU suite within ~3 minutes on an H200 (fewer steps, the compiled case in 2 rounds without components)
+QUICK = {"gpu": [Case("cnn", "small", 512, "bf16", 500, device="cuda"),
+                 Case("transformer", "small", 128, "bf16", 250, device="cuda"),
+                 Case("transformer", "small", 128, "bf16", 250, compile=True, device="cuda", warmup=30,
+                      rounds=2, components=False)]}
 
 
 def bare(case: Case, device: str, model_cfg) -> dict:
@@ -164,12 +168,19 @@ def run_case(case: Case) -> dict:
     model_cfg = load_splits(preset_config(case.model, case.preset), "synthetic", 16, 0).config
     out = {"case": case.__dict__ | {"device": device}, "device_name": device_name(device),
            "torch": torch.__version__, "torch_threads": torch.get_num_threads()}
-    bares = [bare(case, device, model_cfg)]
-    p = pipeline(case, device)
-    if case.bare_runs > 1:
-        bares.append(bare(case, device, model_cfg))
-    best = max(b["samples_s"] for b in bares)
-    out.update(bare=bares, pipeline=p, pipeline_over_bare=round(p["samples_s"] / best, 4) if p["samples_s"] else None)
+    bares, pipes = [], []
+    for r in range(case.rounds):  # alternate the order, so drift during the case hits both sides alike
+        for side in (("bare", "pipeline") if r % 2 == 0 else ("pipeline", "bare")):
+            if side == "bare":
+                bares.append(bare(case, device, model_cfg))
+            else:
+                pipes.append(pipeline(case, device))
+    b_med = _median([b["samples_s"] for b in bares])
+    p_med = _median([p["samples_s"] for p in pipes if p["samples_s"]])
+    out.update(bare=bares, pipeline=pipes[0], pipelines=pipes, bare_median=b_med, pipeline_median=p_med,
+               pipeline_over_bare=round(p_med / b_med, 4) if p_med and b_med else None,
+               round_ratios=[round(p["samples_s"] / b["samples_s"], 4) for b, p in zip(bares, pipes)
+                             if p["samples_s"]])
     if case.components:
         out["components"] = {}
         for name, overrides in COMPONENTS.items():
@@ -177,9 +188,17 @@ def run_case(case: Case) -> dict:
             out["components"][name] = {"samples_s": c["samples_s"], "step_p50_ms": c["step_p50_ms"],
                                        "host_cpu_ms_per_step": c["host_cpu_ms_per_step"],
                                        "data_placement": c["data_placement"], "telemetry_on": c["telemetry_on"],
-                                       "over_bare": round(c["samples_s"] / best, 4) if c["samples_s"] else None}
+                                       "over_bare": round(c["samples_s"] / b_med, 4) if c["samples_s"] else None}
     out["within_5_percent"] = out["pipeline_over_bare"] is not None and out["pipeline_over_bare"] >= 0.95
     return out
+
+
+def _median(xs: list[float]) -> float | None:
+    xs = sorted(xs)
+    if not xs:
+        return None
+    m = len(xs) // 2
+    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 def main() -> None:
@@ -193,11 +212,13 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--device", default="auto")
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3, help="bare/pipeline pairs (alternating order)")
     ap.add_argument("--quick", action="store_true", help="fewer steps (the gpu suite in about 2 minutes)")
     args = ap.parse_args()
     suites = QUICK | {k: v for k, v in SUITES.items() if k not in QUICK} if args.quick else SUITES
     cases = suites[args.suite] if args.suite else [
-        Case(args.model, args.preset, args.batch, args.precision, args.steps, args.compile, args.device, args.warmup)]
+        Case(args.model, args.preset, args.batch, args.precision, args.steps, args.compile, args.device, args.warmup,
+             rounds=args.rounds)]
     out_dir = Path(os.environ.get("OUT", "bench-out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     out_file = out_dir / f"train_bare-{args.suite or 'custom'}.json"
@@ -213,9 +234,9 @@ def main() -> None:
         except Exception as e:  # keep what finished; report the failure in the JSON
             res = {"case": case.__dict__, "error": f"{type(e).__name__}: {e}"}
         results["results"].append(res)
-        print(json.dumps({k: res.get(k) for k in ("pipeline_over_bare", "error")} |
+        print(json.dumps({k: res.get(k) for k in ("pipeline_over_bare", "round_ratios", "error")} |
                          {"bare": [b["samples_s"] for b in res.get("bare", [])],
-                          "pipeline": res.get("pipeline", {}).get("samples_s"),
+                          "pipeline": [p["samples_s"] for p in res.get("pipelines", [])],
                           "components": {k: v["over_bare"] for k, v in res.get("components", {}).items()}}),
               flush=True)
         results["suite_seconds"] = round(time.perf_counter() - t_suite, 1)

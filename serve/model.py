@@ -66,6 +66,8 @@ def _param(config, key: str) -> str | None:
     return config.parameters[key].string_value if key in config.parameters else None
 
 
+# Triton onnxruntime backend's `cudnn_conv_algo_search` parameter values -> the CUDA provider's option
+CUDNN_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session (CPU)
 SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 
@@ -102,8 +104,13 @@ class LoadedModel:
             intra = max(1, (os.cpu_count() or 1) // count)
         gpus = [g for grp in config.instance_group for g in grp.gpus]
         device_id = gpus[0] if gpus else 0
+        search = _param(config, "cudnn_conv_algo_search") or "1"
+        if search not in CUDNN_SEARCH:
+            raise LoadError(f"model '{name}': parameter cudnn_conv_algo_search is {search!r}; use 0 (exhaustive), "
+                            "1 (heuristic) or 2 (default algorithm), as in Triton's onnxruntime backend")
         self.sessions = [
-            _make_session(path, options.device, intra, inter, device_id, options.allow_spinning) for _ in range(count)
+            _make_session(path, options.device, intra, inter, device_id, options.allow_spinning, CUDNN_SEARCH[search])
+            for _ in range(count)
         ]
         # A second, single-threaded session per instance for batches of SMALL_BATCH_ROWS rows on the CPU:
         # with spinning off, waking the intra-op pool costs more than it saves on one row (measured: a
@@ -178,7 +185,8 @@ def _preload_cuda_libraries(ort) -> None:
         log.debug("onnxruntime.preload_dlls() failed: %s", e)
 
 
-def _make_session(path: Path, device: str, intra: int, inter: int, device_id: int = 0, spin: bool = False):
+def _make_session(path: Path, device: str, intra: int, inter: int, device_id: int = 0, spin: bool = False,
+                  cudnn_search: str = "HEURISTIC"):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -189,10 +197,10 @@ def _make_session(path: Path, device: str, intra: int, inter: int, device_id: in
     so.log_severity_level = 3  # errors only: onnxruntime's warnings would flood the server log
     providers: list = ["CPUExecutionProvider"]
     if device == "cuda":
-        # Dynamic batching runs many batch sizes. With the default exhaustive cuDNN search every new
-        # shape costs a ~300 ms benchmark (seen on an H200: p99 of 500 ms in a 3-user ramp), so
-        # pick convolution algorithms by cuDNN's heuristics instead.
-        cuda_options = {"device_id": device_id, "cudnn_conv_algo_search": "HEURISTIC"}
+        # Dynamic batching runs many batch sizes. With onnxruntime's default exhaustive cuDNN search every
+        # new shape costs a ~300 ms benchmark (seen on an H200: p99 of 500 ms in a 3-user ramp), so the
+        # server defaults to cuDNN's heuristics; config.pbtxt's cudnn_conv_algo_search "0" asks for the search.
+        cuda_options = {"device_id": device_id, "cudnn_conv_algo_search": cudnn_search}
         providers = [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
         _preload_cuda_libraries(ort)
     try:

@@ -20,6 +20,7 @@ from train import distributed, release
 from train.card import CHECKPOINT_NAME, ModelCard, TensorSpec
 from train.config import TrainConfig
 from train.data import Splits, load_splits
+from train.gc_control import StepGC
 from train.device import autocast, check_precision, grad_scaler, resolve_device
 from train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
 from train.measure import MemoryTracker, StepTimer, optimizer_state_bytes, tensor_bytes
@@ -160,8 +161,10 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     shown = _LazyLoss(device)
     x = y = logits = loss = feed = loss_sum = correct = None  # freed by name after training
     rss_every = 16  # CPU: read the RSS every few steps (a /proc read, ~20 us)
+    step_gc = StepGC()
 
     try:
+        step_gc.start()
         for epoch in range(start_step // spe, n_epochs):
             model.train()
             batches.set_epoch(epoch, skip=step - epoch * spe)
@@ -203,6 +206,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 timer.end(n)
                 step += 1
                 seen += n
+                step_gc.after_step(step)
                 if sampler is not None and step - start_step == cfg.warmup_steps:
                     sampler.mark()  # utilization and energy cover the measured steps only
                 if dist_ctx.sync_check:
@@ -240,6 +244,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
         raise UserError(f"out of memory on {device} at batch size {cfg.batch_size}{done}; "
                         "lower --batch-size (or use --precision bf16)") from None
     finally:
+        step_gc.stop()
         if sampler is not None:
             sampler.stop()
     wall_s = time.perf_counter() - t_start
@@ -249,6 +254,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
     record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
                           channels_last, wall_s)
     record.settings["data_placement"] = placement
+    record.extra["gc"] = step_gc.summary()
     record.extra["data_on_device_bytes"] = resident.nbytes if placement == "device" and device == "cuda" else 0
     distributed.finish(record, dist_ctx, timer.times, cfg)
     # free what training held, so the search sees the memory a fresh run has

@@ -1,7 +1,9 @@
 """The largest batch that fits in device memory, for training and for inference of the same model.
 
 Search: double from `start` until a try runs out of memory, then bisect between the last batch
-that fitted and the first that did not — about 2*log2(N) tries. Each out-of-memory is caught and
+that fitted and the first that did not, until the two are within `resolution` of the answer (by
+default 1/256 of it: a try at a batch of hundreds of thousands takes seconds, and the last few
+bisection steps would only move the answer by a fraction of a percent). Each out-of-memory is caught and
 the memory released (garbage collection, then the CUDA caching allocator's cache) before the next
 try; any other error propagates.
 """
@@ -44,8 +46,13 @@ def release_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def find_max_batch(try_batch: TryBatch, start: int = 1, limit: int = 2**20) -> int:
-    """The largest batch in [start, limit] for which `try_batch` does not run out of memory."""
+DEFAULT_RESOLUTION = 1 / 256  # relative: the answer is within 0.4% below the true largest batch
+
+
+def find_max_batch(try_batch: TryBatch, start: int = 1, limit: int = 2**20,
+                   resolution: float = DEFAULT_RESOLUTION) -> int:
+    """A batch in [start, limit] for which `try_batch` does not run out of memory, at most
+    `resolution` (relative; 0 = exact) below the largest such batch."""
     if not 1 <= start <= limit:
         raise ValueError(f"need 1 <= start <= limit, got start={start}, limit={limit}")
 
@@ -72,7 +79,7 @@ def find_max_batch(try_batch: TryBatch, start: int = 1, limit: int = 2**20) -> i
             bad = n
     if bad is None:
         return good  # everything up to the limit fits
-    while bad - good > 1:
+    while bad - good > max(1, int(good * resolution)):
         mid = (good + bad) // 2
         if fits(mid):
             good = mid
@@ -152,7 +159,7 @@ def infer_probe(model: nn.Module, make_batch: MakeBatch, precision: str, device:
 
 def max_batches(model: nn.Module, make_batch: MakeBatch, precision: str, device: str | torch.device,
                 start: int = 1, limit: int = 2**20, optimizer: str = "adamw",
-                allow_cpu: bool = False) -> dict[str, Any]:
+                allow_cpu: bool = False, resolution: float = DEFAULT_RESOLUTION) -> dict[str, Any]:
     """{"train": N, "infer": M, "ratio": M/N} for the same model and precision (record.memory.max_batch).
 
     Only meaningful on CUDA: a CPU process is killed by the OS rather than told it is out of
@@ -162,7 +169,14 @@ def max_batches(model: nn.Module, make_batch: MakeBatch, precision: str, device:
     if device.type != "cuda" and not allow_cpu:
         raise UserError("--find-max-batch needs a CUDA device (on a CPU the OS kills the process instead "
                         "of reporting out of memory); pass --device cuda")
-    train_n = find_max_batch(train_step_probe(model, make_batch, precision, device, optimizer), start, limit)
-    infer_n = find_max_batch(infer_probe(model, make_batch, precision, device), start, limit)
+    # cuDNN autotuning would benchmark every conv layer again at each new batch size (seconds per try at
+    # batches of 10^5); heuristic algorithm choice is also what an untuned run would get
+    benchmark, torch.backends.cudnn.benchmark = torch.backends.cudnn.benchmark, False
+    try:
+        train_n = find_max_batch(train_step_probe(model, make_batch, precision, device, optimizer), start, limit,
+                                 resolution)
+        infer_n = find_max_batch(infer_probe(model, make_batch, precision, device), start, limit, resolution)
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
     return {"train": train_n, "infer": infer_n, "ratio": round(infer_n / train_n, 4),
-            "precision": precision, "limit": limit}
+            "precision": precision, "limit": limit, "resolution": resolution}

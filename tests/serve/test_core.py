@@ -132,3 +132,18 @@ def test_stopped_core_refuses_inference(model_repo):
 def test_missing_repository_raises(tmp_path):
     with pytest.raises(FileNotFoundError):
         ServerCore(CoreOptions(tmp_path / "absent")).load()
+
+
+def test_cudnn_conv_algo_search_parameter_is_checked_like_tritons(tmp_path):
+    from tests.serve.tiny_models import classifier_config, classifier_onnx
+
+    for name, value in (("good", "0"), ("bad", "fast")):
+        classifier_onnx(tmp_path / name / "1" / "model.onnx")
+        (tmp_path / name / "config.pbtxt").write_text(
+            classifier_config(name) + f'parameters {{ key: "cudnn_conv_algo_search" value: {{ string_value: "{value}" }} }}\n')
+    c = ServerCore(CoreOptions(tmp_path, intra_op_threads=1))
+    c.load()
+    index = {e.name: e for e in c.index()}
+    assert index["good"].ready
+    assert not index["bad"].ready
+    assert "cudnn_conv_algo_search is 'fast'; use 0 (exhaustive), 1 (heuristic) or 2" in index["bad"].reason

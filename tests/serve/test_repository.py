@@ -62,6 +62,7 @@ def test_gpu_config_has_tensorrt_block_only_when_asked() -> None:
     plain = model_config_from_card(_card(), "gpu", RepositoryConfig())
     assert [g.kind for g in plain.instance_group] == [pb.ModelInstanceGroup.KIND_GPU]
     assert not plain.HasField("optimization") and "intra_op_thread_count" not in plain.parameters
+    assert plain.parameters["cudnn_conv_algo_search"].string_value == "1"  # heuristic: no search per new batch size
     assert list(plain.dynamic_batching.preferred_batch_size) == [16, 32, 64]
     trt = model_config_from_card(_card(), "gpu", RepositoryConfig(tensorrt=True, max_batch_size=8))
     parsed = text_format.Parse(config_text(trt), pb.ModelConfig())

@@ -34,9 +34,19 @@ def test_exact_boundary_in_logarithmic_tries(capacity, monkeypatch):
     releases = []
     monkeypatch.setattr(maxbatch, "release_memory", lambda: releases.append(1))
     dev = SimulatedDevice(capacity)
-    assert find_max_batch(dev) == capacity
+    assert find_max_batch(dev, resolution=0) == capacity
     assert len(dev.tries) <= 2 * math.ceil(math.log2(capacity + 1)) + 2
     assert len(releases) == len(dev.tries)  # memory released after every try
+
+
+@pytest.mark.parametrize("capacity", [100, 77_777, 2**20 - 1])
+def test_default_resolution_stops_within_a_fraction_of_a_percent_in_fewer_tries(capacity, monkeypatch):
+    monkeypatch.setattr(maxbatch, "release_memory", lambda: None)
+    exact, coarse = SimulatedDevice(capacity), SimulatedDevice(capacity)
+    assert find_max_batch(exact, resolution=0) == capacity
+    found = find_max_batch(coarse)
+    assert capacity * (1 - 1 / 256) - 1 <= found <= capacity
+    assert len(coarse.tries) <= len(exact.tries) - (6 if capacity > 10_000 else 0)
 
 
 def test_runtime_error_saying_out_of_memory_counts():
