@@ -105,9 +105,11 @@ def shape_switching(onnx_path: Path, shape: tuple[int, ...], seconds: float, siz
     import onnxruntime as ort
 
     out = {}
-    for search in ("HEURISTIC", "EXHAUSTIVE", "DEFAULT"):
+    for variant in ("HEURISTIC", "EXHAUSTIVE", "DEFAULT", "HEURISTIC+no_mem_pattern"):
+        search = variant.split("+")[0]
         so = ort.SessionOptions()
         so.intra_op_num_threads = 1
+        so.enable_mem_pattern = "no_mem_pattern" not in variant  # a planned buffer per input shape
         sess = ort.InferenceSession(str(onnx_path), sess_options=so, providers=[
             ("CUDAExecutionProvider", {"cudnn_conv_algo_search": search}), "CPUExecutionProvider"])
         xs = {b: np.random.rand(b, *shape).astype(np.float32) for b in sizes}
@@ -124,7 +126,7 @@ def shape_switching(onnx_path: Path, shape: tuple[int, ...], seconds: float, siz
                 i += 1
             res[mode] = {"runs": len(lat), "p50_ms": 1e3 * float(np.percentile(lat, 50)),
                          "p99_ms": 1e3 * float(np.percentile(lat, 99)), "max_ms": 1e3 * max(lat)}
-        out[search] = res
+        out[variant] = res
         del sess
     return out
 
