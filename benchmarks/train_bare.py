@@ -66,10 +66,60 @@ SUITES = {
     "overhead": [Case("mlp", "tiny", 32, "fp32", 400, device="cpu", warmup=20)],
 }
 # --quick: the GPU suite within ~3 minutes on an H200 (fewer steps, the compiled case in 2 rounds without components)
-QUICK = {"gpu": [Case("cnn", "small", 512, "bf16", 500, device="cuda"),
+QUICK = {"gpu": [Case("cnn", "small", 512, "bf16", 500, device="cuda", rounds=5),
                  Case("transformer", "small", 128, "bf16", 250, device="cuda"),
                  Case("transformer", "small", 128, "bf16", 250, compile=True, device="cuda", warmup=30,
                       rounds=2, components=False)]}
+
+
+class ClockWatch:
+    """NVML SM clock and clock-event reasons (power cap, thermal, ...) every 0.5 s during one run, so
+    a slow run can be told apart from a slowed-down GPU. About 2 us a read; the same on both sides."""
+
+    def __init__(self, device: str) -> None:
+        import threading
+
+        self.samples: list[tuple[int, int]] = []
+        self._stop = threading.Event()
+        self._thread = None
+        if device != "cuda":
+            return
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self._nv, self._h = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+        except Exception:
+            return
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.5):
+            try:
+                self.samples.append((self._nv.nvmlDeviceGetClockInfo(self._h, self._nv.NVML_CLOCK_SM),
+                                     self._nv.nvmlDeviceGetCurrentClocksEventReasons(self._h)))
+            except Exception:
+                return
+
+    def __enter__(self) -> ClockWatch:
+        if self._thread is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def summary(self) -> dict | None:
+        if not self.samples:
+            return None
+        mhz = [m for m, _ in self.samples]
+        reasons = 0
+        for _, r in self.samples:
+            reasons |= r
+        return {"sm_mhz_mean": round(sum(mhz) / len(mhz)), "sm_mhz_min": min(mhz), "sm_mhz_max": max(mhz),
+                "event_reasons_seen": hex(reasons), "reads": len(mhz)}
 
 
 def bare(case: Case, device: str, model_cfg) -> dict:
@@ -171,10 +221,10 @@ def run_case(case: Case) -> dict:
     bares, pipes = [], []
     for r in range(case.rounds):  # alternate the order, so drift during the case hits both sides alike
         for side in (("bare", "pipeline") if r % 2 == 0 else ("pipeline", "bare")):
-            if side == "bare":
-                bares.append(bare(case, device, model_cfg))
-            else:
-                pipes.append(pipeline(case, device))
+            with ClockWatch(device) as clocks:
+                result = bare(case, device, model_cfg) if side == "bare" else pipeline(case, device)
+            result["gpu_clocks"] = clocks.summary()
+            (bares if side == "bare" else pipes).append(result)
     b_med = _median([b["samples_s"] for b in bares])
     p_med = _median([p["samples_s"] for p in pipes if p["samples_s"]])
     out.update(bare=bares, pipeline=pipes[0], pipelines=pipes, bare_median=b_med, pipeline_median=p_med,
