@@ -16,7 +16,7 @@ for phase in "$@"; do case $phase in
 env)
   step env 60 bash -c "nvidia-smi; $py -c 'import torch,onnxruntime as o; print(torch.__version__, torch.cuda.get_device_name(), o.__version__, o.get_available_providers())'; nproc" ;;
 train)
-  step train_bare 330 env OUT="$R" $py benchmarks/train_bare.py --suite gpu --quick
+  step train_bare 400 env OUT="$R" $py benchmarks/train_bare.py --suite gpu --quick
   step telemetry_check 80 env OUT="$R" $py benchmarks/telemetry_check.py ;;
 profile)
   step train_profile_cnn 150 env OUT="$R" $py benchmarks/train_profile_gpu.py --model cnn

@@ -11,7 +11,7 @@ goes first (bare-pipeline, pipeline-bare, ...), and compares medians; the per-ro
 spread. Results go to $OUT/train_bare-<suite>.json (OUT defaults to ./bench-out); the file is
 rewritten after every case, so a cut-short run keeps its results.
 
-  python benchmarks/train_bare.py --suite gpu --quick   # H200 in ~3 minutes: 3 rounds per case
+  python benchmarks/train_bare.py --suite gpu --quick   # H200 in ~4 minutes: 5 rounds cnn, 3 transformer, 2 compiled
   python benchmarks/train_bare.py --suite overhead  # no GPU: host overhead per step of a sub-millisecond step
   python benchmarks/train_bare.py --suite gpu       # H200: cnn small b512 bf16, transformer small b128 bf16 (eager, compiled)
   python benchmarks/train_bare.py --suite host-cpu  # the same cnn/transformer small runs on the host's CPU cores
