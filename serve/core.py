@@ -277,7 +277,6 @@ class ServerCore:
             return result
         return {n: result[n] for n in outputs}
 
-
     def _poll(self) -> None:
         """Stay in the ready queue (the loop then polls its sockets without sleeping) until the window
         ends or a batch runs on an instance thread, which needs the core more than the loop does."""
