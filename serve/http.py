@@ -125,7 +125,7 @@ class HttpFrontEnd:
     def error_body(self, e: ServeError) -> bytes:
         return kserve.error_body(e.message)
 
-    async def infer_payload(self, model: str, version: str, header_length: str | None, body: bytes) -> tuple[bytes, int | None]:
+    async def infer_payload(self, model: str, version: str, header_length: str | None, body: bytes | bytearray | memoryview) -> tuple[bytes, int | None]:
         """An infer request's body -> (response body, JSON header length or None); both HTTP paths call this."""
         if header_length is not None:
             try:

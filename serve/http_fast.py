@@ -24,6 +24,7 @@ from email.utils import formatdate
 from http import HTTPStatus
 from typing import TYPE_CHECKING
 
+import numpy as np
 from aiohttp.http import SERVER_SOFTWARE
 
 from serve.errors import ServeError
@@ -89,7 +90,7 @@ class FastConnection(asyncio.BufferedProtocol):
         self.transport: asyncio.Transport | None = None
         self._scratch = bytearray(SCRATCH_BYTES)
         self._pending = bytearray()  # received bytes not parsed yet
-        self._body: bytearray | None = None  # the body being received straight into place
+        self._body: memoryview | None = None  # the body being received straight into place
         self._body_got = 0
         self._request: tuple[str, str, str | None] | None = None  # model, version, header length of that body
         self.busy = False  # a request is being answered
@@ -110,7 +111,7 @@ class FastConnection(asyncio.BufferedProtocol):
 
     def get_buffer(self, sizehint: int) -> memoryview:
         if self._body is not None:
-            return memoryview(self._body)[self._body_got :]  # exactly the rest of this body, never beyond
+            return self._body[self._body_got :]  # exactly the rest of this body, never beyond
         return memoryview(self._scratch)
 
     def buffer_updated(self, nbytes: int) -> None:
@@ -166,7 +167,10 @@ class FastConnection(asyncio.BufferedProtocol):
             del pending[: start + length]
             self._start(body)
         else:
-            self._body = bytearray(length)
+            # np.empty, not bytearray(length): a bytearray is zero-filled, which commits the memory of a
+            # declared Content-Length (up to the body limit, 64 MiB by default) before a byte of it arrives,
+            # so a few idle connections could take gigabytes. Unwritten pages of np.empty cost nothing.
+            self._body = memoryview(np.empty(length, dtype=np.uint8))
             have = len(pending) - start
             self._body[:have] = memoryview(pending)[start:]
             self._body_got = have
@@ -208,12 +212,12 @@ class FastConnection(asyncio.BufferedProtocol):
             return None  # aiohttp answers 411-less bodies and 413s as before
         return target[0], target[1], header_length, length
 
-    def _start(self, body: bytearray) -> None:
+    def _start(self, body: bytearray | memoryview) -> None:
         self.busy = True
         model, version, header_length = self._request
         asyncio.get_running_loop().create_task(self._answer(model, version, header_length, body))
 
-    async def _answer(self, model: str, version: str, header_length: str | None, body: bytearray) -> None:
+    async def _answer(self, model: str, version: str, header_length: str | None, body: bytearray | memoryview) -> None:
         try:
             try:
                 payload, json_size = await self.frontend.infer_payload(model, version, header_length, body)

@@ -85,11 +85,14 @@ def _tensor_from_json(t: dict, name: str, datatype: str, shape: tuple[int, ...])
     return array.reshape(shape)
 
 
-def parse_infer_request(body: bytes, header_length: int | None) -> InferRequest:
+def parse_infer_request(body: bytes | bytearray | memoryview, header_length: int | None) -> InferRequest:
     """Request body (JSON header, then the binary section when header_length is given) -> InferRequest."""
     if header_length is not None and not 0 < header_length <= len(body):
         raise InvalidArgument(f"{HEADER_LENGTH} {header_length} is outside the body of {len(body)} bytes")
+    # json.loads takes bytes and bytearray but not a memoryview (the lean HTTP path's body): copy only the header
     header = body if header_length is None else body[:header_length]
+    if isinstance(header, memoryview):
+        header = header.tobytes()
     try:
         req = json.loads(header)
     except (UnicodeDecodeError, ValueError) as e:

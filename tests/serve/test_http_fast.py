@@ -86,7 +86,8 @@ def test_a_body_in_pieces_and_errors_keep_the_connection(server):
             c.sock.sendall(request[i : i + 7])
             time.sleep(0.001)
         status, headers, body = c.answer()
-        assert status == 200 and json.loads(body[: int(headers[HEADER.lower()])])["model_version"] == "1"
+        assert status == 200, body
+        assert json.loads(body[: int(headers[HEADER.lower()])])["model_version"] == "1"
         np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
         bad = _infer_request(x).replace(f"{HEADER}: ".encode(), f"{HEADER}: x".encode())
         c.sock.sendall(bad)
@@ -116,3 +117,31 @@ def test_chunked_bodies_go_to_aiohttp_and_are_answered_alike(server):
         np.testing.assert_allclose(_logits(headers, out), expected_logits(x), rtol=1e-5)
     finally:
         c.close()
+
+
+def test_declared_bodies_take_no_memory_before_they_arrive(server):
+    import psutil
+
+    proc = psutil.Process()  # the test server runs in this process
+    before = proc.memory_info().rss
+    declared = 48 * 2**20  # under the 64 MiB body limit, so the lean path takes these requests
+    conns = []
+    for _ in range(8):
+        c = _Conn(server.ports["http"])
+        head = (f"POST /v2/models/classifier/infer HTTP/1.1\r\nHost: t\r\nContent-Length: {declared}\r\n"
+                f"{HEADER}: 100\r\n\r\n")
+        c.sock.sendall(head.encode() + b"{" * 1024)
+        conns.append(c)
+    time.sleep(0.5)  # the server reads the heads and sets up each body's buffer
+    grown = proc.memory_info().rss - before
+    for c in conns:
+        c.close()
+    # zero-filled buffers would hold 8 x 48 MiB = 384 MiB here
+    assert grown < 64 * 2**20, f"RSS grew {grown / 2**20:.0f} MiB for bodies that never came"
+    c = _Conn(server.ports["http"])
+    x = np.random.rand(2, 4).astype(np.float32)
+    c.sock.sendall(_infer_request(x))
+    status, headers, body = c.answer()
+    c.close()
+    assert status == 200
+    np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
