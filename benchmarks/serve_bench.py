@@ -241,6 +241,44 @@ def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warm
             "client_cpu_ms_per_request": 1e3 * clients_cpu_s / lat.size}
 
 
+def server_stats(port: int) -> dict | None:
+    """The embedded server's own statistics of the model (Triton's GET /v2/models/<m>/stats), or None."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{MODEL}/stats", timeout=10) as r:
+            return json.loads(r.read())["model_stats"][0]
+    except Exception:  # the minimal server has no statistics endpoint
+        return None
+
+
+def stats_delta(before: dict | None, after: dict | None) -> dict | None:
+    """What the server spent over one point: queue and compute_infer per request, and per batch size
+    the runs and mean compute_infer. Tells a slow session.run (onnxruntime) from time lost elsewhere."""
+    if not before or not after:
+        return None
+
+    def d(path: tuple[str, ...]) -> tuple[int, int]:
+        a, b = after, before
+        for k in path:
+            a, b = a[k], b[k]
+        return a["count"] - b["count"], a["ns"] - b["ns"]
+
+    out = {}
+    for name in ("queue", "compute_infer"):
+        n, ns = d(("inference_stats", name))
+        out[f"{name}_mean_ms"] = round(ns / n / 1e6, 4) if n else None
+    old = {b["batch_size"]: b for b in before["batch_stats"]}
+    per = {}
+    for b in after["batch_stats"]:
+        prev = old.get(b["batch_size"], {"compute_infer": {"count": 0, "ns": 0}})["compute_infer"]
+        n, ns = b["compute_infer"]["count"] - prev["count"], b["compute_infer"]["ns"] - prev["ns"]
+        if n:
+            per[b["batch_size"]] = {"runs": n, "compute_infer_mean_ms": round(ns / n / 1e6, 4)}
+    out["batches"] = per
+    return out
+
+
 # ------------------------------------------------------------------ servers
 def _free_port() -> int:
     with socket.socket() as s:
@@ -354,9 +392,12 @@ def run(args: argparse.Namespace) -> dict:
                     for name in servers:
                         if name == "minimal" and scenario.startswith("gpu_dynamic"):
                             continue
+                        before = server_stats(ports[name]) if name == "embedded" else None
                         one[name][scenario] = drive(f"127.0.0.1:{ports[name]}", batch, shape, concurrency,
                                                     args.client_procs, args.warmup, args.seconds, procs[name].pid)
                         point = one[name][scenario]
+                        if before is not None:  # over warm-up and window alike
+                            point["server_stats"] = stats_delta(before, server_stats(ports[name]))
                         log(f"round {i + 1}: {name} {scenario}: {point['requests_per_s']:.0f} req/s, "
                             f"p50 {point['p50_ms']:.2f} ms, server {point['server_cpu_ms_per_request']:.2f} CPU-ms/request")
                 one["ratios"] = ratios_of(one["offline"], one["embedded"], one["minimal"], gpu)
