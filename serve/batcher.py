@@ -66,7 +66,7 @@ class _Request:
     inputs: dict[str, np.ndarray]
     rows: int  # dim-0 size when batching, else 1
     key: tuple  # requests join only when their non-batch shapes match
-    future: asyncio.Future
+    future: asyncio.Future | None  # None for a request run directly, without the queue
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
 
 
@@ -227,21 +227,15 @@ class Batcher:
                     results, input_ns, infer_ns, output_ns = await loop.run_in_executor(
                         executor, self._execute, instance, batch, rows
                     )
-            except ServeError as e:
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(e)
-                continue
-            except Exception as e:  # onnxruntime's own errors: the model failed on this batch
-                err = Internal(f"onnxruntime failed on model '{self.model.name}': {e}")
+            except Exception as e:
+                err = e if isinstance(e, ServeError) else self._model_failed(e)
                 for r in batch:
                     if not r.future.done():
                         r.future.set_exception(err)
                 continue
             finally:
                 self._busy -= 1
-            prev = self._run_ns.get(rows)
-            self._run_ns[rows] = infer_ns if prev is None else 0.8 * prev + 0.2 * infer_ns
+            self._note_run(rows, infer_ns)
             self.stats.record_execution(
                 rows, len(batch), sum(start - r.enqueued_ns for r in batch), input_ns, infer_ns, output_ns
             )
@@ -251,25 +245,27 @@ class Batcher:
 
     def _run_direct(self, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """One request on the loop, now, on instance 0 (every instance is idle): what _worker would do with it."""
-        start = time.perf_counter_ns()
         self._busy += 1
         try:
-            t1 = time.perf_counter_ns()
-            names = self.model.output_names
-            outs = self.model.run(0, inputs, names, rows)
-            t2 = time.perf_counter_ns()
-            result = dict(zip(names, outs))
+            (result,), input_ns, infer_ns, output_ns = self._execute(0, [_Request(inputs, rows, (), None)], rows)
         except ServeError:
             raise
-        except Exception as e:  # onnxruntime's own errors: the model failed on this request
-            raise Internal(f"onnxruntime failed on model '{self.model.name}': {e}") from None
+        except Exception as e:
+            raise self._model_failed(e) from None
         finally:
             self._busy -= 1
-        infer_ns = t2 - t1
-        self._run_ns[rows] = 0.8 * self._run_ns[rows] + 0.2 * infer_ns
-        t3 = time.perf_counter_ns()
-        self.stats.record_execution(rows, 1, 0, t1 - start, infer_ns, t3 - t2)
+        self._note_run(rows, infer_ns)
+        self.stats.record_execution(rows, 1, 0, input_ns, infer_ns, output_ns)
         return result
+
+    def _model_failed(self, e: Exception) -> Internal:
+        """onnxruntime's own errors: the model failed on this batch."""
+        return Internal(f"onnxruntime failed on model '{self.model.name}': {e}")
+
+    def _note_run(self, rows: int, infer_ns: int) -> None:
+        """Moving average of session-run time per batch size, which picks inline vs thread runs."""
+        prev = self._run_ns.get(rows)
+        self._run_ns[rows] = infer_ns if prev is None else 0.8 * prev + 0.2 * infer_ns
 
     def _execute(self, instance: int, batch: list[_Request], rows: int):
         """On the instance's thread: join inputs (compute_input), run (compute_infer), split rows back (compute_output)."""
