@@ -56,23 +56,28 @@ def _logits(headers: dict, body: bytes) -> np.ndarray:
     return np.frombuffer(body[n:], np.float32).reshape(out["shape"])
 
 
+def _expect_logits(c: _Conn, x: np.ndarray) -> dict:
+    """Read the next answer: 200, binary, with the model's logits for x; returns its JSON header."""
+    status, headers, body = c.answer()
+    assert status == 200, body
+    assert headers["content-type"] == "application/octet-stream"
+    np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+    return json.loads(body[: int(headers[HEADER.lower()])])
+
+
 def test_pipelined_infers_then_hand_over_to_aiohttp_on_the_same_connection(server):
     c = _Conn(server.ports["http"])
     try:
         xs = [np.full((1 + i, 4), i, np.float32) for i in range(3)]
         c.sock.sendall(b"".join(_infer_request(x) for x in xs))  # three requests in one send
         for x in xs:
-            status, headers, body = c.answer()
-            assert status == 200 and headers["content-type"] == "application/octet-stream"
-            np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+            _expect_logits(c, x)
         # a request the lean path does not take: aiohttp answers it, then the next infer, on this connection
         c.sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n")
         assert c.answer()[0] == 200
         x = np.ones((2, 4), np.float32)
         c.sock.sendall(_infer_request(x))
-        status, headers, body = c.answer()
-        assert status == 200
-        np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+        _expect_logits(c, x)
     finally:
         c.close()
 
@@ -85,10 +90,7 @@ def test_a_body_in_pieces_and_errors_keep_the_connection(server):
         for i in range(0, len(request), 7):  # head and body split across many segments
             c.sock.sendall(request[i : i + 7])
             time.sleep(0.001)
-        status, headers, body = c.answer()
-        assert status == 200, body
-        assert json.loads(body[: int(headers[HEADER.lower()])])["model_version"] == "1"
-        np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+        assert _expect_logits(c, x)["model_version"] == "1"
         bad = _infer_request(x).replace(f"{HEADER}: ".encode(), f"{HEADER}: x".encode())
         c.sock.sendall(bad)
         status, headers, body = c.answer()
@@ -112,9 +114,7 @@ def test_chunked_bodies_go_to_aiohttp_and_are_answered_alike(server):
         head = b"\r\n".join(line for line in head.split(b"\r\n") if not line.startswith(b"Content-Length"))
         chunked = head + b"\r\nTransfer-Encoding: chunked\r\n\r\n" + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n"
         c.sock.sendall(chunked)
-        status, headers, out = c.answer()
-        assert status == 200
-        np.testing.assert_allclose(_logits(headers, out), expected_logits(x), rtol=1e-5)
+        _expect_logits(c, x)
     finally:
         c.close()
 
@@ -141,7 +141,7 @@ def test_declared_bodies_take_no_memory_before_they_arrive(server):
     c = _Conn(server.ports["http"])
     x = np.random.rand(2, 4).astype(np.float32)
     c.sock.sendall(_infer_request(x))
-    status, headers, body = c.answer()
-    c.close()
-    assert status == 200
-    np.testing.assert_allclose(_logits(headers, body), expected_logits(x), rtol=1e-5)
+    try:
+        _expect_logits(c, x)
+    finally:
+        c.close()
