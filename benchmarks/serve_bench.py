@@ -241,23 +241,17 @@ def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warm
             "client_cpu_ms_per_request": 1e3 * clients_cpu_s / lat.size}
 
 
-def server_stats(port: int) -> dict | None:
-    """The embedded server's own statistics of the model (Triton's GET /v2/models/<m>/stats), or None."""
+def server_stats(port: int) -> dict:
+    """The embedded server's own statistics of the model (Triton's GET /v2/models/<m>/stats)."""
     import urllib.request
 
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{MODEL}/stats", timeout=10) as r:
-            return json.loads(r.read())["model_stats"][0]
-    except Exception:  # the minimal server has no statistics endpoint
-        return None
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{MODEL}/stats", timeout=10) as r:
+        return json.loads(r.read())["model_stats"][0]
 
 
-def stats_delta(before: dict | None, after: dict | None) -> dict | None:
+def stats_delta(before: dict, after: dict) -> dict:
     """What the server spent over one point: queue and compute_infer per request, and per batch size
     the runs and mean compute_infer. Tells a slow session.run (onnxruntime) from time lost elsewhere."""
-    if not before or not after:
-        return None
-
     def d(path: tuple[str, ...]) -> tuple[int, int]:
         a, b = after, before
         for k in path:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -225,9 +226,10 @@ def run_case(case: Case) -> dict:
                 result = bare(case, device, model_cfg) if side == "bare" else pipeline(case, device)
             result["gpu_clocks"] = clocks.summary()
             (bares if side == "bare" else pipes).append(result)
-    b_med = _median([b["samples_s"] for b in bares])
-    p_med = _median([p["samples_s"] for p in pipes if p["samples_s"]])
-    out.update(bare=bares, pipeline=pipes[0], pipelines=pipes, bare_median=b_med, pipeline_median=p_med,
+    b_med = statistics.median(b["samples_s"] for b in bares)
+    p_speeds = [p["samples_s"] for p in pipes if p["samples_s"]]
+    p_med = statistics.median(p_speeds) if p_speeds else None
+    out.update(bare=bares, pipelines=pipes, bare_median=b_med, pipeline_median=p_med,
                pipeline_over_bare=round(p_med / b_med, 4) if p_med and b_med else None,
                round_ratios=[round(p["samples_s"] / b["samples_s"], 4) for b, p in zip(bares, pipes)
                              if p["samples_s"]])
@@ -241,14 +243,6 @@ def run_case(case: Case) -> dict:
                                        "over_bare": round(c["samples_s"] / b_med, 4) if c["samples_s"] else None}
     out["within_5_percent"] = out["pipeline_over_bare"] is not None and out["pipeline_over_bare"] >= 0.95
     return out
-
-
-def _median(xs: list[float]) -> float | None:
-    xs = sorted(xs)
-    if not xs:
-        return None
-    m = len(xs) // 2
-    return xs[m] if len(xs) % 2 else (xs[m - 1] + xs[m]) / 2
 
 
 def main() -> None:
