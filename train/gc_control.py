@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import gc
 import time
-from types import TracebackType
 
 DEFAULT_EVERY_STEPS = 200
 
 
 class StepGC:
-    """`start()` before the first step, `after_step(step)` after each, `stop()` in a finally
-    (or use it as a context manager)."""
+    """`start()` before the first step, `after_step(step)` after each, `stop()` in a finally."""
 
     def __init__(self, every: int = DEFAULT_EVERY_STEPS) -> None:
         if every < 1:
@@ -56,10 +54,6 @@ class StepGC:
         if self._was_enabled:
             gc.enable()
 
-    def __enter__(self) -> StepGC:
-        self.start()
-        return self
-
     def after_step(self, step: int) -> None:
         if step % self.every == 0:
             t0 = time.perf_counter()
@@ -71,7 +65,3 @@ class StepGC:
         return {"every_steps": self.every, "collections": self.collections,
                 "pause_ms_total": round(self.pause_s * 1e3, 3),
                 "pause_ms_mean": round(self.pause_s * 1e3 / self.collections, 3) if self.collections else None}
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self.stop()
