@@ -365,7 +365,8 @@ def run(args: argparse.Namespace) -> dict:
         servers = {
             "embedded": ([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
                           "--device", args.device, "--threads", str(args.threads), "--http-port", "0",
-                          "--grpc-port", "0", "--metrics-port", "0", "--spin" if args.spin else "--no-spin"],
+                          "--grpc-port", "0", "--metrics-port", "0", "--spin" if args.spin else "--no-spin",
+                          "--busy-poll-us", str(args.busy_poll_us)],
                          r"ready http=[^:]+:(\d+)"),
             "minimal": ([sys.executable, str(REPO_ROOT / "benchmarks" / "minimal_kserve.py"), str(onnx_path),
                          "--name", MODEL, "--port", "0", "--threads", str(args.threads), "--provider",
@@ -442,6 +443,8 @@ def main() -> None:
                         help="(b)'s model instances, each with threads/instances onnxruntime threads "
                              "(cpu only; default: one per thread, so instances x threads = --threads; see --gpu-instances)")
     parser.add_argument("--spin", action="store_true", help="start the embedded server with --spin (idle threads busy-wait)")
+    parser.add_argument("--busy-poll-us", type=int, default=1000,
+                        help="the embedded server's --busy-poll-us (0 = the loop sleeps between requests)")
     parser.add_argument("--seconds", type=float, default=5.0, help="measurement window per point")
     parser.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window, seconds")
     parser.add_argument("--client-procs", type=int, default=max(1, (os.cpu_count() or 2) // 2),
