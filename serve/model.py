@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serve.buckets import bucket_for, pad_rows, parse_buckets
 from serve.datatypes import config_to_kserve, numpy_dtype
 from serve.errors import ServeError
 
@@ -70,6 +71,8 @@ def _param(config, key: str) -> str | None:
 CUDNN_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session (CPU)
 SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
+# `batch_buckets` when config.pbtxt does not say: padded power-of-two batches on the GPU (see serve.buckets)
+DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
 
 
 class LoadedModel:
@@ -125,6 +128,15 @@ class LoadedModel:
             raise LoadError(f"model '{name}': config input(s) {missing} are not inputs of the ONNX graph {sorted(sess_inputs)}")
         self.string_inputs = {t.name for t in self.inputs if t.datatype == "BYTES"}
         self.string_outputs = {t.name for t in self.outputs if t.datatype == "BYTES"}
+        self.buckets = self._buckets(config, options.device)
+        # `bucket_sessions`: one session per bucket per instance, so each session only ever sees one shape
+        # (for runtimes whose cost is per shape *change*, not per new shape); weights are held once per bucket.
+        self.bucket_sessions: list[dict[int, object]] = []
+        if self.buckets and (_param(config, "bucket_sessions") or "false").lower() in ("true", "1", "yes"):
+            self.bucket_sessions = [
+                {b: _make_session(path, options.device, intra, inter, device_id, options.allow_spinning,
+                                  CUDNN_SEARCH[search]) for b in self.buckets} for _ in range(count)]
+        self.warmup_s = self._warm_up()
         self.providers = self.sessions[0].get_providers()
         self.device = options.device
         self.threads = {"intra_op": intra, "inter_op": inter}
@@ -132,21 +144,65 @@ class LoadedModel:
             self.threads["small_batch_intra_op"] = 1
             self.threads["small_batch_rows"] = SMALL_BATCH_ROWS
         log.info(
-            "loaded %s version %s: %d instance(s) on %s, intra_op_threads=%d inter_op_threads=%d, max_batch_size=%d",
-            name, version, count, self.providers[0], intra, inter, self.max_batch_size,
+            "loaded %s version %s: %d instance(s) on %s, intra_op_threads=%d inter_op_threads=%d, max_batch_size=%d, "
+            "batch buckets %s%s (warm-up %.2f s)",
+            name, version, count, self.providers[0], intra, inter, self.max_batch_size, self.buckets or "off",
+            " with a session each" if self.bucket_sessions else "", self.warmup_s,
         )
+
+    def _buckets(self, config, device: str) -> list[int]:
+        """Batch sizes runs are padded to (serve.buckets); [] = no padding. Models with BYTES tensors never pad."""
+        given = _param(config, "batch_buckets")
+        if given is None and (self.max_batch_size <= 0 or self.string_inputs or self.string_outputs):
+            return []
+        try:
+            buckets = parse_buckets(DEFAULT_BUCKETS[device] if given is None else given, self.max_batch_size)
+        except ValueError as e:
+            raise LoadError(f"model '{self.name}': {e}") from None
+        if buckets and (self.string_inputs or self.string_outputs):
+            raise LoadError(f"model '{self.name}': batch_buckets cannot pad BYTES tensors; set it to 'none'")
+        return buckets
+
+    def _warm_up(self) -> float:
+        """Run every bucket once on every session with zero inputs, so no request pays a shape's first run.
+        Skipped when an input has a variable non-batch dimension (the shape to warm is unknown)."""
+        if not self.buckets or any(d < 0 for t in self.inputs for d in t.shape[1:]):
+            return 0.0
+        import time
+
+        t0 = time.perf_counter()
+        try:
+            for instance in range(self.instance_count):
+                for b in self.buckets:
+                    feed = {t.name: np.zeros((b, *t.shape[1:]), dtype=t.dtype) for t in self.inputs}
+                    self._session(instance, b, b).run(self.output_names, feed)
+        except Exception as e:  # a model that cannot run zeros at a bucket size would fail on requests too
+            raise LoadError(f"model '{self.name}': warm-up run failed at a batch of {b}: {e}") from None
+        return time.perf_counter() - t0
+
+    def _session(self, instance: int, rows: int | None, size: int | None):
+        """The session that runs `rows` rows padded to `size`."""
+        if self.bucket_sessions and size in self.bucket_sessions[instance]:
+            return self.bucket_sessions[instance][size]
+        if self.small_sessions and rows is not None and rows <= SMALL_BATCH_ROWS:
+            return self.small_sessions[instance]
+        return self.sessions[instance]
 
     @property
     def instance_count(self) -> int:
         return len(self.sessions)
 
     def run(self, instance: int, feed: dict[str, np.ndarray], outputs: list[str], rows: int | None = None) -> list[np.ndarray]:
-        """session.run on one instance's session (its single-threaded twin for `rows` <= SMALL_BATCH_ROWS);
-        BYTES tensors are converted bytes <-> str for onnxruntime."""
+        """session.run on one instance's session (its single-threaded twin for `rows` <= SMALL_BATCH_ROWS),
+        the batch padded to its bucket when the model has buckets; BYTES tensors are converted bytes <-> str."""
         if self.string_inputs:
             feed = {k: (_to_str(v) if k in self.string_inputs else v) for k, v in feed.items()}
-        small = self.small_sessions and rows is not None and rows <= SMALL_BATCH_ROWS
-        result = (self.small_sessions if small else self.sessions)[instance].run(outputs, feed)
+        size = bucket_for(self.buckets, rows) if self.buckets and rows is not None else rows
+        if size != rows:
+            feed = {k: pad_rows(v, size) for k, v in feed.items()}
+        result = self._session(instance, rows, size).run(outputs, feed)
+        if size != rows:
+            result = [r[:rows] for r in result]  # the padding's rows are dropped here, never returned
         if self.string_outputs:
             result = [_to_bytes(r) if n in self.string_outputs else r for n, r in zip(outputs, result)]
         return result

@@ -13,9 +13,9 @@ from serve.errors import Unavailable
 from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
 
 
-def _repo(tmp_path, **config):
+def _repo(tmp_path, extra: str = "", **config):
     classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
-    (tmp_path / "m" / "config.pbtxt").write_text(classifier_config("m", **config))
+    (tmp_path / "m" / "config.pbtxt").write_text(classifier_config("m", **config) + extra)
     return tmp_path
 
 
@@ -29,8 +29,10 @@ async def _with_core(repo, fn, **options):
         await core.stop()
 
 
-def test_concurrent_clients_are_batched_and_each_gets_its_rows(tmp_path):
-    repo = _repo(tmp_path, max_batch_size=8, delay_us=20_000)
+@pytest.mark.parametrize("buckets", ["none", "pow2"])  # pow2: runs padded to 1, 2, 4, 8 rows
+def test_concurrent_clients_are_batched_and_each_gets_its_rows(tmp_path, buckets):
+    extra = f'parameters {{ key: "batch_buckets" value: {{ string_value: "{buckets}" }} }}\n'
+    repo = _repo(tmp_path, extra, max_batch_size=8, delay_us=20_000)
     rows = [1, 2, 3, 1, 2, 1, 4, 1, 1, 2, 3, 1]  # 21 rows from 12 clients
     xs = [np.random.default_rng(i).random((n, 4), dtype=np.float32) + i for i, n in enumerate(rows)]
 
@@ -42,7 +44,8 @@ def test_concurrent_clients_are_batched_and_each_gets_its_rows(tmp_path):
         assert r["logits"].shape == (len(x), 3)
         np.testing.assert_allclose(r["logits"], expected_logits(x), rtol=1e-5)
     s = core.statistics("m")[0]
-    assert s.inference_count == sum(rows)
+    assert s.inference_count == sum(rows)  # the padding's rows are not counted
+    assert sum(n * b.compute_infer.count for n, b in s.batches.items()) == sum(rows)
     assert s.execution_count < len(rows)
     assert all(size <= 8 for size in s.batches)
     assert s.queue.count == len(rows)
