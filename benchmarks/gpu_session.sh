@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
-# Usage: OUT=dir benchmarks/gpu_session.sh PHASE...   phases: env train profile ddp1 train-cpu serve export run
+# Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
+#   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host export run
 # Each phase writes under $OUT/results (logs and JSON); a tarball of it is left at $OUT/results.tgz.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -23,13 +24,19 @@ profile)
   step train_profile_transformer 120 env OUT="$R" $py benchmarks/train_profile_gpu.py --model transformer
   step compare_cnn 120 $py -m trainserve compare --model cnn --preset small --precision bf16 --batch-size 512 --steps 14 --warmup-steps 4 --samples 7168 --run cmp-cnn --runs-dir "$R/runs"
   step compare_transformer 180 $py -m trainserve compare --model transformer --preset small --precision bf16 --batch-size 128 --steps 10 --warmup-steps 3 --samples 1280 --run cmp-transformer --runs-dir "$R/runs" ;;
+train-cnn)  # the CNN case alone: 5 alternating rounds, and 3 runs of each pipeline variant (sampler rates)
+  step train_bare_cnn 420 env OUT="$R" $py benchmarks/train_bare.py --model cnn --preset small --batch 512 --precision bf16 --steps 500 --warmup 20 --device cuda --rounds 5 --component-rounds 3
+  step telemetry_check 80 env OUT="$R" $py benchmarks/telemetry_check.py ;;
 ddp1)
   step ddp_scaling_1gpu 150 env OUT="$R" $py benchmarks/ddp_scaling.py --nproc 1 ;;
 train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
-serve)
-  step serve_tests 150 $py -m pytest -q -x -p no:cacheprovider tests/serve
-  step serve_bench 300 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 ;;
+serve)  # every embedded-server variant (serve_bench.VARIANTS) beside (a) and (c)
+  step serve_bench 540 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 ;;
+serve-tests)
+  step serve_tests 150 $py -m pytest -q -x -p no:cacheprovider tests/serve ;;
+serve-cpu-host)  # the CPU targets with the servers and (a) pinned to 2 cores, the clients on the others
+  step serve_bench_cpu_host 300 env OUT="$R" $py benchmarks/serve_bench.py --device cpu --server-cpus 0-1 --rounds 3 --seconds 3 ;;
 export)
   step export_gpu 150 env OUT="$R" $py benchmarks/export_gpu.py --preset small --repeats 20 ;;
 run)

@@ -37,6 +37,14 @@ import numpy as np
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL = "cnn"
+# Embedded-server configurations compared on the GPU, each its own server process (config.pbtxt parameters)
+VARIANTS = {
+    "default": {},  # the server's defaults (on CUDA: batches padded to power-of-two buckets, warmed at load)
+    "no_buckets": {"batch_buckets": "none"},  # every batch size as it comes (the previous behaviour)
+    "bucket_sessions": {"batch_buckets": "pow2", "bucket_sessions": "true"},  # one session per bucket
+    "cudnn_default": {"batch_buckets": "none", "cudnn_conv_algo_search": "2"},  # no cuDNN algorithm query at all
+}
+GPU_VARIANTS = ["default", "no_buckets", "bucket_sessions", "cudnn_default"]
 TARGETS = {"latency_overhead_ms": 0.4, "c16_speedup_vs_minimal": 1.5, "b64_fraction_of_offline": 0.85,
            "gpu_fraction_of_offline_best": 0.80}
 
@@ -73,6 +81,28 @@ def export_repository(root: Path, preset: str, device: str, threads: int, max_ba
         "dynamic_batching { }\n"  # no queue delay: batch whatever queued while the session was busy
         f'parameters {{ key: "intra_op_thread_count" value: {{ string_value: "{per_instance}" }} }}\n')
     return root, onnx_path
+
+
+def variant_repository(base: Path, root: Path, params: dict[str, str]) -> Path:
+    """A copy of the one-model repository `base` whose config.pbtxt adds `params`."""
+    import shutil
+
+    shutil.copytree(base, root)
+    cfg = root / MODEL / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "".join(
+        f'parameters {{ key: "{k}" value: {{ string_value: "{v}" }} }}\n' for k, v in params.items()))
+    return root
+
+
+def parse_cpus(text: str | None) -> set[int] | None:
+    """'0-1,4' -> {0, 1, 4}; None stays None."""
+    if not text:
+        return None
+    cpus: set[int] = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
 
 
 def input_shape(preset: str) -> tuple[int, int, int]:
@@ -157,8 +187,11 @@ def offline(session, shape: tuple[int, ...], batches: list[int], seconds: float)
 
 
 # ------------------------------------------------------------------ clients
-def _client_process(url: str, batch: int, shape: tuple, greenlets: int, begin: float, end: float, conn) -> None:
+def _client_process(url: str, batch: int, shape: tuple, greenlets: int, begin: float, end: float, conn,
+                    cpus: set[int] | None = None) -> None:
     """One client process: `greenlets` closed-loop users on one tritonclient.http client (gevent)."""
+    if cpus:
+        os.sched_setaffinity(0, cpus)
     import gevent
     import tritonclient.http as httpclient
 
@@ -190,7 +223,7 @@ def _client_process(url: str, batch: int, shape: tuple, greenlets: int, begin: f
 
 
 def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warmup_s: float, seconds: float,
-          server_pid: int) -> dict:
+          server_pid: int, client_cpus: set[int] | None = None) -> dict:
     """Closed-loop load at `concurrency` from `procs` processes; requests/s and latency over the window,
     and the server's CPU time over it (a cost per request that load from elsewhere changes little)."""
     import psutil
@@ -203,7 +236,8 @@ def drive(url: str, batch: int, shape: tuple, concurrency: int, procs: int, warm
     pipes, workers = [], []
     for g in per:
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(url, batch, shape, g, begin, end, child), daemon=True)
+        p = ctx.Process(target=_client_process, args=(url, batch, shape, g, begin, end, child, client_cpus),
+                        daemon=True)
         p.start()
         pipes.append(parent)
         workers.append(p)
@@ -280,11 +314,13 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_process(cmd: list[str], pattern: str, timeout_s: float = 120) -> tuple[subprocess.Popen, int]:
-    """Start a server, wait for the line that carries its HTTP port; (process, port)."""
+def start_process(cmd: list[str], pattern: str, timeout_s: float = 120,
+                  cpus: set[int] | None = None) -> tuple[subprocess.Popen, int]:
+    """Start a server (on `cpus` only, when given), wait for the line that carries its HTTP port; (process, port)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
                PYTHONUNBUFFERED="1")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=pin)
     deadline = time.monotonic() + timeout_s
     lines = []
     while time.monotonic() < deadline:
@@ -349,7 +385,8 @@ def ratios_of(a: dict, b: dict, c: dict, gpu: bool) -> dict:
 
 def run(args: argparse.Namespace) -> dict:
     """Rounds of: (a) offline, then every scenario on (b) and (c) back to back, so that load from
-    elsewhere on the machine hits the three alike; each ratio is the median over rounds."""
+    elsewhere on the machine hits the three alike; each ratio is the median over rounds. On the GPU,
+    (b) runs once per configuration in `args.variants` ("default" first: the ratios are its)."""
     shape = input_shape(args.preset)
     gpu = args.device == "cuda"
     batches = sorted(set(args.gpu_batches) | {64}) if gpu else [64]
@@ -357,29 +394,38 @@ def run(args: argparse.Namespace) -> dict:
     if gpu:  # one point per request size; the target takes the best (how a user would size requests)
         for rows in args.gpu_request_batch:
             scenarios[f"gpu_dynamic_r{rows}"] = (rows, args.gpu_concurrency)
+    server_cpus = parse_cpus(args.server_cpus)
+    client_cpus = (set(range(os.cpu_count() or 1)) - server_cpus) if server_cpus else None
+    if server_cpus is not None and not client_cpus:
+        raise SystemExit(f"--server-cpus {args.server_cpus} leaves no CPU for the clients")
+    if server_cpus:  # (a) runs in this process: its onnxruntime threads inherit this affinity
+        os.sched_setaffinity(0, server_cpus)
     rounds: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serve-bench-") as tmp:
-        repo, onnx_path = export_repository(Path(tmp), args.preset, args.device, args.threads, max(batches),
-                                            args.gpu_instances if gpu else args.instances)
+        repo, onnx_path = export_repository(Path(tmp) / "default", args.preset, args.device, args.threads,
+                                            max(batches), args.gpu_instances if gpu else args.instances)
         session = make_session(onnx_path, args.device, args.threads)
-        servers = {
-            "embedded": ([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
-                          "--device", args.device, "--threads", str(args.threads), "--http-port", "0",
-                          "--grpc-port", "0", "--metrics-port", "0", "--spin" if args.spin else "--no-spin",
-                          "--busy-poll-us", str(args.busy_poll_us)],
-                         r"ready http=[^:]+:(\d+)"),
-            "minimal": ([sys.executable, str(REPO_ROOT / "benchmarks" / "minimal_kserve.py"), str(onnx_path),
-                         "--name", MODEL, "--port", "0", "--threads", str(args.threads), "--provider",
-                         "CUDAExecutionProvider" if gpu else "CPUExecutionProvider"], r"listening on (\d+)"),
-        }
+        embedded = [sys.executable, "-m", "trainserve", "serve", "--device", args.device, "--threads",
+                    str(args.threads), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0",
+                    "--spin" if args.spin else "--no-spin", "--busy-poll-us", str(args.busy_poll_us)]
+        servers = {}
+        for variant in args.variants:
+            root = repo if variant == "default" else variant_repository(repo, Path(tmp) / variant, VARIANTS[variant])
+            name = "embedded" if variant == "default" else f"embedded_{variant}"
+            servers[name] = (embedded + ["--model-repository", str(root)], r"ready http=[^:]+:(\d+)")
+        servers["minimal"] = ([sys.executable, str(REPO_ROOT / "benchmarks" / "minimal_kserve.py"), str(onnx_path),
+                               "--name", MODEL, "--port", "0", "--threads", str(args.threads), "--provider",
+                               "CUDAExecutionProvider" if gpu else "CPUExecutionProvider"], r"listening on (\d+)")
         procs: dict[str, subprocess.Popen] = {}
         try:
             ports = {}
             for name, (cmd, pattern) in servers.items():
-                procs[name], ports[name] = start_process(cmd, pattern)
+                t0 = time.perf_counter()
+                procs[name], ports[name] = start_process(cmd, pattern, cpus=server_cpus)
+                log(f"{name} ready in {time.perf_counter() - t0:.1f} s")
             for i in range(args.rounds):
                 log(f"round {i + 1}/{args.rounds}: offline")
-                one = {"offline": offline(session, shape, batches, args.seconds), "embedded": {}, "minimal": {}}
+                one = {"offline": offline(session, shape, batches, args.seconds)} | {name: {} for name in servers}
                 if gpu and i == 0:
                     one["offline"]["shape_switching"] = shape_switching(onnx_path, shape, args.seconds)
                     log(f"shape switching: {json.dumps(one['offline']['shape_switching'])}")
@@ -387,15 +433,19 @@ def run(args: argparse.Namespace) -> dict:
                     for name in servers:
                         if name == "minimal" and scenario.startswith("gpu_dynamic"):
                             continue
-                        before = server_stats(ports[name]) if name == "embedded" else None
+                        before = server_stats(ports[name]) if name != "minimal" else None
                         one[name][scenario] = drive(f"127.0.0.1:{ports[name]}", batch, shape, concurrency,
-                                                    args.client_procs, args.warmup, args.seconds, procs[name].pid)
+                                                    args.client_procs, args.warmup, args.seconds, procs[name].pid,
+                                                    client_cpus)
                         point = one[name][scenario]
                         if before is not None:  # over warm-up and window alike
                             point["server_stats"] = stats_delta(before, server_stats(ports[name]))
                         log(f"round {i + 1}: {name} {scenario}: {point['requests_per_s']:.0f} req/s, "
-                            f"p50 {point['p50_ms']:.2f} ms, server {point['server_cpu_ms_per_request']:.2f} CPU-ms/request")
+                            f"p50 {point['p50_ms']:.2f} ms, p99 {point['p99_ms']:.2f} ms, "
+                            f"server {point['server_cpu_ms_per_request']:.2f} CPU-ms/request")
                 one["ratios"] = ratios_of(one["offline"], one["embedded"], one["minimal"], gpu)
+                one["variant_ratios"] = {name: ratios_of(one["offline"], one[name], one["minimal"], gpu)
+                                         for name in servers if name.startswith("embedded_")}
                 rounds.append(one)
         finally:
             for proc in procs.values():
@@ -419,15 +469,18 @@ def run(args: argparse.Namespace) -> dict:
                        "samples_per_s": {b: float(np.median([x["samples_per_s"][b] for x in a_rounds]))
                                          for b in batches}}
     offline_summary["best_batch"] = max(offline_summary["samples_per_s"], key=offline_summary["samples_per_s"].get)
-    median = {name: {s: _median_point([r[name][s] for r in rounds]) for s in rounds[0][name]}
-              for name in ("embedded", "minimal")}
+    names = [n for n in rounds[0] if n == "minimal" or n.startswith("embedded")]
+    median = {name: {s: _median_point([r[name][s] for r in rounds]) for s in rounds[0][name]} for name in names}
+    variant_ratios = {name: {key: float(np.median([r["variant_ratios"][name][key] for r in rounds]))
+                             for key in rounds[0]["variant_ratios"][name]} for name in rounds[0]["variant_ratios"]}
     return {"benchmark": "serve_bench", "date": datetime.date.today().isoformat(), "device": args.device,
             "model": f"cnn_{args.preset}", "input_shape": list(shape), "onnxruntime_intra_op_threads": args.threads,
             "embedded_instances": args.gpu_instances if args.device == "cuda" else args.instances,
             "machine": machine(), "load_average_at_end": os.getloadavg(), "command": " ".join(sys.argv),
             "seconds_per_point": args.seconds, "rounds": len(rounds), "client_processes_max": args.client_procs,
-            "offline": offline_summary, "embedded": median["embedded"], "minimal": median["minimal"],
-            "ratios": ratios, "per_round": rounds}
+            "server_cpus": sorted(server_cpus) if server_cpus else None, "variants": args.variants,
+            "offline": offline_summary, **median, "ratios": ratios, "variant_ratios": variant_ratios,
+            "per_round": rounds}
 
 
 def log(message: str) -> None:
@@ -456,7 +509,16 @@ def main() -> None:
     parser.add_argument("--gpu-instances", type=int, default=2,
                         help="instance_group count on the GPU (two sessions overlap copies with compute)")
     parser.add_argument("--gpu-concurrency", type=int, default=64, help="users in the GPU point")
+    parser.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=None,
+                        help=f"embedded-server configurations, one server each (default: {' '.join(GPU_VARIANTS)} "
+                             "on cuda, default on cpu)")
+    parser.add_argument("--server-cpus", default=None,
+                        help="pin the servers and (a) to these CPUs, e.g. 0-1, and the clients to the others "
+                             "(a many-core host measuring what 2 cores give, with the client out of their way)")
     args = parser.parse_args()
+    args.variants = args.variants or (GPU_VARIANTS if args.device == "cuda" else ["default"])
+    if "default" not in args.variants:
+        args.variants = ["default", *args.variants]
     args.preset = args.preset or ("small" if args.device == "cuda" else "tiny")
     args.instances = args.instances or args.threads
     result = run(args)

@@ -38,7 +38,9 @@ def main() -> None:
     result: dict = {"device": torch.cuda.get_device_name(0), "nvml_name": gpu_name(0),
                     "mem_before_bytes": gpu_memory_used_bytes(0),
                     # CPU ms per call of each reading a tick may make: which one is slow on this host
-                    "read_costs_ms": read_costs(0)}
+                    "read_costs_ms": read_costs(0, wall=(wall := {})),
+                    # wall ms per call: a read far above its CPU time waits on the driver / GPU firmware
+                    "read_wall_ms": wall}
 
     # A matmul-bound loop: (4096 x 4096) @ (4096 x 4096) in bf16, timed with synchronisation.
     layer = nn.Linear(4096, 4096, bias=False, device="cuda", dtype=torch.bfloat16)

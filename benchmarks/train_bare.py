@@ -45,11 +45,25 @@ class Case:
     device: str = "auto"
     warmup: int = 20
     rounds: int = 3  # bare/pipeline pairs, alternating order; 1 where a run is slow
-    components: bool = True  # also run the pipeline with telemetry off and with the DataLoader path (once)
+    components: bool = True  # also run the pipeline variants of COMPONENTS
+    component_rounds: int = 1  # runs of each variant (median), spread between the rounds' pairs
 
 
-# Pipeline variants that explain a gap: each changes one thing against the default pipeline.
-COMPONENTS = {"telemetry_off": {"telemetry": False}, "host_loader": {"data_placement": "host"}}
+# Pipeline variants that explain a gap: each changes one thing against the default pipeline
+# (TrainConfig overrides, and the sampler the loop starts: None = the loop's own).
+def _sampler(interval_s: float, gpu: bool):
+    def start(device: str):
+        from trainserve.telemetry import Sampler
+
+        # gpu_index 999 matches no device: NVML is never read, psutil and RAPL still are
+        return Sampler(interval_s=interval_s, gpu_index=0 if gpu else 999).start()
+    return start
+
+
+COMPONENTS = {"telemetry_off": ({"telemetry": False}, None),
+              "sampler_1hz": ({}, _sampler(1.0, gpu=True)),  # the same readings, a tenth as often
+              "sampler_no_nvml": ({}, _sampler(0.1, gpu=False)),  # 10 Hz, CPU readings only
+              "host_loader": ({"data_placement": "host"}, None)}
 
 
 SUITES = {
@@ -175,7 +189,8 @@ def bare(case: Case, device: str, model_cfg) -> dict:
             "seconds": round(dt, 3), "host_cpu_ms_per_step": round(host_s / case.steps * 1e3, 4)}
 
 
-def pipeline(case: Case, device: str, **overrides) -> dict:
+def pipeline(case: Case, device: str, sampler=None, **overrides) -> dict:
+    import train.loop
     from train.config import TrainConfig
     from train.loop import fit
 
@@ -183,9 +198,15 @@ def pipeline(case: Case, device: str, **overrides) -> dict:
     cfg = TrainConfig(model=case.model, preset=case.preset, device=device, precision=case.precision,
                       batch_size=case.batch, steps=case.steps + case.warmup, lr=1e-4, samples=samples,
                       compile=case.compile, warmup_steps=case.warmup, **overrides)
+    own = train.loop._telemetry_sampler
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
-        r = fit(cfg, Path(tmp) / "train")
+        try:
+            if sampler is not None:
+                train.loop._telemetry_sampler = sampler
+            r = fit(cfg, Path(tmp) / "train")
+        finally:
+            train.loop._telemetry_sampler = own
         wall = time.perf_counter() - t0
     rec = r.record
     tel = rec.extra.get("telemetry", {})
@@ -235,12 +256,18 @@ def run_case(case: Case) -> dict:
                              if p["samples_s"]])
     if case.components:
         out["components"] = {}
-        for name, overrides in COMPONENTS.items():
-            c = pipeline(case, device, **overrides)
-            out["components"][name] = {"samples_s": c["samples_s"], "step_p50_ms": c["step_p50_ms"],
-                                       "host_cpu_ms_per_step": c["host_cpu_ms_per_step"],
+        for name, (overrides, sampler) in COMPONENTS.items():
+            if name == "host_loader" and device == "cuda" and case.model != "cnn":
+                continue  # measured before (0.73-1.03); the time goes to the sampler variants
+            runs = [pipeline(case, device, sampler, **overrides) for _ in range(case.component_rounds)]
+            speeds = [c["samples_s"] for c in runs if c["samples_s"]]
+            med = statistics.median(speeds) if speeds else None
+            c = runs[0]
+            out["components"][name] = {"samples_s": med, "runs_samples_s": speeds, "step_p50_ms": c["step_p50_ms"],
+                                       "host_cpu_ms_per_step": [r["host_cpu_ms_per_step"] for r in runs],
                                        "data_placement": c["data_placement"], "telemetry_on": c["telemetry_on"],
-                                       "over_bare": round(c["samples_s"] / b_med, 4) if c["samples_s"] else None}
+                                       "over_bare": round(med / b_med, 4) if med else None,
+                                       "over_pipeline": round(med / p_med, 4) if med and p_med else None}
     out["within_5_percent"] = out["pipeline_over_bare"] is not None and out["pipeline_over_bare"] >= 0.95
     return out
 
@@ -257,12 +284,14 @@ def main() -> None:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--rounds", type=int, default=3, help="bare/pipeline pairs (alternating order)")
+    ap.add_argument("--component-rounds", type=int, default=1, help="runs of each pipeline variant (median)")
+    ap.add_argument("--no-components", action="store_true", help="skip the pipeline variants")
     ap.add_argument("--quick", action="store_true", help="fewer steps (the gpu suite in about 2 minutes)")
     args = ap.parse_args()
     suites = QUICK | {k: v for k, v in SUITES.items() if k not in QUICK} if args.quick else SUITES
     cases = suites[args.suite] if args.suite else [
         Case(args.model, args.preset, args.batch, args.precision, args.steps, args.compile, args.device, args.warmup,
-             rounds=args.rounds)]
+             rounds=args.rounds, components=not args.no_components, component_rounds=args.component_rounds)]
     out_dir = Path(os.environ.get("OUT", "bench-out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     out_file = out_dir / f"train_bare-{args.suite or 'custom'}.json"

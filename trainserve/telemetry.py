@@ -275,43 +275,49 @@ class _Cpu:
         return proc_pct, sys_pct, rss
 
 
-def read_costs(gpu_index: int = 0, repeats: int = 20) -> dict[str, float | None]:
-    """CPU milliseconds per call of every reading a tick may make (None: unavailable here).
+def read_costs(gpu_index: int = 0, repeats: int = 20, wall: dict[str, float | None] | None = None
+               ) -> dict[str, float | None]:
+    """CPU milliseconds per call of every reading a tick may make (None: unavailable here); `wall`, when
+    given, receives the wall-clock milliseconds per call of the same readings.
 
-    For hosts where a tick costs more than expected: tells which NVML or /proc read is slow."""
+    For hosts where a tick costs more than expected: tells which NVML or /proc read is slow. A call
+    whose wall time is far above its CPU time waits (on the driver or the GPU's firmware), which the
+    CPU figure alone does not show."""
     import psutil
 
-    def cost(fn: Any) -> float | None:
+    def cost(name: str, fn: Any) -> float | None:
         try:
             fn()
-            c0 = time.thread_time()
+            c0, w0 = time.thread_time(), time.perf_counter()
             for _ in range(repeats):
                 fn()
+            if wall is not None:
+                wall[name] = round((time.perf_counter() - w0) / repeats * 1e3, 4)
             return round((time.thread_time() - c0) / repeats * 1e3, 4)
         except Exception:
             return None
 
     proc = psutil.Process()
     out: dict[str, float | None] = {
-        "os_times": cost(os.times),
-        "psutil_process_cpu_times": cost(proc.cpu_times),
-        "psutil_children_recursive": cost(lambda: proc.children(recursive=True)),
-        "psutil_cpu_times_system": cost(psutil.cpu_times),
-        "psutil_memory_info": cost(proc.memory_info),
-        "rapl_read": cost(_Rapl().read),
+        "os_times": cost("os_times", os.times),
+        "psutil_process_cpu_times": cost("psutil_process_cpu_times", proc.cpu_times),
+        "psutil_children_recursive": cost("psutil_children_recursive", lambda: proc.children(recursive=True)),
+        "psutil_cpu_times_system": cost("psutil_cpu_times_system", psutil.cpu_times),
+        "psutil_memory_info": cost("psutil_memory_info", proc.memory_info),
+        "rapl_read": cost("rapl_read", _Rapl().read),
     }
     nv = _Nvml(gpu_index)
     if nv.ok:
         m, h = nv._nv, nv.handle
-        out |= {"nvml_utilization": cost(lambda: m.nvmlDeviceGetUtilizationRates(h)),
-                "nvml_memory_info": cost(lambda: m.nvmlDeviceGetMemoryInfo(h)),
-                "nvml_power": cost(lambda: m.nvmlDeviceGetPowerUsage(h)),
-                "nvml_total_energy": cost(lambda: m.nvmlDeviceGetTotalEnergyConsumption(h)),
-                "nvml_compute_processes": cost(lambda: m.nvmlDeviceGetComputeRunningProcesses(h)),
-                "nvml_read_as_ticked": cost(lambda: nv.read(energy_due=False))}
+        out |= {"nvml_utilization": cost("nvml_utilization", lambda: m.nvmlDeviceGetUtilizationRates(h)),
+                "nvml_memory_info": cost("nvml_memory_info", lambda: m.nvmlDeviceGetMemoryInfo(h)),
+                "nvml_power": cost("nvml_power", lambda: m.nvmlDeviceGetPowerUsage(h)),
+                "nvml_total_energy": cost("nvml_total_energy", lambda: m.nvmlDeviceGetTotalEnergyConsumption(h)),
+                "nvml_compute_processes": cost("nvml_compute_processes", lambda: m.nvmlDeviceGetComputeRunningProcesses(h)),
+                "nvml_read_as_ticked": cost("nvml_read_as_ticked", lambda: nv.read(energy_due=False))}
         nv.close()
     cpu = _Cpu(None, include_children=True)
-    out["cpu_read_as_ticked"] = cost(cpu.read)
+    out["cpu_read_as_ticked"] = cost("cpu_read_as_ticked", cpu.read)
     return out
 
 

@@ -229,7 +229,10 @@ def test_power_is_read_every_tick_and_read_costs_names_each_call(monkeypatch):
     second = nv.read(energy_due=False)
     assert first[2] == 200.0 and second[2] == 200.0 and len(calls) == 2
     assert first[3] is not None and second[3] is None and fake.energy_reads == 1
-    costs = telemetry.read_costs(0, repeats=2)
+    wall: dict = {}
+    costs = telemetry.read_costs(0, repeats=2, wall=wall)
     for name in ("os_times", "psutil_children_recursive", "nvml_utilization", "nvml_total_energy",
                  "nvml_read_as_ticked", "cpu_read_as_ticked"):
         assert costs[name] is not None and costs[name] >= 0, name
+        assert wall[name] >= 0, name
+    assert wall.keys() <= costs.keys()
