@@ -1,17 +1,22 @@
 """Batch-size buckets: run a batch of n rows padded to the smallest bucket >= n.
 
-Why: onnxruntime's CUDA provider does per-shape work (cuDNN algorithm choice, descriptors, memory
-planning) the first time it sees a batch size, and a dynamic batcher under load produces every size
-from 1 to max_batch_size. Padding to a few sizes (powers of two by default) bounds the shapes a
-session ever sees, and the server runs each bucket once at load (warm-up), so no request pays for it.
-On a GPU a few padded rows cost next to nothing; on a CPU they cost their full compute, so buckets
-are opt-in there.
+Why: onnxruntime's CUDA provider pays for every change of input shape between two runs of a session,
+not only for the first run of a shape: on the lent H200 (onnxruntime-gpu 1.31.1, cuDNN heuristics),
+a small CNN ran in 0.58 ms at one fixed batch size and in 41 ms per run with sizes cycling 1-8, all
+seen before (`benchmarks/serve_bench.py`, shape_switching). A dynamic batcher under load changes the
+size at almost every run, so batch-1 load at 16 users stalled at ~250 req/s and 65 ms p50. The fix
+here: pad each batch to a few sizes (powers of two by default) and give each size its own session
+per instance (`bucket_sessions`), so that no session ever sees its shape change; every bucket runs
+once at load (warm-up), so no request pays a first run either. On a GPU a few padded rows cost next
+to nothing; on a CPU they cost their full compute, so buckets are opt-in there.
 
 config.pbtxt, as a Triton-style parameter:
   parameters { key: "batch_buckets" value { string_value: "pow2" } }      # 1, 2, 4, ... max_batch_size
   parameters { key: "batch_buckets" value { string_value: "1,8,32,64" } }  # these sizes
   parameters { key: "batch_buckets" value { string_value: "none" } }       # run every size as it comes
-A batch larger than the largest bucket runs unpadded.
+  parameters { key: "bucket_sessions" value { string_value: "false" } }    # buckets share one session
+Defaults: on CUDA "pow2" with a session per bucket; on the CPU "none". A batch larger than the largest
+bucket runs unpadded on the instance's general session.
 """
 
 from __future__ import annotations

@@ -71,8 +71,10 @@ def _param(config, key: str) -> str | None:
 CUDNN_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session (CPU)
 SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
-# `batch_buckets` when config.pbtxt does not say: padded power-of-two batches on the GPU (see serve.buckets)
+# `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
+# session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
+DEFAULT_BUCKET_SESSIONS = {"cpu": "false", "cuda": "true"}
 
 
 class LoadedModel:
@@ -130,9 +132,12 @@ class LoadedModel:
         self.string_outputs = {t.name for t in self.outputs if t.datatype == "BYTES"}
         self.buckets = self._buckets(config, options.device)
         # `bucket_sessions`: one session per bucket per instance, so each session only ever sees one shape
-        # (for runtimes whose cost is per shape *change*, not per new shape); weights are held once per bucket.
+        # (onnxruntime's CUDA cost is per shape *change*, not per new shape); weights are held once per bucket.
         self.bucket_sessions: list[dict[int, object]] = []
-        if self.buckets and (_param(config, "bucket_sessions") or "false").lower() in ("true", "1", "yes"):
+        per_bucket = _param(config, "bucket_sessions") or DEFAULT_BUCKET_SESSIONS[options.device]
+        if per_bucket.lower() not in ("true", "1", "yes", "false", "0", "no"):
+            raise LoadError(f"model '{name}': parameter bucket_sessions is {per_bucket!r}; use true or false")
+        if self.buckets and per_bucket.lower() in ("true", "1", "yes"):
             self.bucket_sessions = [
                 {b: _make_session(path, options.device, intra, inter, device_id, options.allow_spinning,
                                   CUDNN_SEARCH[search]) for b in self.buckets} for _ in range(count)]

@@ -108,3 +108,9 @@ def test_bucket_sessions_give_each_bucket_its_own_session(tmp_path):
 def test_bad_bucket_parameter_is_a_load_error(tmp_path):
     with pytest.raises(LoadError, match=r"model 'm': batch_buckets '1,64' has size\(s\) \[64\] outside 1\.\.8"):
         _model(tmp_path, 'parameters { key: "batch_buckets" value: { string_value: "1,64" } }\n')
+
+
+def test_bad_bucket_sessions_parameter_is_a_load_error(tmp_path):
+    with pytest.raises(LoadError, match="model 'm': parameter bucket_sessions is 'maybe'; use true or false"):
+        _model(tmp_path, 'parameters { key: "bucket_sessions" value: { string_value: "maybe" } }\n')
+
