@@ -74,7 +74,13 @@ SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
 # session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
-DEFAULT_BUCKET_SESSIONS = {"cpu": "false", "cuda": "true"}
+BUCKET_SESSIONS_MAX_BYTES = 4 * 2**30  # ... but by default only while the buckets' copies of the weights fit in this
+
+
+def default_bucket_sessions(device: str, model_bytes: int, buckets: int) -> bool:
+    """A session per bucket unless asked: on CUDA, while the weights held once per bucket stay within
+    BUCKET_SESSIONS_MAX_BYTES per instance (a 4M-parameter CNN with 10 buckets holds 160 MB)."""
+    return device == "cuda" and model_bytes * buckets <= BUCKET_SESSIONS_MAX_BYTES
 
 
 class LoadedModel:
@@ -134,10 +140,12 @@ class LoadedModel:
         # `bucket_sessions`: one session per bucket per instance, so each session only ever sees one shape
         # (onnxruntime's CUDA cost is per shape *change*, not per new shape); weights are held once per bucket.
         self.bucket_sessions: list[dict[int, object]] = []
-        per_bucket = _param(config, "bucket_sessions") or DEFAULT_BUCKET_SESSIONS[options.device]
-        if per_bucket.lower() not in ("true", "1", "yes", "false", "0", "no"):
+        per_bucket = (_param(config, "bucket_sessions") or "").lower()
+        if per_bucket not in ("", "true", "1", "yes", "false", "0", "no"):
             raise LoadError(f"model '{name}': parameter bucket_sessions is {per_bucket!r}; use true or false")
-        if self.buckets and per_bucket.lower() in ("true", "1", "yes"):
+        if per_bucket == "":
+            per_bucket = "true" if default_bucket_sessions(options.device, path.stat().st_size, len(self.buckets)) else ""
+        if self.buckets and per_bucket in ("true", "1", "yes"):
             self.bucket_sessions = [
                 {b: _make_session(path, options.device, intra, inter, device_id, options.allow_spinning,
                                   CUDNN_SEARCH[search]) for b in self.buckets} for _ in range(count)]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from serve.buckets import bucket_for, pad_rows, parse_buckets
-from serve.model import LoadedModel, LoadError, SessionOptions
+from serve.model import BUCKET_SESSIONS_MAX_BYTES, LoadedModel, LoadError, SessionOptions, default_bucket_sessions
 from serve.repository import parse_config_file
 from tests.serve.tiny_models import FEATURES, classifier_config, classifier_onnx, expected_logits
 
@@ -114,3 +114,11 @@ def test_bad_bucket_sessions_parameter_is_a_load_error(tmp_path):
     with pytest.raises(LoadError, match="model 'm': parameter bucket_sessions is 'maybe'; use true or false"):
         _model(tmp_path, 'parameters { key: "bucket_sessions" value: { string_value: "maybe" } }\n')
 
+
+
+def test_a_session_per_bucket_by_default_only_on_cuda_and_while_the_weights_fit():
+    assert default_bucket_sessions("cuda", 16 * 2**20, 10)
+    assert not default_bucket_sessions("cpu", 16 * 2**20, 10)
+    # a 1 GB model with 10 buckets would hold 10 GB of weights per instance: one session instead
+    assert not default_bucket_sessions("cuda", 2**30, 10)
+    assert default_bucket_sessions("cuda", BUCKET_SESSIONS_MAX_BYTES // 4, 4)
