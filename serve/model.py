@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,9 +147,11 @@ class LoadedModel:
         if per_bucket == "":
             per_bucket = "true" if default_bucket_sessions(options.device, path.stat().st_size, len(self.buckets)) else ""
         if self.buckets and per_bucket in ("true", "1", "yes"):
+            # the instance's own session takes the largest bucket (and any larger batch): one session fewer
             self.bucket_sessions = [
                 {b: _make_session(path, options.device, intra, inter, device_id, options.allow_spinning,
-                                  CUDNN_SEARCH[search]) for b in self.buckets} for _ in range(count)]
+                                  CUDNN_SEARCH[search]) for b in self.buckets[:-1]} | {self.buckets[-1]: own}
+                for own in self.sessions]
         self.warmup_s = self._warm_up()
         self.providers = self.sessions[0].get_providers()
         self.device = options.device
@@ -181,8 +184,6 @@ class LoadedModel:
         Skipped when an input has a variable non-batch dimension (the shape to warm is unknown)."""
         if not self.buckets or any(d < 0 for t in self.inputs for d in t.shape[1:]):
             return 0.0
-        import time
-
         t0 = time.perf_counter()
         try:
             for instance in range(self.instance_count):

@@ -96,6 +96,8 @@ def test_bucket_sessions_give_each_bucket_its_own_session(tmp_path):
     m = _model(tmp_path, 'parameters { key: "batch_buckets" value: { string_value: "2,8" } }\n'
                          'parameters { key: "bucket_sessions" value: { string_value: "true" } }\n')
     assert sorted(m.bucket_sessions[0]) == [2, 8]
+    assert m.bucket_sessions[0][8] is m.sessions[0]  # the largest bucket runs on the instance's own session
+    assert m.bucket_sessions[0][2] is not m.sessions[0]
     recs = {b: _Recorder(s) for b, s in m.bucket_sessions[0].items()}
     m.bucket_sessions[0] = recs
     x = np.ones((3, FEATURES), np.float32)
