@@ -9,9 +9,12 @@ in separate client processes so the client never shares the server's GIL):
   (c) benchmarks/minimal_kserve.py: aiohttp around one session, no batching: the baseline.
 Targets (issue 5): (b) batch-1 p50 at concurrency 1 <= (a) + 0.4 ms; (b) req/s at concurrency 16
 batch 1 >= 1.5x (c); (b) samples/s with batch-64 requests at concurrency 4 >= 85% of (a) at batch 64.
-With --device cuda: (b) with dynamic batching >= 80% of (a)'s samples/s at its best batch.
+With --device cuda: (b) with dynamic batching >= 80% of (a)'s samples/s at its best batch; (b) also
+runs once per embedded-server configuration in VARIANTS (batch buckets, sessions per bucket, cuDNN
+search), each its own server, and onnxruntime's cost of changing shapes is timed in process.
 
     python benchmarks/serve_bench.py                      # CPU, cnn tiny, 2 onnxruntime threads
+    python benchmarks/serve_bench.py --server-cpus 0-1    # many cores: servers on 2, clients on the rest
     OUT=bench-out python benchmarks/serve_bench.py --device cuda --preset small
 Writes $OUT/serve_bench-<device>.json (default OUT=./bench-out).
 """
@@ -39,12 +42,13 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 MODEL = "cnn"
 # Embedded-server configurations compared on the GPU, each its own server process (config.pbtxt parameters)
 VARIANTS = {
-    "default": {},  # the server's defaults (on CUDA: batches padded to power-of-two buckets, warmed at load)
-    "no_buckets": {"batch_buckets": "none"},  # every batch size as it comes (the previous behaviour)
-    "bucket_sessions": {"batch_buckets": "pow2", "bucket_sessions": "true"},  # one session per bucket
+    "default": {},  # the server's defaults (on CUDA: power-of-two buckets, a session each, warmed at load)
+    "no_buckets": {"batch_buckets": "none"},  # every batch size as it comes (before the third session)
+    "shared_buckets": {"batch_buckets": "pow2", "bucket_sessions": "false"},  # padded, but one session
+    "bucket_sessions": {"batch_buckets": "pow2", "bucket_sessions": "true"},  # = default on CUDA; opt-in on CPU
     "cudnn_default": {"batch_buckets": "none", "cudnn_conv_algo_search": "2"},  # no cuDNN algorithm query at all
 }
-GPU_VARIANTS = ["default", "no_buckets", "bucket_sessions", "cudnn_default"]
+GPU_VARIANTS = ["default", "no_buckets", "shared_buckets", "cudnn_default"]
 TARGETS = {"latency_overhead_ms": 0.4, "c16_speedup_vs_minimal": 1.5, "b64_fraction_of_offline": 0.85,
            "gpu_fraction_of_offline_best": 0.80}
 
@@ -95,13 +99,19 @@ def variant_repository(base: Path, root: Path, params: dict[str, str]) -> Path:
 
 
 def parse_cpus(text: str | None) -> set[int] | None:
-    """'0-1,4' -> {0, 1, 4}; None stays None."""
+    """'0-1,4' -> {0, 1, 4}; None stays None. SystemExit with one sentence for text that is not that."""
     if not text:
         return None
     cpus: set[int] = set()
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            cpus.update(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise SystemExit(f"--server-cpus {text!r} is not a CPU list; write it as 0-1 or 0,2,4") from None
+    usable = os.sched_getaffinity(0)
+    if not cpus or not cpus <= usable:
+        raise SystemExit(f"--server-cpus {text!r} names CPUs this process cannot use; usable: {sorted(usable)}")
     return cpus
 
 
@@ -395,7 +405,7 @@ def run(args: argparse.Namespace) -> dict:
         for rows in args.gpu_request_batch:
             scenarios[f"gpu_dynamic_r{rows}"] = (rows, args.gpu_concurrency)
     server_cpus = parse_cpus(args.server_cpus)
-    client_cpus = (set(range(os.cpu_count() or 1)) - server_cpus) if server_cpus else None
+    client_cpus = (os.sched_getaffinity(0) - server_cpus) if server_cpus else None
     if server_cpus is not None and not client_cpus:
         raise SystemExit(f"--server-cpus {args.server_cpus} leaves no CPU for the clients")
     if server_cpus:  # (a) runs in this process: its onnxruntime threads inherit this affinity
