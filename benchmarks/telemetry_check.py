@@ -35,12 +35,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     if not torch.cuda.is_available():
         raise SystemExit("telemetry_check needs a CUDA device")
+    wall_ms: dict = {}  # wall ms per call: a read far above its CPU time waits on the driver / GPU firmware
+    cpu_ms = read_costs(0, wall=wall_ms)  # CPU ms per call of each reading a tick may make
     result: dict = {"device": torch.cuda.get_device_name(0), "nvml_name": gpu_name(0),
-                    "mem_before_bytes": gpu_memory_used_bytes(0),
-                    # CPU ms per call of each reading a tick may make: which one is slow on this host
-                    "read_costs_ms": read_costs(0, wall=(wall := {})),
-                    # wall ms per call: a read far above its CPU time waits on the driver / GPU firmware
-                    "read_wall_ms": wall}
+                    "mem_before_bytes": gpu_memory_used_bytes(0), "read_costs_ms": cpu_ms, "read_wall_ms": wall_ms}
 
     # A matmul-bound loop: (4096 x 4096) @ (4096 x 4096) in bf16, timed with synchronisation.
     layer = nn.Linear(4096, 4096, bias=False, device="cuda", dtype=torch.bfloat16)

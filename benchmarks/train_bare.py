@@ -257,8 +257,6 @@ def run_case(case: Case) -> dict:
     if case.components:
         out["components"] = {}
         for name, (overrides, sampler) in COMPONENTS.items():
-            if name == "host_loader" and device == "cuda" and case.model != "cnn":
-                continue  # measured before (0.73-1.03); the time goes to the sampler variants
             runs = [pipeline(case, device, sampler, **overrides) for _ in range(case.component_rounds)]
             speeds = [c["samples_s"] for c in runs if c["samples_s"]]
             med = statistics.median(speeds) if speeds else None

@@ -68,6 +68,16 @@ def _param(config, key: str) -> str | None:
     return config.parameters[key].string_value if key in config.parameters else None
 
 
+def _flag(config, key: str, model: str) -> bool | None:
+    """A true/false parameter of config.pbtxt; None when absent."""
+    value = _param(config, key)
+    if value is None:
+        return None
+    if value.lower() not in ("true", "1", "yes", "false", "0", "no"):
+        raise LoadError(f"model '{model}': parameter {key} is {value!r}; use true or false")
+    return value.lower() in ("true", "1", "yes")
+
+
 # Triton onnxruntime backend's `cudnn_conv_algo_search` parameter values -> the CUDA provider's option
 CUDNN_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
 SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session (CPU)
@@ -141,12 +151,10 @@ class LoadedModel:
         # `bucket_sessions`: one session per bucket per instance, so each session only ever sees one shape
         # (onnxruntime's CUDA cost is per shape *change*, not per new shape); weights are held once per bucket.
         self.bucket_sessions: list[dict[int, object]] = []
-        per_bucket = (_param(config, "bucket_sessions") or "").lower()
-        if per_bucket not in ("", "true", "1", "yes", "false", "0", "no"):
-            raise LoadError(f"model '{name}': parameter bucket_sessions is {per_bucket!r}; use true or false")
-        if per_bucket == "":
-            per_bucket = "true" if default_bucket_sessions(options.device, path.stat().st_size, len(self.buckets)) else ""
-        if self.buckets and per_bucket in ("true", "1", "yes"):
+        per_bucket = _flag(config, "bucket_sessions", name)
+        if per_bucket is None:
+            per_bucket = default_bucket_sessions(options.device, path.stat().st_size, len(self.buckets))
+        if self.buckets and per_bucket:
             # the instance's own session takes the largest bucket (and any larger batch): one session fewer
             self.bucket_sessions = [
                 {b: _make_session(path, options.device, intra, inter, device_id, options.allow_spinning,
