@@ -52,12 +52,23 @@ class BatchingConfig:
     def from_model_config(cls, config, max_queue_size: int) -> BatchingConfig:
         db = config.dynamic_batching
         has_db = config.HasField("dynamic_batching") and config.max_batch_size > 0
+        # this server's config.pbtxt parameter (Triton ignores it): how short a run may be to run on the
+        # event loop while the batcher is idle; 0 sends every run to the instance threads
+        idle = {}
+        if "idle_inline_max_us" in config.parameters:
+            text = config.parameters["idle_inline_max_us"].string_value
+            try:
+                idle["idle_inline_max_us"] = int(text)
+            except ValueError:
+                raise ValueError(f"model '{config.name}': parameter idle_inline_max_us is {text!r}; "
+                                 "use a whole number of microseconds") from None
         return cls(
             max_batch_size=config.max_batch_size,
             dynamic=has_db,
             preferred_batch_sizes=tuple(sorted(db.preferred_batch_size)) if has_db else (),
             max_queue_delay_us=db.max_queue_delay_microseconds if has_db else 0,
             max_queue_size=max_queue_size,
+            **idle,
         )
 
 

@@ -120,6 +120,36 @@ def test_a_request_that_finds_the_batcher_idle_runs_at_once_and_is_counted(tmp_p
     assert stats.execution_count == 2 and stats.inference_count == 2 and stats.compute_infer.count == 2
 
 
+def test_idle_inline_zero_sends_every_run_to_the_instance_threads(tmp_path):
+    repo = _repo(tmp_path, 'parameters { key: "idle_inline_max_us" value: { string_value: "0" } }\n',
+                 max_batch_size=8, delay_us=0)
+    x = np.ones((1, 4), np.float32)
+
+    async def go(core):
+        batcher = core.entry("m").batcher
+        assert batcher.config.idle_inline_max_us == 0
+        direct = []
+        batcher._run_direct = lambda inputs, rows, run=batcher._run_direct: direct.append(rows) or run(inputs, rows)
+        for _ in range(3):
+            await core.infer("m", "", {"input": x})
+            await asyncio.sleep(0.01)  # far apart: with the default, the 2nd and 3rd would run on the loop
+        return direct
+
+    core, direct = asyncio.run(_with_core(repo, go))
+    assert direct == []
+    assert core.statistics("m")[0].execution_count == 3
+
+
+def test_a_bad_idle_inline_parameter_leaves_the_model_not_ready(tmp_path):
+    repo = _repo(tmp_path, 'parameters { key: "idle_inline_max_us" value: { string_value: "soon" } }\n',
+                 max_batch_size=8)
+    core = ServerCore(CoreOptions(repo, intra_op_threads=1))
+    core.load()
+    assert not core.model_ready("m")
+    assert [e.reason for e in core.index()] == [
+        "model 'm': parameter idle_inline_max_us is 'soon'; use a whole number of microseconds"]
+
+
 def test_a_queue_delay_keeps_requests_on_the_queue(tmp_path):
     repo = _repo(tmp_path, max_batch_size=8, delay_us=5_000)
 
