@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from serve.errors import Internal, ServeError, Unavailable
-from serve.model import LoadedModel
+from serve.model import LoadedModel, config_param
 from serve.stats import ModelStats
 
 
@@ -55,8 +55,7 @@ class BatchingConfig:
         # this server's config.pbtxt parameter (Triton ignores it): how short a run may be to run on the
         # event loop while the batcher is idle; 0 sends every run to the instance threads
         idle = {}
-        if "idle_inline_max_us" in config.parameters:
-            text = config.parameters["idle_inline_max_us"].string_value
+        if (text := config_param(config, "idle_inline_max_us")) is not None:
             try:
                 idle["idle_inline_max_us"] = int(text)
             except ValueError:

@@ -63,14 +63,14 @@ class SessionOptions:
             raise ValueError(f"inter_op_threads={self.inter_op_threads} must be >= 0")
 
 
-def _param(config, key: str) -> str | None:
+def config_param(config, key: str) -> str | None:
     """A string parameter of config.pbtxt (`parameters { key: ... value { string_value: ... } }`)."""
     return config.parameters[key].string_value if key in config.parameters else None
 
 
 def _flag(config, key: str, model: str) -> bool | None:
     """A true/false parameter of config.pbtxt; None when absent."""
-    value = _param(config, key)
+    value = config_param(config, key)
     if value is None:
         return None
     if value.lower() not in ("true", "1", "yes", "false", "0", "no"):
@@ -117,8 +117,8 @@ class LoadedModel:
             raise LoadError(f"unable to find '{path}' for model '{name}'")
         count = sum(g.count or 1 for g in config.instance_group) or 1
         try:
-            intra = int(_param(config, "intra_op_thread_count") or options.intra_op_threads)
-            inter = int(_param(config, "inter_op_thread_count") or options.inter_op_threads)
+            intra = int(config_param(config, "intra_op_thread_count") or options.intra_op_threads)
+            inter = int(config_param(config, "inter_op_thread_count") or options.inter_op_threads)
         except ValueError:
             raise LoadError(f"model '{name}': intra/inter_op_thread_count parameters must be integers") from None
         if intra == 0:
@@ -126,7 +126,7 @@ class LoadedModel:
             intra = max(1, (os.cpu_count() or 1) // count)
         gpus = [g for grp in config.instance_group for g in grp.gpus]
         device_id = gpus[0] if gpus else 0
-        search = _param(config, "cudnn_conv_algo_search") or "1"
+        search = config_param(config, "cudnn_conv_algo_search") or "1"
         if search not in CUDNN_SEARCH:
             raise LoadError(f"model '{name}': parameter cudnn_conv_algo_search is {search!r}; use 0 (exhaustive), "
                             "1 (heuristic) or 2 (default algorithm), as in Triton's onnxruntime backend")
@@ -176,7 +176,7 @@ class LoadedModel:
 
     def _buckets(self, config, device: str) -> list[int]:
         """Batch sizes runs are padded to (serve.buckets); [] = no padding. Models with BYTES tensors never pad."""
-        given = _param(config, "batch_buckets")
+        given = config_param(config, "batch_buckets")
         if given is None and (self.max_batch_size <= 0 or self.string_inputs or self.string_outputs):
             return []
         try:
