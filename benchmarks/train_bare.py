@@ -11,7 +11,7 @@ goes first (bare-pipeline, pipeline-bare, ...), and compares medians; the per-ro
 spread. Results go to $OUT/train_bare-<suite>.json (OUT defaults to ./bench-out); the file is
 rewritten after every case, so a cut-short run keeps its results.
 
-  python benchmarks/train_bare.py --suite gpu --quick   # H200 in ~4-5 minutes: 5 rounds cnn, 3 transformer, 2 compiled
+  python benchmarks/train_bare.py --suite gpu --quick   # H200: 5 rounds cnn, 3 transformer, 2 compiled (~4 min before the sampler variants)
   python benchmarks/train_bare.py --suite overhead  # no GPU: host overhead per step of a sub-millisecond step
   python benchmarks/train_bare.py --suite gpu       # H200: cnn small b512 bf16, transformer small b128 bf16 (eager, compiled)
   python benchmarks/train_bare.py --suite host-cpu  # the same cnn/transformer small runs on the host's CPU cores
@@ -80,7 +80,7 @@ SUITES = {
     # host overhead per step, magnified: a model whose step takes well under a millisecond
     "overhead": [Case("mlp", "tiny", 32, "fp32", 400, device="cpu", warmup=20)],
 }
-# --quick: the GPU suite in ~4-5 minutes on an H200 (fewer steps, the compiled case in 2 rounds without components)
+# --quick: the GPU suite with fewer steps on an H200 (, the compiled case in 2 rounds without components)
 QUICK = {"gpu": [Case("cnn", "small", 512, "bf16", 500, device="cuda", rounds=5),
                  Case("transformer", "small", 128, "bf16", 250, device="cuda"),
                  Case("transformer", "small", 128, "bf16", 250, compile=True, device="cuda", warmup=30,
