@@ -80,7 +80,7 @@ SUITES = {
     # host overhead per step, magnified: a model whose step takes well under a millisecond
     "overhead": [Case("mlp", "tiny", 32, "fp32", 400, device="cpu", warmup=20)],
 }
-# --quick: the GPU suite with fewer steps on an H200 (, the compiled case in 2 rounds without components)
+# --quick: the GPU suite with fewer steps on an H200 (the compiled case in 2 rounds without components)
 QUICK = {"gpu": [Case("cnn", "small", 512, "bf16", 500, device="cuda", rounds=5),
                  Case("transformer", "small", 128, "bf16", 250, device="cuda"),
                  Case("transformer", "small", 128, "bf16", 250, compile=True, device="cuda", warmup=30,
