@@ -4,6 +4,12 @@ One worker coroutine per model instance takes requests from one bounded queue, g
 (per config.pbtxt's dynamic_batching: max_batch_size, preferred_batch_size,
 max_queue_delay_microseconds), and runs it on that instance's own thread so the event loop stays
 free. A full queue answers Unavailable at once instead of growing memory.
+
+The policy (docs/serving.md, "Dynamic batching"): a request that finds an instance free runs at once;
+requests that arrive while every instance is busy queue up and form the next batch. The queue delay
+is spent waiting for company only when the measured arrival rate says the next preferred size (or
+max_batch_size) will be reached before it runs out, so a lone request never waits for it. Triton
+instead waits up to the delay whenever a preferred size has not been reached.
 """
 
 from __future__ import annotations
@@ -80,6 +86,10 @@ class _Request:
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
 
 
+NEARLY_FRACTION = 4  # a batch is "nearly" a preferred size when at most 1/4 of that size is missing
+GAP_CAP_DELAYS = 4  # an idle gap weighs in the arrival-gap average as at most this many queue delays
+
+
 class _Queue:
     """A bounded FIFO that worker coroutines wait on; put never blocks (it refuses when full)."""
 
@@ -143,8 +153,12 @@ class Batcher:
         self._idle_inline_ns = config.idle_inline_max_us * 1000
         # A request that finds the batcher idle may run at once inside submit(), skipping the queue, a
         # future and two event-loop turns, unless batching asks it to wait for company (a queue delay).
-        self._direct = not (config.dynamic and config.max_queue_delay_us > 0)
         self._last_submit_ns = 0
+        # moving average of the time between two submits, ns: how soon company can be expected. One long
+        # idle gap counts as at most GAP_CAP_DELAYS queue delays, so load that resumes is noticed quickly.
+        self._gap_ns = float("inf")
+        self._gap_cap_ns = GAP_CAP_DELAYS * max(config.max_queue_delay_us, 1) * 1000
+        self._targets = sorted(set(config.preferred_batch_sizes) | {config.max_batch_size})
 
     def start(self) -> None:
         """Start the worker coroutines on the running event loop."""
@@ -169,7 +183,10 @@ class Batcher:
             raise Unavailable("server is shutting down")
         now = time.perf_counter_ns()
         since, self._last_submit_ns = now - self._last_submit_ns, now
-        if self._direct and self._busy == 0 and not self._queue.items:
+        if since < now:  # not the first request: there is a gap to learn from
+            gap = min(since, self._gap_cap_ns)
+            self._gap_ns = gap if self._gap_ns == float("inf") else 0.8 * self._gap_ns + 0.2 * gap
+        if self._busy == 0 and not self._queue.items and not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000):
             run_ns = self._run_ns.get(rows, float("inf"))
             # Only when requests come further apart than a run takes: closer together, the next request
             # is likely already read by the loop and waiting one turn lets the worker batch both.
@@ -217,7 +234,7 @@ class Batcher:
                     if rows in cfg.preferred_batch_sizes or queue.closed:
                         break
                     remaining = deadline - time.perf_counter_ns()
-                    if remaining <= 0:
+                    if remaining <= 0 or not self._worth_waiting(rows, first.rows, remaining):
                         break
                     await queue.wait(remaining / 1e9)
                     if not queue.items:
@@ -252,6 +269,23 @@ class Batcher:
             for r, res in zip(batch, results):
                 if not r.future.done():  # the client may have gone away
                     r.future.set_result(res)
+
+    def _worth_waiting(self, rows: int, rows_per_request: int, remaining_ns: float) -> bool:
+        """Whether holding a batch of `rows` rows for company is likely to pay: only while another
+        instance is busy (there is load) or the next preferred size (or max_batch_size) is nearly
+        reached, and only when the recent arrival rate brings that size within `remaining_ns`. So a
+        lone request never waits out max_queue_delay_microseconds."""
+        cfg = self.config
+        if not cfg.dynamic or remaining_ns <= 0 or rows >= cfg.max_batch_size:
+            return False
+        target = next((t for t in self._targets if t > rows), None)
+        if target is None:
+            return False
+        nearly = (target - rows) * NEARLY_FRACTION <= target
+        if not (nearly or self._busy > 0):
+            return False
+        arrivals = -(-(target - rows) // max(rows_per_request, 1))  # requests still needed, rounded up
+        return arrivals * self._gap_ns <= remaining_ns
 
     def _run_direct(self, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """One request on the loop, now, on instance 0 (every instance is idle): what _worker would do with it."""

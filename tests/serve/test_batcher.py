@@ -150,18 +150,46 @@ def test_a_bad_idle_inline_parameter_leaves_the_model_not_ready(tmp_path):
         "model 'm': parameter idle_inline_max_us is 'soon'; use a whole number of microseconds"]
 
 
-def test_a_queue_delay_keeps_requests_on_the_queue(tmp_path):
-    repo = _repo(tmp_path, max_batch_size=8, delay_us=5_000)
+def test_a_lone_request_does_not_wait_out_the_queue_delay(tmp_path):
+    # a 2 s queue delay: a request that waited for company would take 2 s and show it as queue time
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=2_000_000, preferred=(4, 8))
+    x = np.ones((1, 4), np.float32)
 
     async def go(core):
-        batcher = core.entry("m").batcher
-        batcher._run_direct = lambda *a: pytest.fail("a request with a queue delay ran directly")
-        for _ in range(3):
-            await core.infer("m", "", {"input": np.ones((1, 4), np.float32)})
-            await asyncio.sleep(0.01)
+        loop = asyncio.get_running_loop()
+        took = []
+        for _ in range(5):
+            t0 = loop.time()
+            await asyncio.wait_for(core.infer("m", "", {"input": x}), 1.0)
+            took.append(loop.time() - t0)
+            await asyncio.sleep(0.02)  # one user, far apart: low load
+        return took
 
-    core, _ = asyncio.run(_with_core(repo, go))
-    assert core.statistics("m")[0].execution_count == 3
+    core, took = asyncio.run(_with_core(repo, go))
+    assert max(took) < 0.5
+    s = core.statistics("m")[0]
+    assert s.execution_count == 5 and s.queue.count == 5
+    assert s.queue.ns / s.queue.count < 2_000_000  # mean queue time under 2 ms, not the 2 s delay
+
+
+def test_a_batch_nearly_at_a_preferred_size_waits_for_the_rest(tmp_path):
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=2_000_000, preferred=(4,))
+    three, one = np.ones((3, 4), np.float32), np.full((1, 4), 2.0, np.float32)
+
+    async def go(core):
+        async def later(x, s):
+            await asyncio.sleep(s)
+            return await core.infer("m", "", {"input": x})
+
+        await asyncio.gather(*(core.infer("m", "", {"input": one}) for _ in range(4)))  # arrivals are close
+        # 3 rows of a preferred 4: worth waiting for the request that comes 5 ms later
+        return await asyncio.wait_for(asyncio.gather(later(three, 0), later(one, 0.005)), 1.5)
+
+    core, (r3, r1) = asyncio.run(_with_core(repo, go))
+    np.testing.assert_allclose(r3["logits"], expected_logits(three), rtol=1e-5)
+    np.testing.assert_allclose(r1["logits"], expected_logits(one), rtol=1e-5)
+    s = core.statistics("m")[0]
+    assert s.execution_count == 2 and s.batches.keys() == {4}
 
 
 @pytest.mark.parametrize("value", [-1, 1_000_001])

@@ -39,9 +39,13 @@ def _wait_ready(proc: subprocess.Popen, timeout_s: float = 60) -> int:
 
 
 def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
-    classifier_onnx(tmp_path / "slow" / "1" / "model.onnx")
-    # a long queue delay keeps the request in flight while SIGTERM arrives
-    (tmp_path / "slow" / "config.pbtxt").write_text(classifier_config("slow", delay_us=1_500_000))
+    from tests.serve.test_grpc_server import slow_classifier_onnx
+
+    # a run of a second or more keeps the request in flight while SIGTERM arrives
+    slow_classifier_onnx(tmp_path / "slow" / "1" / "model.onnx", spins=3_000_000)  # ~2 s
+    (tmp_path / "slow" / "config.pbtxt").write_text(
+        'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\ndynamic_batching { }\n')
     proc = _start("--model-repository", str(tmp_path), "--http-port", "0", "--grpc-port", "-1", "--metrics-port", "-1")
     try:
         port = _wait_ready(proc)
@@ -60,7 +64,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
 
         sender = threading.Thread(target=send)
         sender.start()
-        time.sleep(0.5)  # the request now waits in the batcher (1.5 s queue delay)
+        time.sleep(0.5)  # the request is now running
         assert sender.is_alive() and not result
         proc.send_signal(signal.SIGTERM)
         sender.join(15)
