@@ -222,8 +222,8 @@ class ServerCore:
         return ModelMetadata(name, versions, platform, list(model.inputs), list(model.outputs))
 
     def model_config(self, name: str, version: str = ""):
-        """The ModelConfig protobuf (model configuration extension)."""
-        return self.model(name, version).config
+        """The ModelConfig protobuf (model configuration extension), as served: with the thread layout in use."""
+        return self.model(name, version).served_config()
 
     def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
         """Stats of one model (version "" = every ready version of it) or, with name "", of all ready versions."""

@@ -15,7 +15,9 @@ import numpy as np
 
 from serve.buckets import bucket_for, pad_rows, parse_buckets
 from serve.datatypes import config_to_kserve, numpy_dtype
+from serve import tuning
 from serve.errors import ServeError
+from serve.tuning import ThreadChoice
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +82,7 @@ def _flag(config, key: str, model: str) -> bool | None:
 
 # Triton onnxruntime backend's `cudnn_conv_algo_search` parameter values -> the CUDA provider's option
 CUDNN_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
-SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session (CPU)
+SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session when they cannot be timed (CPU)
 SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
 # session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
@@ -134,19 +136,17 @@ class LoadedModel:
             _make_session(path, options.device, intra, inter, device_id, options.allow_spinning, CUDNN_SEARCH[search])
             for _ in range(count)
         ]
-        # A second, single-threaded session per instance for batches of SMALL_BATCH_ROWS rows on the CPU:
-        # with spinning off, waking the intra-op pool costs more than it saves on one row (measured: a
-        # batch-1 cnn tiny run took 0.61 ms in the server with 2 sleeping pool threads, 0.2 ms on one).
-        # Weights are held twice, so only for models up to SMALL_SESSION_MAX_BYTES.
-        self.small_sessions = []
-        if options.device == "cpu" and intra > 1 and path.stat().st_size <= SMALL_SESSION_MAX_BYTES:
-            self.small_sessions = [_make_session(path, "cpu", 1, inter, device_id, False) for _ in range(count)]
         sess_inputs = {i.name for i in self.sessions[0].get_inputs()}
         missing = [t.name for t in self.inputs if t.name not in sess_inputs]
         if missing:
             raise LoadError(f"model '{name}': config input(s) {missing} are not inputs of the ONNX graph {sorted(sess_inputs)}")
         self.string_inputs = {t.name for t in self.inputs if t.datatype == "BYTES"}
         self.string_outputs = {t.name for t in self.outputs if t.datatype == "BYTES"}
+        # On the CPU a single-threaded twin session per instance may take the smallest batches: with spinning
+        # off, waking a sleeping intra-op pool can cost more than it saves (serve.tuning times both at load).
+        # Weights are held twice, so only for models up to SMALL_SESSION_MAX_BYTES.
+        self.small_sessions = []
+        self.thread_choice = self._choose_threads(path, options.device, intra, inter, device_id, count)
         self.buckets = self._buckets(config, options.device)
         # `bucket_sessions`: one session per bucket per instance, so each session only ever sees one shape
         # (onnxruntime's CUDA cost is per shape *change*, not per new shape); weights are held once per bucket.
@@ -163,16 +163,63 @@ class LoadedModel:
         self.warmup_s = self._warm_up()
         self.providers = self.sessions[0].get_providers()
         self.device = options.device
-        self.threads = {"intra_op": intra, "inter_op": inter}
-        if self.small_sessions:
-            self.threads["small_batch_intra_op"] = 1
-            self.threads["small_batch_rows"] = SMALL_BATCH_ROWS
+        self.threads = {"intra_op": intra, "inter_op": inter, "small_batch_rows": self.small_batch_rows}
         log.info(
             "loaded %s version %s: %d instance(s) on %s, intra_op_threads=%d inter_op_threads=%d, max_batch_size=%d, "
-            "batch buckets %s%s (warm-up %.2f s)",
+            "batch buckets %s%s (warm-up %.2f s); threads: %s",
             name, version, count, self.providers[0], intra, inter, self.max_batch_size, self.buckets or "off",
-            " with a session each" if self.bucket_sessions else "", self.warmup_s,
+            " with a session each" if self.bucket_sessions else "", self.warmup_s, self.thread_choice.describe(),
         )
+
+    def _choose_threads(self, path: Path, device: str, intra: int, inter: int, device_id: int,
+                        count: int) -> ThreadChoice:
+        """Which batches run on a single-threaded twin session (CPU only): config.pbtxt's `small_batch_rows`
+        when given, else measured on this model's shapes (serve.tuning). Builds self.small_sessions."""
+        given = config_param(self.config, "small_batch_rows")
+        if given is not None:
+            try:
+                rows = int(given)
+                if rows < 0:
+                    raise ValueError
+            except ValueError:
+                raise LoadError(f"model '{self.name}': parameter small_batch_rows is {given!r}; use a whole number "
+                                ">= 0 (0: every batch on the instance's intra-op threads)") from None
+        if device != "cpu" or intra <= 1 or path.stat().st_size > SMALL_SESSION_MAX_BYTES or given == "0":
+            return ThreadChoice(intra, 0, "config" if given is not None else "fixed")
+        self.small_sessions = [_make_session(path, "cpu", 1, inter, device_id, False) for _ in range(count)]
+        if given is not None:
+            return ThreadChoice(intra, rows, "config")
+        timeable = not self.string_inputs and all(d >= 0 for t in self.inputs for d in t.shape[1 if self.max_batch_size > 0 else 0:])
+        if not timeable:  # a variable non-batch dimension or text: no shape to time; one row on one thread
+            return ThreadChoice(intra, SMALL_BATCH_ROWS, "fixed")
+        try:
+            choice = tuning.choose(self.sessions[0], self.small_sessions[0], self.inputs, self.output_names,
+                                   intra, self.max_batch_size)
+        except Exception as e:  # the model will fail requests the same way; keep the plain rule meanwhile
+            log.warning("model '%s': thread choice by timing failed (%s); batches of %d row(s) run on 1 thread",
+                        self.name, e, SMALL_BATCH_ROWS)
+            return ThreadChoice(intra, SMALL_BATCH_ROWS, "fixed")
+        if not choice.small_batch_rows:
+            self.small_sessions = []  # never faster here: not worth a second copy of the weights
+        return choice
+
+    def served_config(self):
+        """The config as served (GET .../config), like Triton's auto-completed one: the thread layout that
+        runs filled in (intra_op_thread_count, small_batch_rows), and `thread_choice` saying why."""
+        config = type(self.config)()
+        config.CopyFrom(self.config)
+        if self.device == "cpu":
+            for key, value in (("intra_op_thread_count", self.threads["intra_op"]),
+                               ("inter_op_thread_count", self.threads["inter_op"]),
+                               ("small_batch_rows", self.small_batch_rows)):
+                config.parameters[key].string_value = str(value)
+            config.parameters["thread_choice"].string_value = self.thread_choice.describe()
+        return config
+
+    @property
+    def small_batch_rows(self) -> int:
+        """Runs of up to this many rows go to the single-threaded session (0: none)."""
+        return self.thread_choice.small_batch_rows if self.small_sessions else 0
 
     def _buckets(self, config, device: str) -> list[int]:
         """Batch sizes runs are padded to (serve.buckets); [] = no padding. Models with BYTES tensors never pad."""
@@ -206,7 +253,7 @@ class LoadedModel:
         """The session that runs `rows` rows padded to `size`."""
         if self.bucket_sessions and size in self.bucket_sessions[instance]:
             return self.bucket_sessions[instance][size]
-        if self.small_sessions and rows is not None and rows <= SMALL_BATCH_ROWS:
+        if self.small_sessions and rows is not None and rows <= self.thread_choice.small_batch_rows:
             return self.small_sessions[instance]
         return self.sessions[instance]
 
@@ -215,7 +262,7 @@ class LoadedModel:
         return len(self.sessions)
 
     def run(self, instance: int, feed: dict[str, np.ndarray], outputs: list[str], rows: int | None = None) -> list[np.ndarray]:
-        """session.run on one instance's session (its single-threaded twin for `rows` <= SMALL_BATCH_ROWS),
+        """session.run on one instance's session (its single-threaded twin for `rows` <= small_batch_rows),
         the batch padded to its bucket when the model has buckets; BYTES tensors are converted bytes <-> str."""
         if self.string_inputs:
             feed = {k: (_to_str(v) if k in self.string_inputs else v) for k, v in feed.items()}

@@ -69,7 +69,7 @@ class RepositoryConfig:
     max_queue_delay_us: int = 1000  # how long a request may wait for a batch to fill (microseconds)
     cpu_instances: int = 1  # model instances (onnxruntime sessions) on the CPU model
     gpu_instances: int = 1  # model instances per GPU on the GPU model
-    cpu_threads: int = 0  # onnxruntime intra-op threads per CPU instance; 0 -> cores // cpu_instances
+    cpu_threads: int = 0  # onnxruntime intra-op threads per CPU instance; 0 -> the server's choice (cores // instances)
     tensorrt: bool = False  # add the TensorRT execution accelerator (FP16) to the GPU model
     cpu_variant: Literal["fp32", "int8"] = "fp32"  # which exported ONNX file the CPU model serves
     gpu_variant: Literal["fp32", "fp16"] = "fp16"  # which exported ONNX file the GPU model serves
@@ -124,8 +124,11 @@ def model_config_from_card(card: ModelCard, kind: Literal["cpu", "gpu"],
     c.dynamic_batching.max_queue_delay_microseconds = cfg.max_queue_delay_us
     if kind == "cpu":
         c.instance_group.add(kind=pb.ModelInstanceGroup.KIND_CPU, count=cfg.cpu_instances)
-        # Keys read by Triton's onnxruntime backend; inter-op 1 because execution is sequential.
-        c.parameters["intra_op_thread_count"].string_value = str(cfg.intra_op_threads())
+        # Keys read by Triton's onnxruntime backend; inter-op 1 because execution is sequential. The intra-op
+        # count is written only when asked or when instances must share the cores: otherwise the serving
+        # machine decides (the embedded server times its thread layout at load, serve.tuning), not this one.
+        if cfg.cpu_threads or cfg.cpu_instances > 1:
+            c.parameters["intra_op_thread_count"].string_value = str(cfg.intra_op_threads())
         c.parameters["inter_op_thread_count"].string_value = "1"
     elif kind == "gpu":
         c.instance_group.add(kind=pb.ModelInstanceGroup.KIND_GPU, count=cfg.gpu_instances)

@@ -56,6 +56,9 @@ def test_cpu_config_from_card_round_trips_through_text_format() -> None:
     assert c.parameters["intra_op_thread_count"].string_value == "3"
     assert c.parameters["inter_op_thread_count"].string_value == "1"
     assert not c.HasField("optimization")
+    # one instance and no --cpu-threads: the serving machine chooses its threads, not the exporting one
+    auto = model_config_from_card(_card(), "cpu", RepositoryConfig())
+    assert "intra_op_thread_count" not in auto.parameters and auto.parameters["inter_op_thread_count"].string_value == "1"
 
 
 def test_gpu_config_has_tensorrt_block_only_when_asked() -> None:

@@ -28,7 +28,7 @@ def export(
     cpu_instances: Annotated[int, typer.Option("--cpu-instances", help="Instances of the CPU model.")] = 1,
     gpu_instances: Annotated[int, typer.Option("--gpu-instances", help="Instances of the GPU model per GPU.")] = 1,
     cpu_threads: Annotated[int, typer.Option("--cpu-threads",
-                                             help="onnxruntime intra-op threads per CPU instance (0: cores / instances).")] = 0,
+                                             help="onnxruntime intra-op threads per CPU instance (0: left to the serving machine, cores / instances).")] = 0,
     tensorrt: Annotated[bool, typer.Option("--tensorrt", help="Add the TensorRT FP16 accelerator to the GPU model.")] = False,
     eval_samples: Annotated[int, typer.Option("--eval-samples", help="Evaluation samples for the accuracy of each variant.")] = 1024,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the random verification inputs (default: fresh).")] = None,
