@@ -65,6 +65,11 @@ class SessionOptions:
             raise ValueError(f"inter_op_threads={self.inter_op_threads} must be >= 0")
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's or taskset's share), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def config_param(config, key: str) -> str | None:
     """A string parameter of config.pbtxt (`parameters { key: ... value { string_value: ... } }`)."""
     return config.parameters[key].string_value if key in config.parameters else None
@@ -125,7 +130,7 @@ class LoadedModel:
             raise LoadError(f"model '{name}': intra/inter_op_thread_count parameters must be integers") from None
         if intra == 0:
             # pin a number rather than leave onnxruntime's default, so it can be reported: the cores shared by instances
-            intra = max(1, (os.cpu_count() or 1) // count)
+            intra = max(1, usable_cpus() // count)
         gpus = [g for grp in config.instance_group for g in grp.gpus]
         device_id = gpus[0] if gpus else 0
         search = config_param(config, "cudnn_conv_algo_search") or "1"

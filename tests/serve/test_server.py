@@ -14,7 +14,7 @@ import pytest
 import tritonclient.http as httpclient
 
 from tests.conftest import stop_process, subprocess_env, trainserve_cmd
-from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
+from tests.serve.tiny_models import classifier_onnx, expected_logits
 
 READY = re.compile(r"trainserve serve: ready http=127\.0\.0\.1:(\d+) grpc=(\S+) metrics=(\S+)")
 
