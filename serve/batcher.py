@@ -243,11 +243,13 @@ class Batcher:
             self._busy += 1
             try:
                 run_ns = self._run_ns.get(rows, float("inf"))
-                # Inline when the batch is very short, or when nobody else is waiting or running and it
-                # is short enough not to matter: at low load the hand-off to the instance thread (two
-                # thread wake-ups) costs more latency than the run itself.
+                # Inline when the batch is very short, or when nobody else is waiting or running, it is
+                # short enough not to matter and requests come further apart than it takes: at low load
+                # the hand-off to the instance thread (two thread wake-ups) costs more latency than the run
+                # itself, while under load a run on the loop would keep the loop from reading the requests
+                # that arrive meanwhile (on a GPU every batch would stay at one row).
                 if run_ns < self._inline_ns or (
-                    not queue.items and self._busy == 1 and run_ns < self._idle_inline_ns
+                    not queue.items and self._busy == 1 and run_ns < self._idle_inline_ns and self._gap_ns > run_ns
                 ):
                     results, input_ns, infer_ns, output_ns = self._execute(instance, batch, rows)
                 else:

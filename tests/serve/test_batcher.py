@@ -140,6 +140,30 @@ def test_idle_inline_zero_sends_every_run_to_the_instance_threads(tmp_path):
     assert core.statistics("m")[0].execution_count == 3
 
 
+def test_an_idle_run_stays_off_the_loop_when_requests_come_closer_than_it_takes(tmp_path):
+    import threading
+    import time
+
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
+    x = np.ones((1, 4), np.float32)
+
+    async def go(core):
+        batcher = core.entry("m").batcher
+        batcher._inline_ns = 0  # only the idle rule may put a run on the loop
+        where = []
+        execute = batcher._execute
+        batcher._execute = lambda *a: where.append(threading.current_thread().name) or execute(*a)
+        for gap_ns in (5e6, 1e5):  # requests 5 ms apart, then 0.1 ms apart; a batch of 1 takes 1 ms
+            batcher._run_ns[1], batcher._gap_ns = 1e6, gap_ns
+            batcher._last_submit_ns = time.perf_counter_ns()  # just now: not a direct run, the worker's
+            await batcher.submit({"input": x}, 1)
+        return where
+
+    core, where = asyncio.run(_with_core(repo, go))
+    assert where[0] == "MainThread"  # idle and far apart: on the loop, no hand-off
+    assert where[1].startswith("m-0")  # closer than a run takes: the instance's thread, the loop keeps reading
+
+
 def test_a_bad_idle_inline_parameter_leaves_the_model_not_ready(tmp_path):
     repo = _repo(tmp_path, 'parameters { key: "idle_inline_max_us" value: { string_value: "soon" } }\n',
                  max_batch_size=8)
