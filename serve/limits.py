@@ -143,7 +143,8 @@ def models_for(repo: Path, device: str, only: str | None = None) -> list[reposit
 
 
 def check_device(device: str) -> None:
-    """Refuse CUDA up front when this onnxruntime has no CUDA provider (session builds also refuse a fallback)."""
+    """Refuse CUDA up front, in one sentence, when there is no GPU or no CUDA provider (before onnxruntime's own
+    log lines about missing libraries); the session builds still refuse a CPU fallback."""
     if device != "cuda":
         return
     import onnxruntime as ort
@@ -152,6 +153,31 @@ def check_device(device: str) -> None:
         raise UserError(f"--device cuda needs onnxruntime's CUDA execution provider, which this onnxruntime "
                         f"({ort.__version__}, providers {', '.join(ort.get_available_providers())}) lacks; install "
                         "onnxruntime-gpu on a machine with an NVIDIA GPU, or use --device cpu")
+    gpus = cuda_device_count()
+    if gpus == 0:
+        raise UserError("--device cuda needs an NVIDIA GPU, and the CUDA driver sees none on this machine "
+                        "(no driver, or CUDA_VISIBLE_DEVICES hides them); use --device cpu")
+    ort.set_default_logger_severity(3)  # errors only, as the server's sessions log
+
+
+def cuda_device_count() -> int | None:
+    """GPUs the CUDA driver sees (0 without a driver); None when the driver cannot say (then the session decides)."""
+    import ctypes
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return 0
+    count = ctypes.c_int(0)
+    try:
+        if cuda.cuInit(0) != 0:
+            return 0
+        return count.value if cuda.cuDeviceGetCount(ctypes.byref(count)) == 0 else None
+    except AttributeError:
+        return None
 
 
 def measure_repository(repo: Path, cfg: LimitsConfig, only: str | None = None,
