@@ -220,6 +220,8 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
         + max(0, len(batches) - 2)
 
     def session(t: int, spin: bool):
+        if time.perf_counter() >= deadline and result.points:
+            return None  # no time left to use it: its points are skipped (and named) below
         try:
             sess = _make_session(path, cfg.device, t, 1, device_id, spin, CUDNN_SEARCH.get(search, "HEURISTIC"))
         except Exception as e:  # LoadError / CudaUnavailable carry one readable sentence
@@ -232,7 +234,7 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
     def point(sess, sweep: str, batch: int, t: int, spin: bool) -> None:
         nonlocal remaining
         now = time.perf_counter()
-        if now >= deadline and result.points:
+        if sess is None or (now >= deadline and result.points):
             result.warnings.append(f"the {budget_s:.1f} s budget ran out before {sweep} point batch {batch} at "
                                    f"{t} thread(s); raise --budget-s to measure it")
             remaining -= 1
