@@ -10,8 +10,8 @@ import base64
 from html import escape
 from typing import Any
 
-from trainserve.report import units as u
 from trainserve.report import limits as lim
+from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
@@ -213,8 +213,8 @@ def _html_limits(model: dict[str, Any]) -> str:
     if not rows:
         return "<p class='muted'>In-process limits: not measured in this run (trainserve limits).</p>"
     out = ["<h3>Served vs onnxruntime in process (the limit)</h3>", _html_table(header, rows),
-           "<p class='muted'>Overhead: served batch-1 p50 minus in-process batch-1 p50. Efficiency: served "
-           "saturated samples/s ÷ the best in-process samples/s.</p>"]
+           ("<p class='muted'>Overhead: served batch-1 p50 minus in-process batch-1 p50. Efficiency: served "
+            "saturated samples/s ÷ the best in-process samples/s.</p>")]
     for d in model["limits"]:
         h, r = lim.points_table(model, d)
         out.append(f"<details><summary>In-process points · {DEVICE_LABEL[d]}</summary>{_html_table(h, r)}</details>")
@@ -354,8 +354,8 @@ def _md_limits(model: dict[str, Any]) -> list[str]:
     if not rows:
         return ["In-process limits: not measured in this run (trainserve limits).", ""]
     md = ["### Served vs onnxruntime in process (the limit)", ""] + _md_table(header, rows)
-    md += ["Overhead: served batch-1 p50 minus in-process batch-1 p50. Efficiency: served saturated samples/s ÷ "
-           "the best in-process samples/s.", ""]
+    md += [("Overhead: served batch-1 p50 minus in-process batch-1 p50. Efficiency: served saturated samples/s ÷ "
+            "the best in-process samples/s."), ""]
     for d in model["limits"]:
         md += [f"#### In-process points · {DEVICE_LABEL[d]}", ""] + _md_table(*lim.points_table(model, d))
     return md
