@@ -107,3 +107,9 @@ def test_limits_alone_and_a_run_without_limits(tmp_path):
     assert s["models"]["cnn"]["limits"]["cuda"]["batch1_p50_ms"] == 0.11
     assert s["models"]["cnn"]["server_vs_limit"] == {}
     assert s["models"]["cnn"]["infer"] == {}
+
+
+def test_each_load_ramp_names_its_limit(report):
+    md = (report / "report.md").read_text()
+    assert "In-process limit: batch-1 p50 0.20 ms, best 33,200 samples/s at batch 64." in md
+    assert "in-process limit: batch-1 p50 0.10 ms, best 300,000 samples/s at batch 512" in (report / "report.html").read_text()

@@ -128,6 +128,15 @@ def tile_note(section: dict[str, Any], device: str, kind: str) -> str:
     return f" · in process {u.num(lim['best_throughput_samples_s'])}"
 
 
+def ramp_note(section: dict[str, Any], device: str) -> str:
+    """Beside a load ramp: the in-process floor and ceiling its points approach."""
+    lim = section.get("limits", {}).get(device)
+    if not lim:
+        return ""
+    return (f"in-process limit: batch-1 p50 {u.ms(lim['batch1_p50_ms'])}, "
+            f"best {u.num(lim['best_throughput_samples_s'])} samples/s at batch {lim['best_batch']}")
+
+
 def table(section: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
     """Served beside in-process, one row per device: header and rows of formatted cells."""
     header = ["device", "batch-1 p50, in process", "batch-1 p50, served", "server overhead",

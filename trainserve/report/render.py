@@ -239,8 +239,9 @@ def _html_ramps(model: dict[str, Any]) -> str:
             f"<tr><td>{escape(_users_or_rate(p))}</td><td>{u.num(p.get('requests_s'))}</td>"
             f"<td>{u.num(p.get('throughput_samples_s'))}</td><td>{u.ms(p.get('p50_ms'))}</td>"
             f"<td>{u.ms(p.get('p90_ms'))}</td><td>{u.ms(p.get('p99_ms'))}</td></tr>" for p in r["points"])
+        note = lim.ramp_note(model, r["device"])
         out.append(f"<details><summary>Load ramp: {escape(r['label'])} <span class='muted'>"
-                   f"({escape(r['source'])})</span></summary><div class='tablewrap'><table><thead><tr>"
+                   f"({escape(r['source'])}){escape(' · ' + note if note else '')}</span></summary><div class='tablewrap'><table><thead><tr>"
                    "<th>users / rate</th><th>requests/s</th><th>samples/s</th><th>p50</th><th>p90</th><th>p99</th>"
                    f"</tr></thead><tbody>{rows}</tbody></table></div></details>")
     return "".join(out)
@@ -342,6 +343,8 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
         md += ["Largest batch that fits: not measured.", ""]
     for r in model["ramps"]:
         md += [f"### Load ramp: {r['label']} (`{r['source']}`)", ""]
+        note = lim.ramp_note(model, r["device"])
+        md += [f"{note[0].upper()}{note[1:]}.", ""] if note else []
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
                         [[_users_or_rate(p), u.num(p.get("requests_s")), u.num(p.get("throughput_samples_s")),
                           u.ms(p.get("p50_ms")), u.ms(p.get("p90_ms")), u.ms(p.get("p99_ms"))] for p in r["points"]])
