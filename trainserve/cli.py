@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from trainserve.commands import export as _export
+from trainserve.commands import limits as _limits
 from trainserve.commands import load as _load
 from trainserve.commands import report as _report
 from trainserve.commands import run as _run
@@ -56,6 +57,7 @@ app.command("compare")(_train.compare)
 app.command("export")(_export.export)
 app.command("serve")(_serve.serve)
 app.command("load")(_load.load)
+app.command("limits")(_limits.limits)
 app.command("report")(_report.report)
 app.command("run")(_run.run)
 

@@ -46,6 +46,7 @@ class Budget:
     saturate_users: int  # concurrent users of the saturating measurement
     saturate_batch: int  # rows per request of the saturating measurement (<= export's max batch 64)
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
+    limits_budget_s: float = 3.0  # in-process onnxruntime limits (trainserve limits), seconds per device
 
 
 QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
@@ -54,7 +55,8 @@ QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_sa
 # cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
               train_batch=128, warmup_steps=5, compare_steps=20, export_eval_samples=1024, ramp_step_s=8.0,
-              ramp_max_users=32, measure_s=20.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0)
+              ramp_max_users=32, measure_s=20.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0,
+              limits_budget_s=15.0)
 
 
 @dataclass
@@ -118,6 +120,7 @@ class Pipeline:
                 self._train(gpu)
                 self._export()
                 for device in ["cpu"] + (["cuda"] if gpu else []):
+                    self._limits(device)  # before the server, which would compete for the same cores
                     self._serve_and_load(device)
                 return self._report()
             finally:
@@ -152,6 +155,13 @@ class Pipeline:
         self._stage("export", self.argv("export", *self._run_args(), "--eval-samples",
                                         str(self.cfg.budget.export_eval_samples)),
                     "ONNX, verification, model repository")
+
+    def _limits(self, device: str) -> None:
+        model = f"{self.cfg.model}_{'gpu' if device == 'cuda' else 'cpu'}"
+        budget = self.cfg.budget.limits_budget_s
+        self._stage(f"limits-{device}", self.argv("limits", "--device", device, "--model", model,
+                                                  "--budget-s", f"{budget:g}", *self._run_args()),
+                    f"onnxruntime in process on the {_label(device)}, {budget:g} s")
 
     def _serve_and_load(self, device: str) -> None:
         name = f"serve-{device}"

@@ -1,4 +1,4 @@
-"""Where a run's artifacts live: `<runs-dir>/<run>/{train,compare,export,model_repository,load,report}`."""
+"""Where a run's artifacts live: `<runs-dir>/<run>/{train,compare,export,model_repository,limits,load,report}`."""
 
 from __future__ import annotations
 

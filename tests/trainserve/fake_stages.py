@@ -24,7 +24,7 @@ from trainserve.profile import LatencyStats, ProfileRecord  # noqa: E402
 def _opts(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     for name in ("--run", "--runs-dir", "--model", "--url", "--batch", "--users", "--device", "--model-repository",
-                 "--duration", "--ramp-step-s", "--ramp-max-users", "--metrics-url", "--target"):
+                 "--duration", "--ramp-step-s", "--ramp-max-users", "--metrics-url", "--target", "--budget-s"):
         p.add_argument(name)
     p.add_argument("--ramp", action="store_true")
     args, _ = p.parse_known_args(argv)
@@ -59,6 +59,15 @@ def main() -> None:
             r.save(run / "compare" / f"profile-{device}.json")
     elif stage == "export":
         (run / "model_repository" / f"{a.model or 'cnn'}_cpu" / "1").mkdir(parents=True, exist_ok=True)
+    elif stage == "limits":
+        for batch, threads in ((1, 1), (64, 1)):
+            r = ProfileRecord(phase="infer", model=a.model, backend="onnxruntime", device=a.device, batch_size=batch,
+                              concurrency=1, target=f"in-process/{a.model}")
+            r.speed.throughput_samples_s = 2000.0 * batch ** 0.6
+            r.speed.latency = LatencyStats.from_samples_ms([0.3 * batch ** 0.4] * 5)
+            r.settings = {"intra_op_threads": threads, "allow_spinning": False}
+            r.extra = {"limit": True, "sweep": "threads" if batch == 1 else "layout"}
+            r.save(run / "limits" / a.device / a.model / f"b{batch}-t{threads}.json")
     elif stage == "serve":
         server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
         port = server.server_address[1]

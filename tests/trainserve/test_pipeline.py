@@ -30,7 +30,7 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     cfg = RunConfig(device="cpu", quick=True, run="p1", runs_dir=tmp_path)
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     done = [e.stage for e in events if e.status == "done"]
-    assert done == ["train", "export", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated",
+    assert done == ["train", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated",
                     "report"]
     load = tmp_path / "p1" / "load"
     assert sorted(p.name for p in load.iterdir()) == [
@@ -41,6 +41,10 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     assert cpu["batch1"]["source"] == "load/embedded-cpu-batch1.json"
     assert cpu["saturated"]["batch_size"] == 64
     assert summary["models"]["cnn"]["ramps"][0]["source"] == "load/embedded-cpu-ramp.json"
+    # the in-process limits ran before the server, within --quick's budget, and are set beside the served figures
+    assert "--budget-s 3 " in (tmp_path / "p1" / "logs" / "limits-cpu.log").read_text()
+    assert summary["models"]["cnn"]["limits"]["cpu"]["best_batch"] == 64
+    assert set(summary["models"]["cnn"]["server_vs_limit"]["cpu"]) == {"batch1_overhead_ms", "saturated_efficiency"}
     # the server's own process was sampled during each load and its memory filled in
     record = json.loads((load / "embedded-cpu-batch1.json").read_text())
     assert record["memory"]["rss_peak_bytes"] > 10 * 1024**2
@@ -59,9 +63,11 @@ def test_with_a_gpu_it_compares_training_and_serves_on_both(tmp_path, monkeypatc
     cfg = RunConfig(quick=False, run="g1", runs_dir=tmp_path)
     Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     starts = {e.stage: e.detail for e in events if e.status == "start"}
-    assert list(starts)[:4] == ["train", "compare", "export", "serve-cpu"]
+    assert list(starts)[:5] == ["train", "compare", "export", "limits-cpu", "serve-cpu"]
     assert starts["train"] == "cnn/small on the GPU"
     assert "serve-cuda" in starts and starts["load-cuda-batch1"] == "batch1 on cnn_gpu"
+    assert list(starts).index("limits-cuda") == list(starts).index("serve-cuda") - 1
+    assert "--device cuda --model cnn_gpu --budget-s 15" in (tmp_path / "g1" / "logs" / "limits-cuda.log").read_text()
     train_log = (tmp_path / "g1" / "logs" / "train.log").read_text()
     assert "--device cuda --precision bf16 --find-max-batch" in train_log and "--samples 32768" in train_log
     assert (tmp_path / "g1" / "load" / "embedded-cuda-saturated.json").is_file()

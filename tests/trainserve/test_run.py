@@ -53,6 +53,9 @@ def test_run_quick_end_to_end(tmp_path):
     assert cpu["batch1"]["memory"]["peak_bytes"] > 0  # the server's RSS, sampled by the run
     assert cnn["ramps"] and cnn["ramps"][0]["points"][0]["users"] == 1
     assert cnn["speedups"]["train"]["value"] is None
+    limit = cnn["limits"]["cpu"]  # trainserve limits ran in process before the server
+    assert 0 < limit["batch1_p50_ms"] and limit["best_throughput_samples_s"] > 0 and limit["best_batch"] >= 1
+    assert cpu["saturated"]["source"].startswith("load/")  # never the in-process record
     assert any("GPU not measured" in c for c in s["conclusions"])
     ratio = cnn["train_vs_infer"]["cpu"]["throughput_ratio"]
     assert ratio == pytest.approx(cpu["saturated"]["throughput_samples_s"] / train["throughput_samples_s"])
@@ -64,7 +67,7 @@ def test_run_quick_end_to_end(tmp_path):
     assert html.count("src='data:image/png;base64,") >= 4
     md = (report / "report.md").read_text()
     assert "| cnn | Training | not measured |" in md
-    for stage in ("train", "export", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated"):
+    for stage in ("train", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated"):
         assert (runs / "e2e" / "logs" / f"{stage}.log").stat().st_size > 0
     print(f"trainserve run --quick took {elapsed:.0f} s")
 

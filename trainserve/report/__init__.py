@@ -28,7 +28,7 @@ def build_report(run_dir: Path) -> Path:
         if collection.problems:
             rel, why = collection.problems[0]
             extra = f" ({len(collection.problems)} unreadable, e.g. {rel}: {why})"
-        raise UserError(f"run {collection.run!r} has no profile records under {run_dir}/{{train,compare,load}}"
+        raise UserError(f"run {collection.run!r} has no profile records under {run_dir}/{{train,compare,load,limits}}"
                         f"{extra}; run `trainserve train` or `trainserve load` for it first")
     summary = analyse(collection)
     figures: dict[str, bytes] = {}

@@ -14,6 +14,7 @@ from typing import Any
 from trainserve.profile import ProfileRecord
 from trainserve.report import units as u
 from trainserve.report.collect import Collection, Entry
+from trainserve.report.limits import in_process_batch1, is_limit, limit_conclusions, limits_section
 
 SUMMARY_SCHEMA_VERSION = 1
 DEVICES = ("cpu", "cuda")
@@ -116,7 +117,8 @@ def _first(*values: Any) -> Any:
 def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
     train = {d: _pick_train([e for e in entries if e.record.phase == "train" and e.record.device == d])
              for d in DEVICES}
-    infer_entries = [e for e in entries if e.record.phase == "infer"]
+    # in-process limits (trainserve limits) are no served measurement: limits_section sets them beside the served ones
+    infer_entries = [e for e in entries if e.record.phase == "infer" and not is_limit(e.record)]
     backends = sorted({e.record.backend for e in infer_entries}, key=_backend_rank)
     infer: dict[str, dict[str, Any]] = {}
     for b in backends:
@@ -134,6 +136,7 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
         "ramps": _ramps(infer_entries),
         "devices_measured": sorted({e.record.device for e in entries}, key=DEVICES.index),
     }
+    section.update(limits_section(entries, section))
     section["conclusions"] = _conclusions(section)
     return section
 
@@ -275,7 +278,7 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
             only = "only " if tr["value"] is not None and b1["value"] < tr["value"] / 2 and b1["value"] >= 1 else ""
             verb = (f"it answers {only}{u.ratio(b1['value'])} faster" if b1["value"] >= 1
                     else f"it answers {u.ratio(1 / b1['value'])} slower than the CPU")
-            parts.append(f"at batch 1 {verb} (p50 {u.ms(b1['gpu'])} vs {u.ms(b1['cpu'])})")
+            parts.append(f"at batch 1 {verb} (p50 {u.ms(b1['gpu'])} vs {u.ms(b1['cpu'])}){in_process_batch1(s)}")
         if sat["value"] is not None:
             parts.append(f"saturated, it serves {u.ratio(sat['value'])} the CPU's throughput "
                          f"({u.num(sat['gpu'])} vs {u.num(sat['cpu'])} samples/s)")
@@ -303,6 +306,7 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
         if mb["train"] and mb["infer"]:
             out.append(f"{name}: the largest batch that fits on the {DEVICE_LABEL[d]} is {u.num(mb['train'])} for "
                        f"training and {u.num(mb['infer'])} for inference ({u.ratio(mb['ratio'])}).")
+    out += limit_conclusions(s)
     t = s["train"]["cuda"]
     if t and t["mfu"] is not None:
         out.append(f"{name}: GPU training reaches {u.fraction(t['mfu'])} MFU "

@@ -1,6 +1,6 @@
 """Find every profile record of a run (DESIGN.md: a JSON object with "schema_version" and "phase").
 
-Records are read from `train/`, `compare/` and `load/` of the run folder, recursively. A file that
+Records are read from `train/`, `compare/`, `load/` and `limits/` of the run folder, recursively. A file that
 is not a record (Locust CSV stats, history.json, speedup.json) is skipped silently; a record that
 cannot be read is skipped and reported, so one bad file never hides the others.
 """
@@ -18,7 +18,7 @@ from trainserve.profile import ProfileRecord
 
 log = logging.getLogger(__name__)
 
-RECORD_FOLDERS = ("train", "compare", "load")
+RECORD_FOLDERS = ("train", "compare", "load", "limits")  # limits/: in-process records (trainserve limits)
 
 
 @dataclass

@@ -22,7 +22,7 @@ def model_figures(section: dict[str, Any]) -> dict[str, bytes]:
     name = section["model"]
     out: dict[str, bytes] = {}
     for kind, fn in (("throughput", throughput), ("latency", latency), ("memory", memory),
-                     ("ramp", ramp), ("maxbatch", max_batch)):
+                     ("ramp", ramp), ("frontier", frontier), ("maxbatch", max_batch)):
         png = fn(section)
         if png is not None:
             out[f"{kind}-{_safe(name)}.png"] = png
@@ -183,6 +183,58 @@ def ramp(section: dict[str, Any]) -> bytes | None:
     ax.set_ylabel("latency, ms", fontsize=9)
     ax.legend(fontsize=7.5, frameon=False, loc="upper left")
     _style(ax, f"{section['model']}: latency vs throughput as load ramps up")
+    return _png(fig)
+
+
+def frontier(section: dict[str, Any]) -> bytes | None:
+    """Per device, the server's latency-throughput frontier (its load ramp, batch-1 and saturated measurements)
+    under the in-process limit: the batch-1 p50 floor and the best samples/s ceiling (trainserve limits)."""
+    limits = section.get("limits") or {}
+    devices = [d for d in section["devices_measured"] if d in limits]
+    if not devices:
+        return None
+    fig = _figure(7.2 if len(devices) == 1 else 10.5, 4.6)
+    axes = fig.subplots(1, len(devices), squeeze=False)[0]
+    for ax, d in zip(axes, devices):
+        color, lim = COLORS[d], limits[d]
+        xs, ys = [], []
+        for r in (r for r in section["ramps"] if r["device"] == d):
+            pts = [(p["throughput_samples_s"], p["p50_ms"]) for p in r["points"] if p.get("p50_ms") is not None]
+            if pts:
+                ax.plot(*zip(*pts), "-", marker="o", markersize=3.5, color=color, label=f"served ramp p50 ({r['backend']})")
+                xs += [a for a, _ in pts]
+                ys += [b for _, b in pts]
+        served = next((per[d] for per in section["infer"].values() if per.get(d)), None) or {}
+        for kind, marker in (("batch1", "s"), ("saturated", "D")):
+            v = served.get(kind)
+            if v and v["throughput_samples_s"] and v["latency"].get("p50_ms") is not None:
+                ax.plot(v["throughput_samples_s"], v["latency"]["p50_ms"], marker, color=color, markersize=6,
+                        markeredgecolor="#222", linestyle="none", label=f"served {kind} (batch {v['batch_size']})")
+                xs.append(v["throughput_samples_s"])
+                ys.append(v["latency"]["p50_ms"])
+        pts = [(p["throughput_samples_s"], p["p50_ms"]) for p in section.get("limit_points", {}).get(d, [])
+               if p["throughput_samples_s"] and p["p50_ms"]]
+        if pts:
+            ax.plot(*zip(*pts), ".", color="#888", markersize=5, label="in process, each point")
+            xs += [a for a, _ in pts]
+            ys += [b for _, b in pts]
+        if lim.get("batch1_p50_ms"):
+            ax.axhline(lim["batch1_p50_ms"], color="#c0392b", linestyle="--", linewidth=1,
+                       label=f"in-process batch-1 floor {u.ms(lim['batch1_p50_ms'])}")
+            ys.append(lim["batch1_p50_ms"])
+        if lim.get("best_throughput_samples_s"):
+            ax.axvline(lim["best_throughput_samples_s"], color="#8e44ad", linestyle=":", linewidth=1.2,
+                       label=f"in-process ceiling {u.num(lim['best_throughput_samples_s'])}/s (b{lim['best_batch']})")
+            xs.append(lim["best_throughput_samples_s"])
+        for axis, set_scale, values in ((ax.xaxis, ax.set_xscale, xs), (ax.yaxis, ax.set_yscale, ys)):
+            positive = [v for v in values if v and v > 0]
+            if positive and max(positive) / min(positive) >= 10:
+                set_scale("log")
+                _plain_log_ticks(axis)
+        ax.set_xlabel("throughput, samples/s", fontsize=9)
+        ax.set_ylabel("p50 latency per request, ms", fontsize=9)
+        ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncols=2)
+        _style(ax, f"{section['model']} · {DEVICE_LABEL[d]}: served vs in-process limit")
     return _png(fig)
 
 

@@ -10,12 +10,13 @@ import base64
 from html import escape
 from typing import Any
 
+from trainserve.report import limits as lim
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
-FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "maxbatch")
+FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch")
 
 
 def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
@@ -123,7 +124,8 @@ def _html_summary(s: dict[str, Any]) -> str:
             value = (f"<div class='v'>{u.ratio(sp['value'])}</div>" if sp["value"] is not None
                      else f"<div class='v nm'>{NOT_MEASURED}</div>")
             out.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
-                       f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}</div></div>")
+                       f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}"
+                       f"{escape(lim.speedup_note(model, key))}</div></div>")
         out.append("</div>")
         out.append(_html_measured_tiles(model))
     out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in s["conclusions"]) + "</ul>")
@@ -144,9 +146,11 @@ def _html_measured_tiles(model: dict[str, Any]) -> str:
         sat = infer and infer["saturated"]
         for title, value, detail in (
                 ("training", t and u.num(t["throughput_samples_s"]), "samples/s" + (f", batch {t['batch_size']}" if t else "")),
-                ("batch-1 latency", b1 and u.ms(b1["latency"].get("p50_ms")), "p50 per request"),
+                ("batch-1 latency", b1 and u.ms(b1["latency"].get("p50_ms")),
+                 "p50 per request" + lim.tile_note(model, d, "batch1")),
                 ("serving, saturated", sat and u.num(sat["throughput_samples_s"]),
-                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else ""))):
+                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else "")
+                 + lim.tile_note(model, d, "saturated"))):
             shown = (f"<div class='v small'>{escape(value)}</div>" if value and value != u.MISSING
                      else f"<div class='v nm'>{NOT_MEASURED}</div>")
             tiles.append(f"<div class='tile {d}'><div class='k'>{DEVICE_LABEL[d]} · {escape(title)}</div>{shown}"
@@ -183,7 +187,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     return (f"<section id='model-{name}'><h2>Model <code>{name}</code>: training beside inference</h2>{note}"
             f"<div class='tablewrap'><table><thead><tr><th></th>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>"
-            + _html_max_batch(model) + (f"<div class='figs'>{figs}</div>" if figs else "")
+            + _html_limits(model) + _html_max_batch(model) + (f"<div class='figs'>{figs}</div>" if figs else "")
             + _html_ramps(model) + "</section>")
 
 
@@ -195,6 +199,26 @@ def _two_lines(label: str) -> str:
 
 def _col_device(label: str) -> str:
     return "cuda" if "· GPU" in label else "cpu"
+
+
+def _html_table(header: list[str], rows: list[list[str]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<div class='tablewrap'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+
+
+def _html_limits(model: dict[str, Any]) -> str:
+    """Served beside onnxruntime in process (trainserve limits), and the points measured."""
+    header, rows = lim.table(model)
+    if not rows:
+        return "<p class='muted'>In-process limits: not measured in this run (trainserve limits).</p>"
+    out = ["<h3>Served vs onnxruntime in process (the limit)</h3>", _html_table(header, rows),
+           ("<p class='muted'>Overhead: served batch-1 p50 minus in-process batch-1 p50. Efficiency: served "
+            "saturated samples/s ÷ the best in-process samples/s.</p>")]
+    for d in model["limits"]:
+        h, r = lim.points_table(model, d)
+        out.append(f"<details><summary>In-process points · {DEVICE_LABEL[d]}</summary>{_html_table(h, r)}</details>")
+    return "".join(out)
 
 
 def _html_max_batch(model: dict[str, Any]) -> str:
@@ -215,8 +239,9 @@ def _html_ramps(model: dict[str, Any]) -> str:
             f"<tr><td>{escape(_users_or_rate(p))}</td><td>{u.num(p.get('requests_s'))}</td>"
             f"<td>{u.num(p.get('throughput_samples_s'))}</td><td>{u.ms(p.get('p50_ms'))}</td>"
             f"<td>{u.ms(p.get('p90_ms'))}</td><td>{u.ms(p.get('p99_ms'))}</td></tr>" for p in r["points"])
+        note = lim.ramp_note(model, r["device"])
         out.append(f"<details><summary>Load ramp: {escape(r['label'])} <span class='muted'>"
-                   f"({escape(r['source'])})</span></summary><div class='tablewrap'><table><thead><tr>"
+                   f"({escape(r['source'])}){escape(' · ' + note if note else '')}</span></summary><div class='tablewrap'><table><thead><tr>"
                    "<th>users / rate</th><th>requests/s</th><th>samples/s</th><th>p50</th><th>p90</th><th>p99</th>"
                    f"</tr></thead><tbody>{rows}</tbody></table></div></details>")
     return "".join(out)
@@ -281,7 +306,7 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
         for key, title, metric in SPEEDUPS:
             sp = model["speedups"][key]
             rows.append([model["model"], title, u.ratio(sp["value"]) if sp["value"] is not None else NOT_MEASURED,
-                         f"{metric}; {speedup_detail(key, sp)}"])
+                         f"{metric}; {speedup_detail(key, sp)}{lim.speedup_note(model, key)}"])
     md += ["### GPU vs CPU speedups", ""] + _md_table(["model", "measurement", "speedup", "how"], rows)
     for model in s["models"].values():
         md += _md_model(model, figures)
@@ -308,6 +333,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
             rows.append([label] + [(cell(v) if v else u.MISSING) for _, v in cols])
     rows.append(["record"] + [f"`{v['source']}`" if v else NOT_MEASURED for _, v in cols])
     md += _md_table([""] + [label for label, _ in cols], rows)
+    md += _md_limits(model)
     if model["max_batch"]:
         md += ["### Largest batch that fits", ""]
         md += _md_table(["device", "training", "inference", "inference ÷ training"],
@@ -317,8 +343,22 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
         md += ["Largest batch that fits: not measured.", ""]
     for r in model["ramps"]:
         md += [f"### Load ramp: {r['label']} (`{r['source']}`)", ""]
+        note = lim.ramp_note(model, r["device"])
+        md += [f"{note[0].upper()}{note[1:]}.", ""] if note else []
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
                         [[_users_or_rate(p), u.num(p.get("requests_s")), u.num(p.get("throughput_samples_s")),
                           u.ms(p.get("p50_ms")), u.ms(p.get("p90_ms")), u.ms(p.get("p99_ms"))] for p in r["points"]])
     md += [f"![{n}]({n})" for n in figures_of(model["model"], figures)] + [""]
+    return md
+
+
+def _md_limits(model: dict[str, Any]) -> list[str]:
+    header, rows = lim.table(model)
+    if not rows:
+        return ["In-process limits: not measured in this run (trainserve limits).", ""]
+    md = ["### Served vs onnxruntime in process (the limit)", ""] + _md_table(header, rows)
+    md += [("Overhead: served batch-1 p50 minus in-process batch-1 p50. Efficiency: served saturated samples/s ÷ "
+            "the best in-process samples/s."), ""]
+    for d in model["limits"]:
+        md += [f"#### In-process points · {DEVICE_LABEL[d]}", ""] + _md_table(*lim.points_table(model, d))
     return md

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from trainserve.report import units as u
+from trainserve.report.limits import row_limit, row_vs_limit
 
 Row = tuple[str, Callable[[dict[str, Any]], str]]
 
@@ -45,6 +46,10 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("p99", _lat("p99_ms")),
         ("p99.9", _lat("p999_ms")),
         ("max", _lat("max_ms")),
+    ]),
+    ("Limit: onnxruntime in process, no server", [
+        ("in-process limit (batch-1 p50 / best samples/s)", row_limit),
+        ("server vs limit (overhead / efficiency)", row_vs_limit),
     ]),
     ("Memory", [
         ("peak", _mem("peak_bytes")),

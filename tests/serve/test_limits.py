@@ -1,0 +1,119 @@
+"""In-process limits (serve/limits.py, `trainserve limits`) on tiny repositories: records, summary, budget, bad input."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from serve import limits
+from serve.limits import LimitsConfig, measure_repository
+from tests.conftest import REPO_ROOT, subprocess_env
+from tests.loadtest.tiny_repo import build_repository
+from tests.serve.tiny_models import int64_onnx
+from trainserve.cli import app
+from trainserve.errors import UserError
+
+SUMMARY_KEYS = {"batch1_p50_ms", "batch1_threads", "best_batch", "best_throughput_samples_s"}
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> Path:
+    """runs/r1/model_repository/tiny_cpu (FP32 (B, 4) -> (B, 3), max_batch_size 16), as export would write it."""
+    build_repository(tmp_path / "r1" / "model_repository")
+    return tmp_path / "r1"
+
+
+def test_limits_write_a_record_per_point_and_a_summary(run_dir):
+    result = CliRunner().invoke(app, ["limits", "--run", "r1", "--runs-dir", str(run_dir.parent), "--budget-s", "2",
+                                      "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert "tiny_cpu cpu threads batch    1 · 1 thread(s)" in result.output  # progress, one line per point
+    out = run_dir / "limits" / "cpu" / "tiny_cpu"
+    summary = json.loads((out / "summary.json").read_text())
+    assert SUMMARY_KEYS <= set(summary)
+    records = [json.loads(p.read_text()) for p in sorted(out.glob("b*.json"))]
+    assert len(records) == summary["points"] >= 3
+    for r in records:
+        assert (r["phase"], r["backend"], r["device"], r["target"]) == ("infer", "onnxruntime", "cpu", "in-process/tiny_cpu")
+        assert r["extra"]["limit"] is True and r["settings"]["intra_op_threads"] >= 1
+        assert r["validity"]["warmup_excluded"] >= limits.WARMUP_RUNS and r["speed"]["latency"]["count"] >= 1
+        assert r["speed"]["latency"]["p50_ms"] > 0 and r["speed"]["throughput_samples_s"] > 0
+    batch1 = [r for r in records if r["batch_size"] == 1]
+    assert {r["extra"]["sweep"] for r in batch1} == {"threads"}
+    assert summary["batch1_p50_ms"] == min(r["speed"]["latency"]["p50_ms"] for r in batch1)
+    assert summary["batch1_threads"] in {r["settings"]["intra_op_threads"] for r in batch1}
+    # every power of two up to max_batch_size 16, and the best samples/s is at least batch 1's
+    assert {r["batch_size"] for r in records} == {1, 2, 4, 8, 16}
+    assert summary["best_throughput_samples_s"] >= max(r["speed"]["throughput_samples_s"] for r in batch1)
+    assert summary["best_batch"] in {1, 2, 4, 8, 16}
+
+
+def test_the_budget_bounds_the_measurement(run_dir, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_RUNS", 10**9)  # only the budget stops each point
+    t0 = time.perf_counter()
+    [result] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=1.0, max_threads=2))
+    elapsed = time.perf_counter() - t0
+    assert 0.8 < elapsed < 1.3 and result.elapsed_s <= 1.1
+    assert len(result.points) == 2 + 1 + 2 + 3  # batch 1 at 1, 2 threads (+ spinning at 2), batch 16 at 1, 2; 2..8
+    assert not result.warnings
+
+    # a budget too small for every point: at least one point, and a warning naming what was left out
+    [tight] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=0.001, max_threads=2))
+    assert 1 <= len(tight.points) < 8 and tight.warnings and "raise --budget-s" in tight.warnings[0]
+    assert tight.summary()["batch1_p50_ms"] > 0
+
+
+def test_variable_dims_and_models_without_suffix(tmp_path):
+    int64_onnx(tmp_path / "ints" / "1" / "model.onnx")  # INT64 (B, S), no config.pbtxt: max_batch_size auto 4
+    [result] = measure_repository(tmp_path, LimitsConfig(budget_s=0.5, max_threads=1))
+    assert result.model == "ints" and {p.batch for p in result.points} == {1, 2, 4}
+
+
+def test_thread_counts_go_up_to_the_cores():
+    assert LimitsConfig(max_threads=1).thread_counts() == [1]
+    assert LimitsConfig(max_threads=6).thread_counts() == [1, 2, 4, 6]
+    assert LimitsConfig(max_threads=16).thread_counts() == [1, 2, 4, 8, 16]
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--run", "nope"], "run 'nope' not found"),
+    (["--run", "bare"], "has no model repository"),
+    (["--run", "r1", "--budget-s", "0"], "--budget-s 0.0 is invalid"),
+    (["--run", "r1", "--budget-s", "-3"], "--budget-s -3.0 is invalid"),
+    (["--run", "r1", "--device", "tpu"], "--device 'tpu' is invalid"),
+    (["--run", "r1", "--model", "other"], "model 'other' is not in"),
+    (["--run", "r1", "--device", "cuda"], None),  # no CUDA provider here; with one, no *_gpu model
+])
+def test_bad_input_is_one_sentence(run_dir, args, message):
+    (run_dir.parent / "bare").mkdir()
+    result = CliRunner().invoke(app, ["limits", "--runs-dir", str(run_dir.parent), *args])
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in result.output
+    if message is None:
+        assert "cuda" in lines[0].lower()
+    else:
+        assert message in lines[0]
+    assert not (run_dir / "limits").exists()
+
+
+def test_cuda_without_a_gpu_is_refused_before_onnxruntime_tries(monkeypatch):
+    monkeypatch.setattr(limits, "cuda_device_count", lambda: 0)  # what a machine without a GPU or driver reports
+    with pytest.raises(UserError, match="--device cuda needs (an NVIDIA GPU|onnxruntime's CUDA execution provider)"):
+        limits.check_device("cuda")
+    limits.check_device("cpu")  # nothing to check
+
+
+def test_limits_never_import_torch(run_dir):
+    code = ("import sys; from pathlib import Path; from serve.limits import LimitsConfig, measure_repository, save; "
+            f"[r] = measure_repository(Path({str(run_dir / 'model_repository')!r}), LimitsConfig(budget_s=0.2, max_threads=1)); "
+            f"save(r, Path({str(run_dir / 'limits')!r})); assert 'torch' not in sys.modules, 'torch imported'")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=subprocess_env(), capture_output=True,
+                          text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr
