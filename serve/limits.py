@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,7 +31,8 @@ import numpy as np
 
 from serve import repository
 from serve.datatypes import config_to_kserve
-from serve.model import CUDNN_SEARCH, DEVICES, TensorSpec, config_param
+from serve.model import CUDNN_SEARCH, DEVICES, TensorSpec, config_param, usable_cpus
+from serve.tuning import random_feed
 from trainserve.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class LimitsConfig:
 
     def thread_counts(self) -> list[int]:
         """1, 2, 4, ... and the core count itself when it is not a power of two."""
-        cores = self.max_threads or usable_cores()
+        cores = self.max_threads or usable_cpus()
         counts = [1 << i for i in range(cores.bit_length()) if 1 << i <= cores]
         return counts + ([cores] if counts[-1] != cores else [])
 
@@ -115,13 +115,6 @@ class ModelLimits:
                 "batch1_spinning": b1.spinning, "best_threads": best.threads, "precision": self.precision,
                 "providers": self.providers, "points": len(self.points), "budget_s": self.budget_s,
                 "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings}
-
-
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def models_for(repo: Path, device: str, only: str | None = None) -> list[repository.ModelEntry]:
@@ -214,7 +207,10 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
     threads = cfg.thread_counts()
     result = ModelLimits(entry.name, cfg.device, mbs, _precision(path), [], device_id, round(budget_s, 3))
     rng = np.random.default_rng(cfg.seed)
-    feeds = {b: _random_feed(specs, b, mbs, rng) for b in batches}
+    try:
+        feeds = {b: random_feed(specs, b, rng, batched=mbs > 0, dynamic_dim=DYNAMIC_DIM) for b in batches}
+    except ValueError as e:
+        raise UserError(f"model {entry.name!r}: {e}; limits measure numeric inputs only") from None
     # points still to measure: batch 1 (spinning off and on) and the largest batch per thread count, then the middle
     remaining = len(threads) + sum(t > 1 for t in threads) + (len(threads) if len(batches) > 1 else 0) \
         + max(0, len(batches) - 2)
@@ -305,24 +301,6 @@ def _input_specs(config) -> list[TensorSpec]:
     return [TensorSpec(i.name, config_to_kserve(model_config_pb2.DataType.Name(i.data_type)),
                        prefix + tuple(i.reshape.shape if i.HasField("reshape") else i.dims))
             for i in config.input]
-
-
-def _random_feed(specs: list[TensorSpec], batch: int, max_batch_size: int, rng: np.random.Generator) -> dict:
-    """Random arrays of the declared shapes (the batch dim set to `batch`); integers small enough for any vocabulary."""
-    feed = {}
-    for s in specs:
-        if s.datatype == "BYTES":
-            raise UserError(f"input {s.name!r} is a BYTES tensor, which random data cannot fill; "
-                            "limits measure numeric inputs only")
-        shape = [batch if (i == 0 and max_batch_size > 0) else (DYNAMIC_DIM if d < 0 else d)
-                 for i, d in enumerate(s.shape)]
-        if np.issubdtype(s.dtype, np.integer):
-            feed[s.name] = rng.integers(0, 10, size=shape).astype(s.dtype)
-        elif s.dtype == np.bool_:
-            feed[s.name] = rng.integers(0, 2, size=shape).astype(bool)
-        else:
-            feed[s.name] = rng.standard_normal(shape).astype(s.dtype)
-    return feed
 
 
 def _precision(path: Path) -> str:

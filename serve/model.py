@@ -194,13 +194,13 @@ class LoadedModel:
         self.small_sessions = [_make_session(path, "cpu", 1, inter, device_id, False) for _ in range(count)]
         if given is not None:
             return ThreadChoice(intra, rows, "config")
-        timeable = not self.string_inputs and all(d >= 0 for t in self.inputs for d in t.shape[1 if self.max_batch_size > 0 else 0:])
-        if not timeable:  # a variable non-batch dimension or text: no shape to time; one row on one thread
-            return ThreadChoice(intra, SMALL_BATCH_ROWS, "fixed")
         try:
             choice = tuning.choose(self.sessions[0], self.small_sessions[0], self.inputs, self.output_names,
                                    intra, self.max_batch_size)
-        except Exception as e:  # the model will fail requests the same way; keep the plain rule meanwhile
+        except ValueError as e:  # text, or a variable non-batch dimension: no shape to time
+            log.info("model '%s': %s; batches of %d row(s) run on 1 thread", self.name, e, SMALL_BATCH_ROWS)
+            return ThreadChoice(intra, SMALL_BATCH_ROWS, "fixed")
+        except Exception as e:  # onnxruntime failed: requests will fail the same way; keep the plain rule meanwhile
             log.warning("model '%s': thread choice by timing failed (%s); batches of %d row(s) run on 1 thread",
                         self.name, e, SMALL_BATCH_ROWS)
             return ThreadChoice(intra, SMALL_BATCH_ROWS, "fixed")

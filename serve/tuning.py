@@ -59,20 +59,27 @@ def median_run_ms(session, feed: dict[str, np.ndarray], outputs: list[str]) -> f
     return statistics.median(times)
 
 
-def random_feed(inputs, rows: int, rng: np.random.Generator, batched: bool = True) -> dict[str, np.ndarray]:
-    """Inputs of `rows` rows (`batched`; else the declared shape) in the declared shapes and dtypes
-    (random, never zeros: zeros can run faster)."""
+def random_feed(inputs, rows: int, rng: np.random.Generator, batched: bool = True,
+                dynamic_dim: int | None = None) -> dict[str, np.ndarray]:
+    """Random inputs in the declared shapes and dtypes (never zeros: zeros can run faster): dim 0 is
+    `rows` when `batched`, a variable dimension is `dynamic_dim` (None: refused). ValueError for
+    inputs random numbers cannot fill (text) or a variable dimension without `dynamic_dim`."""
     feed = {}
     for spec in inputs:  # serve.model.TensorSpec: shape with -1 for the batch dim when batched
-        shape = (rows, *spec.shape[1:]) if batched else tuple(spec.shape)
+        dims = spec.shape[1:] if batched else spec.shape
+        if any(d < 0 for d in dims) and dynamic_dim is None:
+            raise ValueError(f"input {spec.name!r} has a variable dimension {list(spec.shape)}; no shape to time")
+        shape = ((rows,) if batched else ()) + tuple(dynamic_dim if d < 0 else d for d in dims)
+        if spec.datatype == "BYTES":
+            raise ValueError(f"input {spec.name!r} is a BYTES tensor, which random data cannot fill")
         if np.issubdtype(spec.dtype, np.floating):
             feed[spec.name] = rng.standard_normal(shape).astype(spec.dtype)
-        elif np.issubdtype(spec.dtype, np.integer):
-            feed[spec.name] = rng.integers(0, 2, shape).astype(spec.dtype)  # 0/1: valid ids and masks alike
         elif spec.dtype == np.bool_:
             feed[spec.name] = rng.integers(0, 2, shape).astype(bool)
+        elif np.issubdtype(spec.dtype, np.integer):
+            feed[spec.name] = rng.integers(0, 10, shape).astype(spec.dtype)  # small: valid ids for any vocabulary
         else:
-            raise ValueError(f"input {spec.name!r} has dtype {spec.dtype}, which the thread choice cannot fill")
+            raise ValueError(f"input {spec.name!r} has dtype {spec.dtype}, which random data cannot fill")
     return feed
 
 

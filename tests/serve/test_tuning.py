@@ -88,7 +88,7 @@ def test_choose_stops_growing_once_the_pool_wins(monkeypatch):
     monkeypatch.setattr(tuning, "median_run_ms", lambda session, feed, outputs: cost[session](len(feed["x"])))
 
     class Spec:
-        name, shape, dtype = "x", (-1, 4), np.dtype(np.float32)
+        name, shape, dtype, datatype = "x", (-1, 4), np.dtype(np.float32), "FP32"
 
     choice = tuning.choose("pool", "single", [Spec()], ["y"], pool_threads=8, max_rows=64)
     assert choice.small_batch_rows == 2
