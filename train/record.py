@@ -80,7 +80,7 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
     """FLOPs per sample (forward + backward, counted by torch), achieved TFLOP/s and MFU."""
     import torch
 
-    from train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup
+    from train.flops import achieved_tflops, flops_per_sample
 
     try:
         # on a copy, with the RNG put back: counting runs a forward and backward pass
@@ -98,14 +98,25 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
     if rec.speed.throughput_samples_s:
         rec.speed.achieved_tflops = round(achieved_tflops(fps, rec.speed.throughput_samples_s), 6)
         if device == "cuda":  # CPU peaks are not tabulated: MFU stays null there
-            # the peak of the math that ran (tf32 for fp32 convs on Ampere+), not of --precision
-            peak = peak_lookup(rec.device_name, rec.settings.get("math_mode") or cfg.precision)
-            rec.speed.peak_tflops = peak.tflops
-            m = mfu(rec.speed.achieved_tflops, peak.tflops)
-            rec.speed.mfu = round(m, 4) if m is not None else None
-            if peak.tflops is None and peak.note:
-                rec.validity.warnings.append(peak.note)
-            bounds.withhold(rec, bounds.check_record(rec))  # MFU above 100%: an error, not a figure
+            add_mfu(rec, cfg.precision)
+
+
+def add_mfu(rec: ProfileRecord, precision: str) -> None:
+    """peak_tflops and MFU of a CUDA record with achieved_tflops, for the math that ran.
+
+    The peak is settings["math_mode"]'s (tf32 for fp32 convs on Ampere and later), else
+    `precision`'s. An MFU above 100% is withheld as an error (trainserve.bounds): null in speed.mfu,
+    named in validity.errors, its raw value kept only in extra["out_of_bounds"].
+    """
+    from train.flops import mfu, peak_lookup
+
+    peak = peak_lookup(rec.device_name, rec.settings.get("math_mode") or precision)
+    rec.speed.peak_tflops = peak.tflops
+    m = mfu(rec.speed.achieved_tflops, peak.tflops)
+    rec.speed.mfu = round(m, 4) if m is not None else None
+    if peak.tflops is None and peak.note:
+        rec.validity.warnings.append(peak.note)
+    bounds.withhold(rec, bounds.check_record(rec))
 
 
 def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) -> None:

@@ -224,8 +224,8 @@ def _withhold_point(point: dict[str, Any], violations: list[Violation]) -> None:
     held = point.setdefault(OUT_OF_BOUNDS, {})
     for v in violations:
         for f in v.fields:
-            if f in point and f not in held:
-                held[f] = {"value": point[f], "short": v.short, "error": v.message}
+            if f in point and f not in held:  # a report's copy: the raw value is not kept
+                held[f] = {"short": v.short, "error": v.message}
                 point[f] = None
 
 

@@ -221,14 +221,20 @@ def _html_ramps(model: dict[str, Any]) -> str:
     out = []
     for r in model["ramps"]:
         rows = "".join(
-            f"<tr><td>{escape(_users_or_rate(p))}</td><td>{u.num(p.get('requests_s'))}</td>"
-            f"<td>{u.num(p.get('throughput_samples_s'))}</td><td>{u.ms(p.get('p50_ms'))}</td>"
-            f"<td>{u.ms(p.get('p90_ms'))}</td><td>{u.ms(p.get('p99_ms'))}</td></tr>" for p in r["points"])
+            f"<tr><td>{escape(_users_or_rate(p))}</td>" + "".join(
+                withheld.html_td(t) or f"<td>{escape(t)}</td>" for t in _ramp_cells(p)) + "</tr>"
+            for p in r["points"])
         out.append(f"<details><summary>Load ramp: {escape(r['label'])} <span class='muted'>"
                    f"({escape(r['source'])})</span></summary><div class='tablewrap'><table><thead><tr>"
                    "<th>users / rate</th><th>requests/s</th><th>samples/s</th><th>p50</th><th>p90</th><th>p99</th>"
                    f"</tr></thead><tbody>{rows}</tbody></table></div></details>")
     return "".join(out)
+
+
+def _ramp_cells(p: dict[str, Any]) -> list[str]:
+    """requests/s, samples/s, p50, p90, p99 of a ramp point; a withheld one is its error."""
+    return [withheld.point_text(p, k, f) for k, f in (("requests_s", u.num), ("throughput_samples_s", u.num),
+                                                      ("p50_ms", u.ms), ("p90_ms", u.ms), ("p99_ms", u.ms))]
 
 
 def _users_or_rate(p: dict[str, Any]) -> str:
@@ -337,7 +343,6 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
     for r in model["ramps"]:
         md += [f"### Load ramp: {r['label']} (`{r['source']}`)", ""]
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
-                        [[_users_or_rate(p), u.num(p.get("requests_s")), u.num(p.get("throughput_samples_s")),
-                          u.ms(p.get("p50_ms")), u.ms(p.get("p90_ms")), u.ms(p.get("p99_ms"))] for p in r["points"]])
+                        [[_users_or_rate(p), *map(withheld.md_text, _ramp_cells(p))] for p in r["points"]])
     md += [f"![{n}]({n})" for n in figures_of(model["model"], figures)] + [""]
     return md

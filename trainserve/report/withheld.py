@@ -114,3 +114,9 @@ def html_tile_value(text: str | None) -> str | None:
     if not isinstance(text, Withheld):
         return None
     return f"<div class='v small err' title='{escape(text.error, quote=True)}'>{escape(text)}</div>"
+
+
+def point_text(point: dict[str, Any], key: str, fmt: Callable[[Any], str]) -> str:
+    """A ramp point's figure formatted, or its Withheld error."""
+    err = bounds.errors_of(None, point).get(key)  # type: ignore[arg-type]
+    return Withheld(err["short"], err["error"]) if err else fmt(point.get(key))
