@@ -123,3 +123,16 @@ def test_mfu_above_100_percent_is_withheld_as_an_error():
     assert len(r.validity.errors) == 1 and "MFU above 100%" in r.validity.errors[0]
     assert "120" not in r.validity.errors[0]
     assert r.extra["out_of_bounds"]["mfu"]["value"] == pytest.approx(80.9 / 67.0, abs=1e-4)
+
+
+def test_a_cpu_training_record_says_fp32_math(tmp_path):
+    from train.config import TrainConfig
+    from train.loop import fit
+
+    cfg = TrainConfig(device="cpu", model="mlp", samples=64, batch_size=32, steps=3, warmup_steps=1)
+    rec = fit(cfg, tmp_path / "r").record
+    assert rec.settings["math_mode"] == "fp32"
+    math = rec.settings["math"]
+    assert (math["mode"], math["conv"], math["matmul"], math["note"]) == ("fp32", None, "fp32", None)
+    assert {"cudnn_allow_tf32", "matmul_allow_tf32", "float32_matmul_precision"} <= set(math)
+    assert rec.validity.errors == [] and rec.speed.mfu is None  # no CPU peak: MFU stays null

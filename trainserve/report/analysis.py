@@ -171,8 +171,9 @@ def _infer_views(entries: list[Entry]) -> dict[str, Any]:
                 break
     candidates: list[tuple[float, Entry, dict[str, Any] | None]] = []
     for e in entries:
-        if e.record.speed.throughput_samples_s is not None:
-            candidates.append((e.record.speed.throughput_samples_s, e, None))
+        best = withheld.ranking_throughput(e.record)  # a withheld best is still picked, to show its error
+        if best is not None:
+            candidates.append((best, e, None))
         for p in _ramp(e):
             if p.get("throughput_samples_s") is not None:
                 candidates.append((p["throughput_samples_s"], e, p))

@@ -47,6 +47,19 @@ def metric_error(view: dict[str, Any] | None, metric: str) -> str | None:
     return err["error"] if err else None
 
 
+def ranking_throughput(record: Any) -> float | None:
+    """A screened record's throughput, or the value withheld from it, for picking the saturated column.
+
+    Picking by the withheld value puts the error where the best throughput measured would be,
+    instead of quietly showing the next best record as the saturation point.
+    """
+    if record.speed.throughput_samples_s is not None:
+        return record.speed.throughput_samples_s
+    held = record.extra.get(bounds.OUT_OF_BOUNDS) if isinstance(record.extra, dict) else None
+    value = (held or {}).get("throughput_samples_s", {}).get("value")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 # --- table cells ------------------------------------------------------------------------------
 
 class Withheld(str):
