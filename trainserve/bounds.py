@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainserve.errors import UserError
 from trainserve.profile import ProfileRecord
 
 log = logging.getLogger(__name__)
@@ -113,8 +114,8 @@ def limits_of(records: list[tuple[str, ProfileRecord]]) -> dict[tuple[str, str],
     """{(model, device): Limit} from the limit records among `records` (model as model_key gives it)."""
     p50s: dict[tuple[str, str], dict[int, float]] = {}
     best: dict[tuple[str, str], float] = {}
-    for _, r in records:
-        if not is_limit(r):
+    for source, r in records:
+        if not (is_limit(r) or (source.startswith("limits/") and r.phase == "infer")):
             continue
         key = (model_key(r.model), r.device)
         p50 = r.speed.latency.p50_ms
@@ -141,7 +142,8 @@ def read_limit_records(run_dir: Path) -> list[tuple[str, ProfileRecord]]:
             data = json.loads(path.read_text())
             if isinstance(data, dict) and "phase" in data and "schema_version" in data:
                 out.append((path.relative_to(run_dir).as_posix(), ProfileRecord.from_dict(data)))
-        except Exception as e:  # a bad limit file costs its checks, never the report
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, UserError, TypeError) as e:
+            # a bad limit file costs its checks, never the report
             log.warning("%s: not a usable limit record (%s); skipped", path, e)
     return out
 

@@ -54,6 +54,8 @@ def test_limits_are_read_per_model_device_and_batch():
             ("limits/c.json", _limit("cuda", 512, 9.0, 100_000.0)), ("load/x.json", _infer("cuda", 1, 1, 9e9, 0.01))]
     limits = bounds.limits_of(recs)
     assert limits == {("cnn", "cuda"): bounds.Limit({1: 0.5, 512: 9.0}, 100_000.0)}
+    unflagged = _infer("cpu", 1, 1, 900.0, 0.7)  # under limits/ without the flag: still a limit
+    assert bounds.limits_of([("limits/cpu.json", unflagged)])[("cnn", "cpu")] == bounds.Limit({1: 0.7}, 900.0)
 
 
 def test_withhold_moves_the_figure_out_and_is_idempotent():

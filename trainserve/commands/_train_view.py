@@ -68,8 +68,10 @@ def print_summary(result: Any) -> None:
     ]
     if rec.speed.achieved_tflops is not None:
         math = rec.settings.get("math_mode")
-        rows.append(("achieved", f"{rec.speed.achieved_tflops} TFLOP/s" + (f", MFU {rec.speed.mfu:.1%}" if rec.speed.mfu else "")
-                     + (f" ({math} math, peak {rec.speed.peak_tflops} TFLOP/s)" if math and rec.speed.peak_tflops else "")))
+        rows.append(("achieved", f"{rec.speed.achieved_tflops} TFLOP/s"
+                     + (f", MFU {rec.speed.mfu:.1%}" if rec.speed.mfu else "")
+                     + (f" ({math} math, peak {rec.speed.peak_tflops} TFLOP/s)" if math and rec.speed.peak_tflops
+                        else "")))
     mb = rec.memory.max_batch
     if mb:
         rows.append(("max batch train / infer", f"{mb['train']:,} / {mb['infer']:,} (x{mb['ratio']})"))

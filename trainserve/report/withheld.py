@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from html import escape
-from typing import Any
+from typing import Any, Self
 
 from trainserve import bounds
 from trainserve.report.collect import Collection, Entry
@@ -67,7 +67,7 @@ class Withheld(str):
 
     error: str
 
-    def __new__(cls, short: str, error: str) -> Withheld:
+    def __new__(cls, short: str, error: str) -> Self:
         cell = super().__new__(cls, f"error: {short}")
         cell.error = error
         return cell
