@@ -10,6 +10,7 @@ from train.config import TrainConfig
 from train.data import Splits
 from train.device import device_name
 from train.measure import MemoryTracker, StepTimes
+from trainserve import bounds
 from trainserve.profile import LatencyStats, ProfileRecord, host_info, package_versions
 
 log = logging.getLogger(__name__)
@@ -48,6 +49,7 @@ def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, time
         "torch_threads": torch.get_num_threads(), "timing": _timing(device, cfg),
         "warmup_steps": cfg.warmup_steps,
     }
+    _add_math_mode(rec, device, cfg.precision, model)
     wait = LatencyStats.from_samples_ms(times.data_wait_ms)
     rec.extra = {"parameters": n_params, "data_wait_share": round(share, 4) if share is not None else None,
                  "data_wait_ms": {"mean": wait.mean_ms, "p50": wait.p50_ms, "p99": wait.p99_ms},
@@ -78,7 +80,7 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
     """FLOPs per sample (forward + backward, counted by torch), achieved TFLOP/s and MFU."""
     import torch
 
-    from train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup
+    from train.flops import achieved_tflops, flops_per_sample
 
     try:
         # on a copy, with the RNG put back: counting runs a forward and backward pass
@@ -96,12 +98,40 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
     if rec.speed.throughput_samples_s:
         rec.speed.achieved_tflops = round(achieved_tflops(fps, rec.speed.throughput_samples_s), 6)
         if device == "cuda":  # CPU peaks are not tabulated: MFU stays null there
-            peak = peak_lookup(rec.device_name, cfg.precision)
-            rec.speed.peak_tflops = peak.tflops
-            m = mfu(rec.speed.achieved_tflops, peak.tflops)
-            rec.speed.mfu = round(m, 4) if m is not None else None
-            if peak.tflops is None and peak.note:
-                rec.validity.warnings.append(peak.note)
+            add_mfu(rec, cfg.precision)
+
+
+def add_mfu(rec: ProfileRecord, precision: str) -> None:
+    """peak_tflops and MFU of a CUDA record with achieved_tflops, for the math that ran.
+
+    The peak is settings["math_mode"]'s (tf32 for fp32 convs on Ampere and later), else
+    `precision`'s. An MFU above 100% is withheld as an error (trainserve.bounds): null in speed.mfu,
+    named in validity.errors, its raw value kept only in extra["out_of_bounds"].
+    """
+    from train.flops import mfu, peak_lookup
+
+    peak = peak_lookup(rec.device_name, rec.settings.get("math_mode") or precision)
+    rec.speed.peak_tflops = peak.tflops
+    m = mfu(rec.speed.achieved_tflops, peak.tflops)
+    rec.speed.mfu = round(m, 4) if m is not None else None
+    if peak.tflops is None and peak.note:
+        rec.validity.warnings.append(peak.note)
+    bounds.withhold(rec, bounds.check_record(rec))
+
+
+def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) -> None:
+    """settings["math_mode"] (the math MFU's peak is for) and settings["math"] (per op kind, the switches)."""
+    from train.mathmode import current
+
+    try:
+        math = current(device, precision, model)
+    except (RuntimeError, AttributeError, ValueError) as e:  # never fail a finished run: MFU uses --precision
+        log.warning("could not tell the math mode: %s", e)
+        return
+    rec.settings["math_mode"] = math.mode
+    rec.settings["math"] = math.to_dict()
+    if math.note and device == "cuda":
+        rec.validity.warnings.append(math.note)
 
 
 def _add_estimate(rec: ProfileRecord, n_params: int, precision: str) -> None:

@@ -123,6 +123,9 @@ class Validity:
     window_s: float | None = None  # length of the measured window
     samples: int = 0  # samples (rows) inside the window
     warnings: list[str] = field(default_factory=list)
+    # figures beyond a physical bound (trainserve.bounds): each names the broken assumption; the
+    # figure itself is moved to extra["out_of_bounds"] and left null here, so it is never shown as a result
+    errors: list[str] = field(default_factory=list)
     partial: bool = False  # the run stopped early; numbers cover what finished
 
 

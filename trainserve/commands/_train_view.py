@@ -67,7 +67,11 @@ def print_summary(result: Any) -> None:
             rec.memory.weights_bytes, rec.memory.gradients_bytes, rec.memory.optimizer_bytes, rec.memory.activations_bytes))),
     ]
     if rec.speed.achieved_tflops is not None:
-        rows.append(("achieved", f"{rec.speed.achieved_tflops} TFLOP/s" + (f", MFU {rec.speed.mfu:.1%}" if rec.speed.mfu else "")))
+        math = rec.settings.get("math_mode")
+        rows.append(("achieved", f"{rec.speed.achieved_tflops} TFLOP/s"
+                     + (f", MFU {rec.speed.mfu:.1%}" if rec.speed.mfu else "")
+                     + (f" ({math} math, peak {rec.speed.peak_tflops} TFLOP/s)" if math and rec.speed.peak_tflops
+                        else "")))
     mb = rec.memory.max_batch
     if mb:
         rows.append(("max batch train / infer", f"{mb['train']:,} / {mb['infer']:,} (x{mb['ratio']})"))
@@ -76,6 +80,8 @@ def print_summary(result: Any) -> None:
         t.add_row(k, v)
     console = Console()
     console.print(t)
+    for e in rec.validity.errors:  # a figure beyond its physical bound: withheld above, named here
+        console.print(f"[bold red]error:[/] {e}")
     for w in rec.validity.warnings:
         console.print(f"[yellow]warning:[/] {w}")
 

@@ -11,8 +11,10 @@ import dataclasses
 import datetime as _dt
 from typing import Any
 
+from trainserve import bounds
 from trainserve.profile import ProfileRecord
 from trainserve.report import units as u
+from trainserve.report import withheld
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.limits import in_process_batch1, is_limit, limit_conclusions, limits_section
 
@@ -33,7 +35,7 @@ def model_key(record: ProfileRecord) -> str:
 
 
 def analyse(collection: Collection) -> dict[str, Any]:
-    entries = collection.entries
+    entries = withheld.screened(collection)  # figures beyond a physical bound become errors
     models: dict[str, dict[str, Any]] = {}
     for name in sorted({model_key(e.record) for e in entries}):
         mine = [e for e in entries if model_key(e.record) == name]
@@ -49,6 +51,7 @@ def analyse(collection: Collection) -> dict[str, Any]:
         "models": models,
         "conclusions": conclusions,
         "headline": [m["conclusions"][0] for m in models.values() if m["conclusions"]],
+        "errors": withheld.summary_errors(entries),
         "warnings": _warnings(entries) + [{"source": rel, "model": None, "device": None, "phase": None,
                                            "message": why} for rel, why in collection.problems],
         "records": [_record_row(e) for e in entries],
@@ -78,6 +81,7 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[s
         "backend": r.backend,
         "target": r.target,
         "precision": r.precision,
+        "math_mode": r.settings.get("math_mode"),  # the math MFU's peak is for (train records)
         "batch_size": r.batch_size,
         "concurrency": concurrency,
         "ramp_point": point is not None,
@@ -103,7 +107,9 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[s
         "flops_per_sample": r.speed.flops_per_sample,
         "achieved_tflops": r.speed.achieved_tflops,
         "mfu": r.speed.mfu,
+        "peak_tflops": r.speed.peak_tflops,
         "partial": r.validity.partial,
+        "errors": bounds.errors_of(r, point),  # {field: {"short", "error"}}: figures withheld, null above
         "warnings": list(r.validity.warnings),
     }
 
@@ -168,8 +174,9 @@ def _infer_views(entries: list[Entry]) -> dict[str, Any]:
                 break
     candidates: list[tuple[float, Entry, dict[str, Any] | None]] = []
     for e in entries:
-        if e.record.speed.throughput_samples_s is not None:
-            candidates.append((e.record.speed.throughput_samples_s, e, None))
+        best = withheld.ranking_throughput(e.record)  # a withheld best is still picked, to show its error
+        if best is not None:
+            candidates.append((best, e, None))
         for p in _ramp(e):
             if p.get("throughput_samples_s") is not None:
                 candidates.append((p["throughput_samples_s"], e, p))
@@ -203,7 +210,10 @@ def _speedup(kind: str, cpu: dict | None, gpu: dict | None, metric: str) -> dict
     value = _div(c, g) if metric == "p50_ms" else _div(g, c)
     missing = [DEVICE_LABEL[d] for d, v in (("cpu", c), ("cuda", g)) if v is None]
     note = None if value is not None else f"not measured: no {' or '.join(missing)} {kind} measurement"
-    return {"value": value, "cpu": c, "gpu": g, "metric": metric, "note": note}
+    error = withheld.metric_error(cpu, metric) or withheld.metric_error(gpu, metric)
+    if value is None and error:
+        note = f"withheld: {error}"
+    return {"value": value, "cpu": c, "gpu": g, "metric": metric, "note": note, "error": error}
 
 
 def _speedups(train: dict, infer: dict) -> dict[str, Any]:
@@ -309,8 +319,11 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
     out += limit_conclusions(s)
     t = s["train"]["cuda"]
     if t and t["mfu"] is not None:
+        math = f"{t['precision']}, {t['math_mode']} math" if t.get("math_mode") else t["precision"]
         out.append(f"{name}: GPU training reaches {u.fraction(t['mfu'])} MFU "
-                   f"({u.tflops(t['achieved_tflops'])}, {t['precision']}, {t['device_name'] or 'GPU'}).")
+                   f"({u.tflops(t['achieved_tflops'])}, {math}, {t['device_name'] or 'GPU'}).")
+    elif withheld.mfu_conclusion(name, t):
+        out.append(withheld.mfu_conclusion(name, t))
     return out
 
 
@@ -390,7 +403,7 @@ def _record_row(e: Entry) -> dict[str, Any]:
             "precision": r.precision, "batch_size": r.batch_size, "concurrency": r.concurrency,
             "throughput_samples_s": r.speed.throughput_samples_s, "p50_ms": r.speed.latency.p50_ms,
             "p99_ms": r.speed.latency.p99_ms, "peak_bytes": _first(r.memory.peak_bytes, r.memory.rss_peak_bytes),
-            "partial": r.validity.partial, "created": r.created}
+            "partial": r.validity.partial, "created": r.created, "errors": bounds.errors_of(r)}
 
 
 def columns(section: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainserve.report import limits as lim
 from trainserve.report import units as u
+from trainserve.report import withheld
 from trainserve.report.analysis import DEVICE_LABEL, columns
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
@@ -81,8 +82,8 @@ def html_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>trainserve report — {escape(summary['run'])}</title><style>{CSS}</style></head><body>",
-        _html_header(summary), "<main>", _html_summary(summary),
+        f"<title>trainserve report — {escape(summary['run'])}</title><style>{CSS}{withheld.CSS}</style></head><body>",
+        _html_header(summary), "<main>", _html_summary(summary), withheld.html_section(summary),
     ]
     for model in summary["models"].values():
         parts.append(_html_model(model, figures))
@@ -122,6 +123,7 @@ def _html_summary(s: dict[str, Any]) -> str:
         for key, title, metric in SPEEDUPS:
             sp = model["speedups"][key]
             value = (f"<div class='v'>{u.ratio(sp['value'])}</div>" if sp["value"] is not None
+                     else "<div class='v small err'>error: withheld</div>" if sp.get("error")
                      else f"<div class='v nm'>{NOT_MEASURED}</div>")
             out.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
                        f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}"
@@ -129,6 +131,9 @@ def _html_summary(s: dict[str, Any]) -> str:
         out.append("</div>")
         out.append(_html_measured_tiles(model))
     out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in s["conclusions"]) + "</ul>")
+    if s.get("errors"):
+        out.append(f"<p class='errbox'>{len(s['errors'])} figure(s) beyond a physical bound withheld — "
+                   "see <a href='#errors'>Errors</a>.</p>")
     n = len(s["warnings"])
     if n:
         out.append(f"<p class='warn'>{n} warning{'s' if n != 1 else ''} — see <a href='#warnings'>Warnings</a>.</p>")
@@ -145,6 +150,7 @@ def _html_measured_tiles(model: dict[str, Any]) -> str:
         b1 = infer and infer["batch1"]
         sat = infer and infer["saturated"]
         for title, value, detail in (
+<<<<<<< HEAD
                 ("training", t and u.num(t["throughput_samples_s"]), "samples/s" + (f", batch {t['batch_size']}" if t else "")),
                 ("batch-1 latency", b1 and u.ms(b1["latency"].get("p50_ms")),
                  "p50 per request" + lim.tile_note(model, d, "batch1")),
@@ -152,6 +158,17 @@ def _html_measured_tiles(model: dict[str, Any]) -> str:
                  "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else "")
                  + lim.tile_note(model, d, "saturated"))):
             shown = (f"<div class='v small'>{escape(value)}</div>" if value and value != u.MISSING
+=======
+                ("training", withheld.figure(t, "throughput_samples_s", lambda v: u.num(v["throughput_samples_s"])),
+                 "samples/s" + (f", batch {t['batch_size']}" if t else "")),
+                ("batch-1 latency", withheld.figure(b1, "p50_ms", lambda v: u.ms(v["latency"].get("p50_ms"))),
+                 "p50 per request"),
+                ("serving, saturated", withheld.figure(sat, "throughput_samples_s",
+                                                       lambda v: u.num(v["throughput_samples_s"])),
+                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else ""))):
+            shown = withheld.html_tile_value(value) or (f"<div class='v small'>{escape(value)}</div>"
+                                                        if value and value != u.MISSING
+>>>>>>> bounds
                      else f"<div class='v nm'>{NOT_MEASURED}</div>")
             tiles.append(f"<div class='tile {d}'><div class='k'>{DEVICE_LABEL[d]} · {escape(title)}</div>{shown}"
                          f"<div class='d'>{escape(detail)}</div></div>")
@@ -173,7 +190,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
             for _, v in cols:
                 text = cell(v) if v else u.MISSING
                 cls = " class='nm'" if text in (u.MISSING, "") else ""
-                tds.append(f"<td{cls}>{escape(text)}</td>")
+                tds.append(withheld.html_td(text) or f"<td{cls}>{escape(text)}</td>")
             body.append(f"<tr><td>{escape(label)}</td>{''.join(tds)}</tr>")
     sources = "".join(f"<td class='src'><code>{escape(v['source'])}</code></td>" if v else "<td class='nm'>—</td>"
                       for _, v in cols)
@@ -236,15 +253,27 @@ def _html_ramps(model: dict[str, Any]) -> str:
     out = []
     for r in model["ramps"]:
         rows = "".join(
+<<<<<<< HEAD
             f"<tr><td>{escape(_users_or_rate(p))}</td><td>{u.num(p.get('requests_s'))}</td>"
             f"<td>{u.num(p.get('throughput_samples_s'))}</td><td>{u.ms(p.get('p50_ms'))}</td>"
             f"<td>{u.ms(p.get('p90_ms'))}</td><td>{u.ms(p.get('p99_ms'))}</td></tr>" for p in r["points"])
         note = lim.ramp_note(model, r["device"])
+=======
+            f"<tr><td>{escape(_users_or_rate(p))}</td>" + "".join(
+                withheld.html_td(t) or f"<td>{escape(t)}</td>" for t in _ramp_cells(p)) + "</tr>"
+            for p in r["points"])
+>>>>>>> bounds
         out.append(f"<details><summary>Load ramp: {escape(r['label'])} <span class='muted'>"
                    f"({escape(r['source'])}){escape(' · ' + note if note else '')}</span></summary><div class='tablewrap'><table><thead><tr>"
                    "<th>users / rate</th><th>requests/s</th><th>samples/s</th><th>p50</th><th>p90</th><th>p99</th>"
                    f"</tr></thead><tbody>{rows}</tbody></table></div></details>")
     return "".join(out)
+
+
+def _ramp_cells(p: dict[str, Any]) -> list[str]:
+    """requests/s, samples/s, p50, p90, p99 of a ramp point; a withheld one is its error."""
+    return [withheld.point_text(p, k, f) for k, f in (("requests_s", u.num), ("throughput_samples_s", u.num),
+                                                      ("p50_ms", u.ms), ("p90_ms", u.ms), ("p99_ms", u.ms))]
 
 
 def _users_or_rate(p: dict[str, Any]) -> str:
@@ -267,13 +296,19 @@ def _html_records(s: dict[str, Any]) -> str:
         f"<tr><td><code>{escape(r['source'])}</code></td><td>{escape(r['phase'])}</td><td>{escape(r['model'])}</td>"
         f"<td>{DEVICE_LABEL[r['device']]}</td><td>{escape(r['backend'])}</td><td>{escape(r['precision'])}</td>"
         f"<td>{r['batch_size']}</td><td>{'' if r['concurrency'] is None else r['concurrency']}</td>"
-        f"<td>{u.num(r['throughput_samples_s'])}</td><td>{u.ms(r['p50_ms'])}</td><td>{u.ms(r['p99_ms'])}</td>"
+        f"{_html_rec(r, 'throughput_samples_s', u.num)}{_html_rec(r, 'p50_ms', u.ms)}{_html_rec(r, 'p99_ms', u.ms)}"
         f"<td>{u.nbytes(r['peak_bytes'])}</td></tr>" for r in s["records"])
     return ("<section id='records'><details><summary>All profile records "
             f"({len(s['records'])})</summary><div class='tablewrap'><table><thead><tr><th>file</th><th>phase</th>"
             "<th>model</th><th>device</th><th>backend</th><th>precision</th><th>batch</th><th>users</th>"
             "<th>samples/s</th><th>p50</th><th>p99</th><th>peak memory</th></tr></thead>"
             f"<tbody>{rows}</tbody></table></div></details></section>")
+
+
+def _html_rec(r: dict[str, Any], key: str, fmt: Any) -> str:
+    """A cell of the all-records table: the figure, or its error in red when it was withheld."""
+    text = withheld.guard(key, lambda v: fmt(v[key]))(r)
+    return withheld.html_td(text) or f"<td>{escape(text)}</td>"
 
 
 # --- Markdown -------------------------------------------------------------------------------
@@ -301,12 +336,19 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
         md.append("- **versions**: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
     md += ["", "## Summary", ""]
     md += [f"- {c}" for c in s["conclusions"]] + [""]
+    md += withheld.md_section(s)
     rows = []
     for model in s["models"].values():
         for key, title, metric in SPEEDUPS:
             sp = model["speedups"][key]
+<<<<<<< HEAD
             rows.append([model["model"], title, u.ratio(sp["value"]) if sp["value"] is not None else NOT_MEASURED,
                          f"{metric}; {speedup_detail(key, sp)}{lim.speedup_note(model, key)}"])
+=======
+            shown = "🔴 **error: withheld**" if sp.get("error") else NOT_MEASURED
+            rows.append([model["model"], title, u.ratio(sp["value"]) if sp["value"] is not None else shown,
+                         f"{metric}; {speedup_detail(key, sp)}"])
+>>>>>>> bounds
     md += ["### GPU vs CPU speedups", ""] + _md_table(["model", "measurement", "speedup", "how"], rows)
     for model in s["models"].values():
         md += _md_model(model, figures)
@@ -316,7 +358,9 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     md += _md_table(["file", "phase", "model", "device", "backend", "batch", "users", "samples/s", "p50", "p99"],
                     [[f"`{r['source']}`", r["phase"], r["model"], DEVICE_LABEL[r["device"]], r["backend"],
                       str(r["batch_size"]), "" if r["concurrency"] is None else str(r["concurrency"]),
-                      u.num(r["throughput_samples_s"]), u.ms(r["p50_ms"]), u.ms(r["p99_ms"])] for r in s["records"]])
+                      *(withheld.md_text(withheld.guard(k, lambda v, k=k, f=f: f(v[k]))(r))
+                        for k, f in (("throughput_samples_s", u.num), ("p50_ms", u.ms), ("p99_ms", u.ms)))]
+                     for r in s["records"]])
     return "\n".join(md)
 
 
@@ -330,7 +374,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
     for group, group_rows in GROUPS:
         rows.append([f"**{group}**"] + [""] * len(cols))
         for label, cell in group_rows:
-            rows.append([label] + [(cell(v) if v else u.MISSING) for _, v in cols])
+            rows.append([label] + [(withheld.md_text(cell(v)) if v else u.MISSING) for _, v in cols])
     rows.append(["record"] + [f"`{v['source']}`" if v else NOT_MEASURED for _, v in cols])
     md += _md_table([""] + [label for label, _ in cols], rows)
     md += _md_limits(model)
@@ -346,8 +390,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
         note = lim.ramp_note(model, r["device"])
         md += [f"{note[0].upper()}{note[1:]}.", ""] if note else []
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
-                        [[_users_or_rate(p), u.num(p.get("requests_s")), u.num(p.get("throughput_samples_s")),
-                          u.ms(p.get("p50_ms")), u.ms(p.get("p90_ms")), u.ms(p.get("p99_ms"))] for p in r["points"]])
+                        [[_users_or_rate(p), *map(withheld.md_text, _ramp_cells(p))] for p in r["points"]])
     md += [f"![{n}]({n})" for n in figures_of(model["model"], figures)] + [""]
     return md
 

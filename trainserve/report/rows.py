@@ -7,12 +7,13 @@ from typing import Any
 
 from trainserve.report import units as u
 from trainserve.report.limits import row_limit, row_vs_limit
+from trainserve.report.withheld import guard
 
 Row = tuple[str, Callable[[dict[str, Any]], str]]
 
 
 def _lat(key: str) -> Callable[[dict[str, Any]], str]:
-    return lambda v: u.ms(v["latency"].get(key))
+    return guard(key, lambda v: u.ms(v["latency"].get(key)))
 
 
 def _mem(key: str, train_only: bool = False) -> Callable[[dict[str, Any]], str]:
@@ -35,12 +36,13 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("device", lambda v: v["device_name"] or v["device"]),
         ("backend", lambda v: v["backend"]),
         ("precision", lambda v: v["precision"]),
+        ("math mode (MFU's peak)", lambda v: v.get("math_mode") or ("" if v["phase"] == "infer" else u.MISSING)),
         ("batch size", lambda v: f"{v['batch_size']}"),
         ("users in flight", _users),
     ]),
     ("Speed", [
-        ("throughput, samples/s", lambda v: u.num(v["throughput_samples_s"])),
-        ("requests/s", lambda v: "" if v["phase"] == "train" else u.num(v["requests_s"])),
+        ("throughput, samples/s", guard("throughput_samples_s", lambda v: u.num(v["throughput_samples_s"]))),
+        ("requests/s", guard("requests_s", lambda v: "" if v["phase"] == "train" else u.num(v["requests_s"]))),
         ("p50 (step / request)", _lat("p50_ms")),
         ("p90", _lat("p90_ms")),
         ("p99", _lat("p99_ms")),
@@ -68,7 +70,8 @@ GROUPS: list[tuple[str, list[Row]]] = [
     ("Compute", [
         ("FLOPs per sample", lambda v: u.flops(v["flops_per_sample"])),
         ("achieved", lambda v: u.tflops(v["achieved_tflops"])),
-        ("MFU", lambda v: u.fraction(v["mfu"])),
+        ("peak for MFU", lambda v: "" if v["phase"] == "infer" else u.tflops(v.get("peak_tflops"))),
+        ("MFU", guard("mfu", lambda v: u.fraction(v["mfu"]))),
     ]),
 ]
 

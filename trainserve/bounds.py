@@ -1,0 +1,266 @@
+"""Physical bounds on measured figures: a figure beyond its bound is an error, never a result.
+
+A bound broken means an assumption broke, not that the hardware outdid itself:
+- MFU above 100%: the peak assumed (the math mode) or the FLOP count is wrong;
+- a served p50 below the in-process p50 of the same model, device and batch: a server adds work
+  to the bare model run, so the client or the clock measured something else;
+- served throughput above the in-process best of the same model and device: likewise;
+- a load generator that used (nearly) a whole core: the client set the pace, so the throughput
+  and latency are the client's, not the server's.
+
+Checks are pure functions on plain numbers and on ProfileRecords. `withhold` moves a broken
+figure out of a record (into `extra["out_of_bounds"]`, beside `validity.errors`) so that nothing
+downstream can print it; the report shows the error, in red, where the number would be.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainserve.errors import UserError
+from trainserve.profile import ProfileRecord
+
+log = logging.getLogger(__name__)
+
+MFU_MAX = 1.0
+# Two separate measurements (in-process, then served) differ by run-to-run noise; a served figure
+# is flagged only when it beats the in-process one by more than this share.
+NOISE = 0.05
+# A load-generator process busy for this share of a core over the test (start-up included, so
+# busier still while it ran) was saturated. loadtest warns from 0.9; from here the figure is void.
+CLIENT_SATURATED_FRACTION = 0.95
+LATENCY_FIELDS = ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "mean_ms", "max_ms")
+SPEED_FIELDS = ("throughput_samples_s", "requests_s")
+OUT_OF_BOUNDS = "out_of_bounds"  # the key in ProfileRecord.extra (and in a ramp point) of withheld figures
+
+
+@dataclass(frozen=True)
+class Violation:
+    """A figure beyond its physical bound: which figures to withhold, and why."""
+
+    fields: tuple[str, ...]  # report keys: "mfu", "throughput_samples_s", "requests_s", "p50_ms", ...
+    short: str  # a few words for a table cell, e.g. "MFU > 100%"
+    message: str  # the broken assumption, in one sentence, without the withheld figure
+
+
+@dataclass(frozen=True)
+class Limit:
+    """The in-process (bare model, no server) limits of one model on one device."""
+
+    p50_ms_by_batch: dict[int, float]  # lowest in-process p50 per batch size, ms
+    best_throughput_samples_s: float | None  # highest in-process throughput at any batch
+
+
+# --- the checks, on plain numbers -------------------------------------------------------------
+
+def check_mfu(mfu: float | None, math_mode: str | None = None, device_name: str = "",
+              peak_tflops: float | None = None) -> Violation | None:
+    if mfu is None or mfu <= MFU_MAX:
+        return None
+    peak = f"the {math_mode or 'assumed'} peak" + (f" of {peak_tflops:g} TFLOP/s" if peak_tflops else "")
+    where = f" for {device_name}" if device_name else ""
+    return Violation(("mfu",), "MFU > 100%",
+                     f"MFU above 100% of {peak}{where} is impossible: the math mode assumed for the peak "
+                     "(e.g. fp32 where TF32 tensor cores ran) or the FLOP count is wrong")
+
+
+def check_latency(served_p50_ms: float | None, limit_p50_ms: float | None, device: str,
+                  batch: int) -> Violation | None:
+    if served_p50_ms is None or limit_p50_ms is None or served_p50_ms >= limit_p50_ms * (1 - NOISE):
+        return None
+    return Violation(LATENCY_FIELDS, "p50 below in-process limit",
+                     f"served p50 is below the in-process p50 of {limit_p50_ms:g} ms for the same model on "
+                     f"{_dev(device)} at batch {batch}: a server cannot answer faster than the bare model runs, "
+                     "so the latency was not measured end to end")
+
+
+def check_throughput(served_samples_s: float | None, limit_samples_s: float | None,
+                     device: str) -> Violation | None:
+    if served_samples_s is None or limit_samples_s is None or served_samples_s <= limit_samples_s * (1 + NOISE):
+        return None
+    return Violation(SPEED_FIELDS, "above in-process limit",
+                     f"served throughput is above the in-process best of {limit_samples_s:,.0f} samples/s for the "
+                     f"same model on {_dev(device)}: a server cannot outrun the bare model, so requests were "
+                     "miscounted or the limit was measured on other hardware")
+
+
+def check_client(max_process_core_fraction: float | None) -> Violation | None:
+    f = max_process_core_fraction
+    if f is None or f < CLIENT_SATURATED_FRACTION:
+        return None
+    return Violation(SPEED_FIELDS + LATENCY_FIELDS, "client saturated",
+                     f"a load-generator process used {f:.0%} of a core: the client, not the server, set the pace, "
+                     "so throughput and latency are the client's; measure again with more --processes")
+
+
+def _dev(device: str) -> str:
+    return "the GPU" if device == "cuda" else "the CPU"
+
+
+# --- limits from the in-process records -------------------------------------------------------
+
+def is_limit(record: ProfileRecord) -> bool:
+    """An in-process limit record: the bare model on onnxruntime, no server in between."""
+    extra = record.extra if isinstance(record.extra, dict) else {}
+    return record.phase == "infer" and (extra.get("limit") is True or (record.target or "").startswith("in-process"))
+
+
+def limits_of(records: list[tuple[str, ProfileRecord]]) -> dict[tuple[str, str], Limit]:
+    """{(model, device): Limit} from the limit records among `records` (model as model_key gives it)."""
+    p50s: dict[tuple[str, str], dict[int, float]] = {}
+    best: dict[tuple[str, str], float] = {}
+    for source, r in records:
+        if not (is_limit(r) or (source.startswith("limits/") and r.phase == "infer")):
+            continue
+        key = (model_key(r.model), r.device)
+        p50 = r.speed.latency.p50_ms
+        if p50 is not None:
+            by_batch = p50s.setdefault(key, {})
+            by_batch[r.batch_size] = min(p50, by_batch.get(r.batch_size, p50))
+        x = r.speed.throughput_samples_s
+        if x is not None:
+            best[key] = max(x, best.get(key, x))
+        p50s.setdefault(key, {})
+    return {k: Limit(p50s[k], best.get(k)) for k in p50s}
+
+
+def read_limit_records(run_dir: Path) -> list[tuple[str, ProfileRecord]]:
+    """The records under `<run>/limits/` (none when the folder is absent); unreadable files are skipped."""
+    base = run_dir / "limits"
+    out: list[tuple[str, ProfileRecord]] = []
+    if not base.is_dir():
+        return out
+    for path in sorted(base.rglob("*.json")):
+        if path.name.startswith("."):
+            continue
+        try:
+            data = json.loads(path.read_text())
+            if isinstance(data, dict) and "phase" in data and "schema_version" in data:
+                out.append((path.relative_to(run_dir).as_posix(), ProfileRecord.from_dict(data)))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, UserError, TypeError) as e:
+            # a bad limit file costs its checks, never the report
+            log.warning("%s: not a usable limit record (%s); skipped", path, e)
+    return out
+
+
+def model_key(name: str) -> str:
+    """The model a served name belongs to ("cnn_gpu" -> "cnn"), as the report groups them."""
+    name = name.rsplit("/", 1)[-1]
+    for suffix in ("_cpu", "_gpu"):
+        if name.endswith(suffix):
+            return name[: -len(suffix)]
+    return name
+
+
+# --- on records ---------------------------------------------------------------------------------
+
+def check_record(record: ProfileRecord, limit: Limit | None = None) -> list[Violation]:
+    """Every bound the record's own figures break (ramp points are checked by `withhold`)."""
+    r = record
+    found: list[Violation | None] = []
+    if r.phase == "train":
+        found.append(check_mfu(r.speed.mfu, r.settings.get("math_mode"), r.device_name, r.speed.peak_tflops))
+    elif not is_limit(r):
+        gen = r.extra.get("load_generator") if isinstance(r.extra, dict) else None
+        found.append(check_client(gen.get("max_process_core_fraction") if isinstance(gen, dict) else None))
+        if limit is not None:
+            found.append(check_latency(r.speed.latency.p50_ms, limit.p50_ms_by_batch.get(r.batch_size),
+                                       r.device, r.batch_size))
+            found.append(check_throughput(r.speed.throughput_samples_s, limit.best_throughput_samples_s, r.device))
+    return [v for v in found if v is not None]
+
+
+def _check_point(point: dict[str, Any], record: ProfileRecord, limit: Limit | None) -> list[Violation]:
+    gen = record.extra.get("load_generator")
+    found = [check_client(gen.get("max_process_core_fraction") if isinstance(gen, dict) else None)]
+    if limit is None:
+        return [v for v in found if v is not None]
+    found += [check_latency(point.get("p50_ms"), limit.p50_ms_by_batch.get(record.batch_size), record.device,
+                           record.batch_size),
+             check_throughput(point.get("throughput_samples_s"), limit.best_throughput_samples_s, record.device)]
+    return [v for v in found if v is not None]
+
+
+def withhold(record: ProfileRecord, violations: list[Violation]) -> None:
+    """Move each broken figure out of `record` into extra["out_of_bounds"] and name it in validity.errors.
+
+    Idempotent: a figure already withheld stays withheld, and an error is listed once.
+    """
+    if not violations:
+        return
+    held = record.extra.setdefault(OUT_OF_BOUNDS, {})
+    for v in violations:
+        if v.message not in record.validity.errors:
+            record.validity.errors.append(v.message)
+        for f in v.fields:
+            value = _get(record, f)
+            if value is None and f in held:
+                continue
+            held[f] = {"value": value, "short": v.short, "error": v.message}
+            _set(record, f, None)
+
+
+def _get(r: ProfileRecord, f: str) -> Any:
+    if f == "mfu":
+        return r.speed.mfu
+    if f in SPEED_FIELDS:
+        return getattr(r.speed, f)
+    return getattr(r.speed.latency, f)
+
+
+def _set(r: ProfileRecord, f: str, value: Any) -> None:
+    if f == "mfu":
+        r.speed.mfu = value
+    elif f in SPEED_FIELDS:
+        setattr(r.speed, f, value)
+    else:
+        setattr(r.speed.latency, f, value)
+
+
+def _withhold_point(point: dict[str, Any], violations: list[Violation]) -> None:
+    held = point.setdefault(OUT_OF_BOUNDS, {})
+    for v in violations:
+        for f in v.fields:
+            if f in point and f not in held:  # a report's copy: the raw value is not kept
+                held[f] = {"short": v.short, "error": v.message}
+                point[f] = None
+
+
+def screen(records: list[tuple[str, ProfileRecord]],
+           limit_records: list[tuple[str, ProfileRecord]] = ()) -> list[ProfileRecord]:
+    """Copies of `records` with every out-of-bound figure withheld (the inputs are left as they are).
+
+    Limits come from the limit records among `records` and `limit_records` together; with none,
+    only the checks that need no limit (MFU, client saturation) run.
+    """
+    limits = limits_of(list(records) + list(limit_records))
+    out = []
+    for _, rec in records:
+        r = copy.deepcopy(rec)
+        limit = limits.get((model_key(r.model), r.device))
+        withhold(r, check_record(r, limit))
+        ramp = r.extra.get("ramp") if isinstance(r.extra, dict) and not is_limit(r) else None
+        for p in ramp if isinstance(ramp, list) else []:
+            if isinstance(p, dict):
+                found = _check_point(p, r, limit)
+                _withhold_point(p, found)
+                for v in found:
+                    if v.message not in r.validity.errors:
+                        r.validity.errors.append(v.message)
+        out.append(r)
+    return out
+
+
+def errors_of(record: ProfileRecord, point: dict[str, Any] | None = None) -> dict[str, dict[str, str]]:
+    """{field: {"short", "error"}} of the figures withheld from a screened record (or one ramp point)."""
+    source = point if point is not None else record.extra if isinstance(record.extra, dict) else {}
+    held = source.get(OUT_OF_BOUNDS)
+    if not isinstance(held, dict):
+        return {}
+    return {f: {"short": str(h.get("short", "out of bounds")), "error": str(h.get("error", ""))}
+            for f, h in held.items() if isinstance(h, dict)}

@@ -1,0 +1,135 @@
+"""Figures the report withholds because they broke a physical bound (trainserve.bounds).
+
+analysis.py screens a run's records through `screened` before lining them up, so a withheld
+figure is null in summary.json with its error beside it (a view's "errors", the summary's
+"errors"), and the renderers show the error, in red, where the number would have been.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from html import escape
+from typing import Any, Self
+
+from trainserve import bounds
+from trainserve.report.collect import Collection, Entry
+
+RED = "#b42318"
+
+
+def screened(collection: Collection) -> list[Entry]:
+    """The collection's entries with out-of-bound figures withheld, checked against any in-process limits.
+
+    Limit records are taken from the collection and from `<run>/limits/` (absent: no limit checks).
+    """
+    pairs = [(e.source, e.record) for e in collection.entries]
+    known = {e.source for e in collection.entries}
+    extra_limits = [p for p in bounds.read_limit_records(collection.run_dir) if p[0] not in known]
+    return [Entry(e.source, r) for e, r in zip(collection.entries, bounds.screen(pairs, extra_limits))]
+
+
+def summary_errors(entries: list[Entry]) -> list[dict[str, Any]]:
+    """Every record's errors, one row each, shaped like the summary's warnings."""
+    return [{"source": e.source, "model": bounds.model_key(e.record.model), "device": e.record.device,
+             "phase": e.record.phase, "message": msg}
+            for e in entries for msg in dict.fromkeys(e.record.validity.errors)]
+
+
+def mfu_conclusion(name: str, train_view: dict[str, Any] | None) -> str | None:
+    """The sentence that replaces "GPU training reaches X MFU" when MFU was withheld."""
+    err = (train_view or {}).get("errors", {}).get("mfu")
+    return f"{name}: GPU training MFU withheld — {err['error']}." if err else None
+
+
+def metric_error(view: dict[str, Any] | None, metric: str) -> str | None:
+    """The error that withheld `metric` ("throughput_samples_s", "p50_ms", ...) from a view, if any."""
+    err = (view or {}).get("errors", {}).get(metric)
+    return err["error"] if err else None
+
+
+def ranking_throughput(record: Any) -> float | None:
+    """A screened record's throughput, or the value withheld from it, for picking the saturated column.
+
+    Picking by the withheld value puts the error where the best throughput measured would be,
+    instead of quietly showing the next best record as the saturation point.
+    """
+    if record.speed.throughput_samples_s is not None:
+        return record.speed.throughput_samples_s
+    held = record.extra.get(bounds.OUT_OF_BOUNDS) if isinstance(record.extra, dict) else None
+    value = (held or {}).get("throughput_samples_s", {}).get("value")
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+# --- table cells ------------------------------------------------------------------------------
+
+class Withheld(str):
+    """A table cell whose figure was withheld: the text is the short error, `error` the whole sentence."""
+
+    error: str
+
+    def __new__(cls, short: str, error: str) -> Self:
+        cell = super().__new__(cls, f"error: {short}")
+        cell.error = error
+        return cell
+
+
+def guard(field: str, cell: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], str]:
+    """A row's cell function that shows the error instead of `field` when the figure was withheld."""
+    def guarded(v: dict[str, Any]) -> str:
+        err = v.get("errors", {}).get(field)
+        return Withheld(err["short"], err["error"]) if err else cell(v)
+    return guarded
+
+
+def html_td(text: str) -> str | None:
+    """The <td> of a withheld cell (red, the error as its tooltip); None for an ordinary one."""
+    if not isinstance(text, Withheld):
+        return None
+    return f"<td class='err' title='{escape(text.error, quote=True)}'>{escape(text)}</td>"
+
+
+def md_text(text: str) -> str:
+    """Markdown cannot colour text: a red mark and bold say it is an error, not a figure."""
+    return f"🔴 **{text}**" if isinstance(text, Withheld) else text
+
+
+CSS = (f".err {{ color:{RED}; font-weight:600; }} td.err {{ cursor:help; }} "
+       f".errbox {{ background:#fef3f2; border-left:4px solid {RED}; padding:6px 10px; margin:6px 0; "
+       f"border-radius:4px; color:{RED}; }} .errbox code {{ color:{RED}; }}")
+
+
+def html_section(summary: dict[str, Any]) -> str:
+    """The Errors section: every withheld figure's reason, in red; empty when there is none."""
+    errs = summary.get("errors") or []
+    if not errs:
+        return ""
+    items = "".join(f"<div class='errbox'><code>{escape(e['source'])}</code> — {escape(e['message'])}</div>"
+                    for e in errs)
+    return (f"<section id='errors'><h2 class='err'>Errors ({len(errs)}): figures beyond a physical bound, "
+            f"withheld</h2>{items}</section>")
+
+
+def md_section(summary: dict[str, Any]) -> list[str]:
+    errs = summary.get("errors") or []
+    if not errs:
+        return []
+    return (["## Errors: figures beyond a physical bound, withheld", ""]
+            + [f"- 🔴 **error** `{e['source']}`: {e['message']}" for e in errs] + [""])
+
+
+def figure(view: dict[str, Any] | None, field: str, fmt: Callable[[dict[str, Any]], str]) -> str | None:
+    """`fmt(view)`, or the Withheld error when `field` was withheld from the view; None without a view."""
+    return guard(field, fmt)(view) if view else None
+
+
+def html_tile_value(text: str | None) -> str | None:
+    """A summary tile's value div for a withheld figure; None for an ordinary one."""
+    if not isinstance(text, Withheld):
+        return None
+    return f"<div class='v small err' title='{escape(text.error, quote=True)}'>{escape(text)}</div>"
+
+
+def point_text(point: dict[str, Any], key: str, fmt: Callable[[Any], str]) -> str:
+    """A ramp point's figure formatted, or its Withheld error."""
+    err = bounds.errors_of(None, point).get(key)  # type: ignore[arg-type]
+    return Withheld(err["short"], err["error"]) if err else fmt(point.get(key))
