@@ -150,25 +150,16 @@ def _html_measured_tiles(model: dict[str, Any]) -> str:
         b1 = infer and infer["batch1"]
         sat = infer and infer["saturated"]
         for title, value, detail in (
-<<<<<<< HEAD
-                ("training", t and u.num(t["throughput_samples_s"]), "samples/s" + (f", batch {t['batch_size']}" if t else "")),
-                ("batch-1 latency", b1 and u.ms(b1["latency"].get("p50_ms")),
-                 "p50 per request" + lim.tile_note(model, d, "batch1")),
-                ("serving, saturated", sat and u.num(sat["throughput_samples_s"]),
-                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else "")
-                 + lim.tile_note(model, d, "saturated"))):
-            shown = (f"<div class='v small'>{escape(value)}</div>" if value and value != u.MISSING
-=======
                 ("training", withheld.figure(t, "throughput_samples_s", lambda v: u.num(v["throughput_samples_s"])),
                  "samples/s" + (f", batch {t['batch_size']}" if t else "")),
                 ("batch-1 latency", withheld.figure(b1, "p50_ms", lambda v: u.ms(v["latency"].get("p50_ms"))),
-                 "p50 per request"),
+                 "p50 per request" + lim.tile_note(model, d, "batch1")),
                 ("serving, saturated", withheld.figure(sat, "throughput_samples_s",
                                                        lambda v: u.num(v["throughput_samples_s"])),
-                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else ""))):
+                 "samples/s" + (f", batch {sat['batch_size']} × {sat['concurrency']} users" if sat else "")
+                 + lim.tile_note(model, d, "saturated"))):
             shown = withheld.html_tile_value(value) or (f"<div class='v small'>{escape(value)}</div>"
                                                         if value and value != u.MISSING
->>>>>>> bounds
                      else f"<div class='v nm'>{NOT_MEASURED}</div>")
             tiles.append(f"<div class='tile {d}'><div class='k'>{DEVICE_LABEL[d]} · {escape(title)}</div>{shown}"
                          f"<div class='d'>{escape(detail)}</div></div>")
@@ -253,16 +244,10 @@ def _html_ramps(model: dict[str, Any]) -> str:
     out = []
     for r in model["ramps"]:
         rows = "".join(
-<<<<<<< HEAD
-            f"<tr><td>{escape(_users_or_rate(p))}</td><td>{u.num(p.get('requests_s'))}</td>"
-            f"<td>{u.num(p.get('throughput_samples_s'))}</td><td>{u.ms(p.get('p50_ms'))}</td>"
-            f"<td>{u.ms(p.get('p90_ms'))}</td><td>{u.ms(p.get('p99_ms'))}</td></tr>" for p in r["points"])
-        note = lim.ramp_note(model, r["device"])
-=======
             f"<tr><td>{escape(_users_or_rate(p))}</td>" + "".join(
                 withheld.html_td(t) or f"<td>{escape(t)}</td>" for t in _ramp_cells(p)) + "</tr>"
             for p in r["points"])
->>>>>>> bounds
+        note = lim.ramp_note(model, r["device"])
         out.append(f"<details><summary>Load ramp: {escape(r['label'])} <span class='muted'>"
                    f"({escape(r['source'])}){escape(' · ' + note if note else '')}</span></summary><div class='tablewrap'><table><thead><tr>"
                    "<th>users / rate</th><th>requests/s</th><th>samples/s</th><th>p50</th><th>p90</th><th>p99</th>"
@@ -341,14 +326,9 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     for model in s["models"].values():
         for key, title, metric in SPEEDUPS:
             sp = model["speedups"][key]
-<<<<<<< HEAD
-            rows.append([model["model"], title, u.ratio(sp["value"]) if sp["value"] is not None else NOT_MEASURED,
-                         f"{metric}; {speedup_detail(key, sp)}{lim.speedup_note(model, key)}"])
-=======
             shown = "🔴 **error: withheld**" if sp.get("error") else NOT_MEASURED
             rows.append([model["model"], title, u.ratio(sp["value"]) if sp["value"] is not None else shown,
-                         f"{metric}; {speedup_detail(key, sp)}"])
->>>>>>> bounds
+                         f"{metric}; {speedup_detail(key, sp)}{lim.speedup_note(model, key)}"])
     md += ["### GPU vs CPU speedups", ""] + _md_table(["model", "measurement", "speedup", "how"], rows)
     for model in s["models"].values():
         md += _md_model(model, figures)
