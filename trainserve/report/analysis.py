@@ -287,6 +287,10 @@ def train_speedups(points: dict[str, dict[str, Any]], train: dict[str, Any]) -> 
         elif c and g:
             note = (f"not measured: the CPU trained at batch {c['batch_size']} {c['precision']} and the GPU at batch "
                     f"{g['batch_size']} {g['precision']}, and no sweep measured a configuration on both")
+        else:
+            missing = [DEVICE_LABEL[d] for d in DEVICES if not points.get(d) and not train[d]]
+            note = (f"not measured: no {' or '.join(missing)} training measurement" if missing
+                    else "not measured: the CPU and GPU sweeps share no batch size and precision")
     best = tuple(points.get(d, {}).get("train_best") for d in DEVICES)
     return {"train": _train_speedup("same_config", *(same or (None, None)), note),
             "train_best": _train_speedup("best_vs_best", *best, None)}

@@ -253,8 +253,11 @@ def operating_points_chart(series: list[dict[str, Any]], title: str) -> bytes | 
         if mem:
             ax_m.plot([a for a, _ in mem], [b for _, b in mem], style, marker=markers[i % 6], markersize=4,
                       color=color, label=s["label"])
+    from matplotlib.ticker import FuncFormatter
+
     for ax in (ax_t, ax_m):
         ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
         ax.set_xlabel("batch size (samples per step)", fontsize=9)
     ax_t.set_yscale("log")
     _plain_log_ticks(ax_t.yaxis)
