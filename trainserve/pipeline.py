@@ -47,11 +47,13 @@ class Budget:
     saturate_batch: int  # rows per request of the saturating measurement (<= export's max batch 64)
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
     limits_budget_s: float = 3.0  # in-process onnxruntime limits (trainserve limits), seconds per device
+    sweep_budget_s: float = 60.0  # training sweep: seconds per device (--sweep-budget-s overrides)
 
 
 QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
                train_batch=64, warmup_steps=2, compare_steps=20, export_eval_samples=256, ramp_step_s=3.0,
-               ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0)
+               ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0,
+               sweep_budget_s=25.0)
 # cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
               train_batch=128, warmup_steps=5, compare_steps=20, export_eval_samples=1024, ramp_step_s=8.0,
@@ -69,8 +71,13 @@ class RunConfig:
     quick: bool = False
     run: str = ""  # "" -> run-YYYYmmdd-HHMMSS
     runs_dir: Path | None = None
+    sweep: bool = True  # the training sweep on each device, instead of one fixed-point CPU-vs-GPU compare
+    sweep_budget_s: float | None = None  # seconds per device; None: the budget's (25 with --quick, else 60)
 
     def __post_init__(self) -> None:
+        if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
+            raise UserError(f"--sweep-budget-s {self.sweep_budget_s:g} is invalid; give the seconds each device's "
+                            "sweep may take (a number > 0), or pass --no-sweep")
         if self.model not in MODELS:
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
         if self.device not in DEVICES:
@@ -85,10 +92,11 @@ class RunConfig:
 
 @dataclass
 class StageEvent:
-    """What the CLI shows: a stage started ("start") or ended ("done"), with a short detail."""
+    """What the CLI shows: a stage started ("start") or ended ("done"), with a short detail, or one
+    line of a running stage's progress ("line", e.g. a sweep point)."""
 
     stage: str
-    status: str  # "start" | "done"
+    status: str  # "start" | "done" | "line"
     detail: str = ""
     seconds: float = 0.0
 
@@ -118,6 +126,9 @@ class Pipeline:
         with interrupts_stop_children():
             try:
                 self._train(gpu)
+                if self.cfg.sweep:
+                    for device in ["cpu"] + (["cuda"] if gpu else []):
+                        self._sweep(device, gpu)
                 self._export()
                 for device in ["cpu"] + (["cuda"] if gpu else []):
                     self._limits(device)  # before the server, which would compete for the same cores
@@ -146,10 +157,22 @@ class Pipeline:
         self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
                                        "--epochs", str(b.train_epochs)),
                     f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
-        if gpu:  # the same model, batch and precision on both devices, for the training speedup;
+        if gpu and not c.sweep:  # the same model, batch and precision on both devices, for the training speedup;
             # fp32, the CPU's own precision (bf16 autocast on a CPU without bf16 units is many times slower)
             self._stage("compare", self.argv("compare", *common, "--steps", str(b.compare_steps)),
                         "training on CPU and GPU, fp32")
+
+    def _sweep(self, device: str, gpu: bool) -> None:
+        """The training sweep on one device (train/sweep.py), one progress line per point as it ends."""
+        b, c = self.cfg.budget, self.cfg
+        preset = c.preset or (b.preset_gpu if gpu else b.preset_cpu)  # the trained model's size on both devices
+        budget = c.sweep_budget_s if c.sweep_budget_s is not None else b.sweep_budget_s
+        name = f"sweep-{device}"
+        argv = self.argv("compare", "--sweep", "--device", device, "--sweep-budget-s", f"{budget:g}",
+                         "--model", c.model, "--preset", preset, *self._run_args())
+        # the budget bounds the points; start-up, the last point and writing get a margin on top
+        self._stage(name, argv, f"{c.model}/{preset} on the {_label(device)}, {budget:g} s budget",
+                    timeout_s=budget * 1.5 + 60, lines=_sweep_point_line)
 
     def _export(self) -> None:
         self._stage("export", self.argv("export", *self._run_args(), "--eval-samples",
@@ -214,17 +237,59 @@ class Pipeline:
             args += ["--runs-dir", str(self.cfg.runs_dir)]
         return args
 
-    def _stage(self, name: str, argv: list[str], detail: str) -> None:
+    def _stage(self, name: str, argv: list[str], detail: str, timeout_s: float | None = None,
+               lines: Callable[[str], str | None] | None = None) -> None:
+        """Run one stage's CLI; `lines` picks log lines to show as "line" events while it runs."""
         t0 = time.monotonic()
         self.progress(StageEvent(name, "start", detail))
         log_path = self.logs / f"{name}.log"
+        timeout_s = timeout_s or self.cfg.budget.stage_timeout_s
         child = self.children.start(name, argv, log_path, env=self.env)
-        rc = self.children.wait(child, timeout_s=self.cfg.budget.stage_timeout_s)
+        if lines is None:
+            rc = self.children.wait(child, timeout_s=timeout_s)
+        else:
+            rc = self._wait_showing(name, child, log_path, timeout_s, lines)
         if rc != 0:
-            why = (f"ran past its {self.cfg.budget.stage_timeout_s:.0f} s limit" if rc == 124
+            why = (f"ran past its {timeout_s:.0f} s limit" if rc == 124
                    else f"exited with code {rc}")
             raise _failed(name, log_path, why)
         self.progress(StageEvent(name, "done", detail, time.monotonic() - t0))
+
+
+    def _wait_showing(self, name: str, child, log_path: Path, timeout_s: float,
+                      lines: Callable[[str], str | None]) -> int:
+        """Wait like Children.wait, passing the log's new lines through `lines` every half second."""
+        deadline = time.monotonic() + timeout_s
+        offset = 0
+
+        def show() -> None:
+            nonlocal offset
+            try:
+                with open(log_path, "rb") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+            except OSError:
+                return
+            end = chunk.rfind(b"\n") + 1  # whole lines only; the rest waits for the next look
+            offset += end
+            for raw in chunk[:end].decode(errors="replace").splitlines():
+                shown = lines(raw)
+                if shown:
+                    self.progress(StageEvent(name, "line", shown))
+
+        while child.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            show()
+        rc = self.children.wait(child, timeout_s=max(0.0, deadline - time.monotonic()))
+        show()
+        return rc
+
+
+def _sweep_point_line(line: str) -> str | None:
+    """The sweep's own one line per point (trainserve.commands._sweep_view.point_line), without its prefix."""
+    prefix = "sweep point:"
+    i = line.find(prefix)
+    return line[i + len(prefix):].strip() if i >= 0 else None
 
 
 class _ServerWatch:

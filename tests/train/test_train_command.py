@@ -109,8 +109,20 @@ def test_corrupt_checkpoint_on_resume_leaves_the_folder_as_it_was(tmp_path):
 def test_compare_without_gpu_is_a_user_error(tmp_path):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")
-    r = runner.invoke(app, ["compare", "--runs-dir", str(tmp_path / "runs"), "--run", "R"])
+    r = runner.invoke(app, ["compare", "--no-sweep", "--runs-dir", str(tmp_path / "runs"), "--run", "R"])
     _one_error_line(r, "needs a CUDA GPU")
     r = _train(tmp_path, "--device", "cpu,cuda")
     _one_error_line(r, "needs a CUDA GPU")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("budget", ["0", "-3"])
+def test_compare_bad_sweep_budget_is_one_sentence(tmp_path, budget):
+    r = runner.invoke(app, ["compare", "--sweep-budget-s", budget, "--runs-dir", str(tmp_path / "runs"), "--run", "R"])
+    _one_error_line(r, f"--sweep-budget-s {budget} is invalid; give the seconds each device's sweep may take")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_compare_device_needs_the_sweep(tmp_path):
+    r = runner.invoke(app, ["compare", "--no-sweep", "--device", "cpu", "--runs-dir", str(tmp_path / "runs")])
+    _one_error_line(r, "--device 'cpu' needs --sweep")

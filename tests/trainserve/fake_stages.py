@@ -52,6 +52,14 @@ def main() -> None:
         r.speed.throughput_samples_s = 500.0
         r.speed.latency = LatencyStats.from_samples_ms([120.0, 128.0, 131.0])
         r.save(run / "train" / "profile.json")
+    elif stage == "compare" and "--sweep" in argv:
+        for batch in (8, 16, 32):
+            r = ProfileRecord(phase="train", model=a.model, backend="torch", device=a.device, batch_size=batch)
+            r.speed.throughput_samples_s = (100.0 if a.device == "cpu" else 10000.0) * batch ** 0.5
+            r.memory.peak_bytes = 1000 * batch
+            r.extra["sweep"] = True
+            r.save(run / "sweep" / a.device / f"fp32-b{batch}.json")
+            print(f"sweep point: {a.device} fp32 batch {batch}", flush=True)
     elif stage == "compare":
         for device in ("cpu", "cuda"):
             r = ProfileRecord(phase="train", model=a.model, backend="torch", device=device, batch_size=128)

@@ -30,8 +30,11 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     cfg = RunConfig(device="cpu", quick=True, run="p1", runs_dir=tmp_path)
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     done = [e.stage for e in events if e.status == "done"]
-    assert done == ["train", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated",
-                    "report"]
+    assert done == ["train", "sweep-cpu", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1",
+                    "load-cpu-saturated", "report"]
+    # one progress line per sweep point, while the stage runs
+    assert [e.detail for e in events if e.status == "line"] == [f"cpu fp32 batch {b}" for b in (8, 16, 32)]
+    assert "--sweep-budget-s 25" in (tmp_path / "p1" / "logs" / "sweep-cpu.log").read_text()
     load = tmp_path / "p1" / "load"
     assert sorted(p.name for p in load.iterdir()) == [
         "embedded-cpu-batch1.json", "embedded-cpu-batch1_stats.csv", "embedded-cpu-ramp.json",
@@ -61,16 +64,43 @@ def test_with_a_gpu_it_compares_training_and_serves_on_both(tmp_path, monkeypatc
     monkeypatch.setattr(pipeline, "_cuda_available", lambda: True)
     events = []
     cfg = RunConfig(quick=False, run="g1", runs_dir=tmp_path)
-    Pipeline(cfg, progress=events.append, argv=fake_argv).run()
+    html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     starts = {e.stage: e.detail for e in events if e.status == "start"}
-    assert list(starts)[:5] == ["train", "compare", "export", "limits-cpu", "serve-cpu"]
+    assert list(starts)[:6] == ["train", "sweep-cpu", "sweep-cuda", "export", "limits-cpu", "serve-cpu"]
     assert starts["train"] == "cnn/small on the GPU"
+    assert starts["sweep-cpu"] == "cnn/small on the CPU, 60 s budget"  # the trained model's size on both
     assert "serve-cuda" in starts and starts["load-cuda-batch1"] == "batch1 on cnn_gpu"
     assert list(starts).index("limits-cuda") == list(starts).index("serve-cuda") - 1
     assert "--device cuda --model cnn_gpu --budget-s 15" in (tmp_path / "g1" / "logs" / "limits-cuda.log").read_text()
     train_log = (tmp_path / "g1" / "logs" / "train.log").read_text()
     assert "--device cuda --precision bf16 --find-max-batch" in train_log and "--samples 32768" in train_log
     assert (tmp_path / "g1" / "load" / "embedded-cuda-saturated.json").is_file()
+    sp = json.loads((html.parent / "summary.json").read_text())["models"]["cnn"]["speedups"]
+    assert (sp["train"]["basis"], sp["train"]["value"]) == ("same_config", 100.0)  # batch 32, fp32 on both
+    assert (sp["train_best"]["basis"], sp["train_best"]["value"]) == ("best_vs_best", 100.0)
+
+
+def test_no_sweep_keeps_the_fixed_point_compare(tmp_path, monkeypatch):
+    import trainserve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "_cuda_available", lambda: True)
+    events = []
+    html = Pipeline(RunConfig(quick=True, run="g3", runs_dir=tmp_path, sweep=False), progress=events.append,
+                    argv=fake_argv).run()
+    starts = [e.stage for e in events if e.status == "start"]
+    assert starts[:3] == ["train", "compare", "export"] and not any(s.startswith("sweep") for s in starts)
+    assert not (tmp_path / "g3" / "sweep").exists()
+    summary = json.loads((html.parent / "summary.json").read_text())
+    m = summary["models"]["cnn"]
+    assert m["operating_points"] == {}
+    assert m["speedups"]["train"]["basis"] == "same_config" and m["speedups"]["train"]["value"] == 200.0
+    assert m["speedups"]["train_best"]["value"] is None
+
+
+def test_a_bad_sweep_budget_is_one_sentence():
+    for bad in (0, -5):
+        with pytest.raises(UserError, match=rf"^--sweep-budget-s {bad} is invalid; give the seconds"):
+            RunConfig(sweep_budget_s=bad)
 
 
 def test_cuda_without_a_gpu_is_a_user_error(tmp_path, monkeypatch):

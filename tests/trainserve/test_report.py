@@ -28,10 +28,10 @@ def _lat(p50: float) -> LatencyStats:
                         min_ms=round(p50 * 0.8, 2))
 
 
-def _train(device: str, throughput: float, step_ms: float, batch: int) -> ProfileRecord:
+def _train(device: str, throughput: float, step_ms: float, batch: int, precision: str | None = None) -> ProfileRecord:
     r = ProfileRecord(phase="train", model="cnn", backend="torch", device=device, batch_size=batch, preset="small",
                       device_name="NVIDIA H200" if device == "cuda" else "Test CPU 9000",
-                      precision="bf16" if device == "cuda" else "fp32", host=HOST, versions=VERSIONS)
+                      precision=precision or ("bf16" if device == "cuda" else "fp32"), host=HOST, versions=VERSIONS)
     r.speed.throughput_samples_s = throughput
     r.speed.latency = _lat(step_ms)
     r.speed.flops_per_sample = 3 * 0.62e9
@@ -88,7 +88,7 @@ def make_run(runs: Path, name: str = "r1", gpu: bool = True) -> Path:
     _infer("cpu", 1, 1, 1087.0, 0.92, ramp=True).save(run / "load" / "embedded-cpu.json")
     _infer("cpu", 64, 4, 16600.0, 15.4).save(run / "load" / "embedded-cpu-b64.json")
     if gpu:
-        _train("cuda", 98010.0, 5.22, 512).save(run / "compare" / "profile-cuda.json")
+        _train("cuda", 98010.0, 5.22, 512, "fp32").save(run / "compare" / "profile-cuda.json")  # compare: same precision
         _train("cuda", 97000.0, 5.28, 512).save(run / "train" / "profile.json")
         _infer("cuda", 1, 1, 2500.0, 0.40, ramp=True).save(run / "load" / "embedded-gpu.json")
         _infer("cuda", 512, 4, 150000.0, 13.6).save(run / "load" / "embedded-gpu-b512.json")
@@ -117,7 +117,7 @@ def test_summary_speedups_are_computed_from_the_records(full_report):
     assert sp["infer_saturated"]["value"] == pytest.approx(150000 / 16600)
     assert sp["infer_backend"] == "onnxruntime"
     assert s["models"]["cnn"]["max_batch"]["cuda"] == {"train": 4096, "infer": 32768, "ratio": 8.0,
-                                                       "precision": "bf16", "source": "compare/profile-cuda.json"}
+                                                       "precision": "fp32", "source": "compare/profile-cuda.json"}
     tvi = s["models"]["cnn"]["train_vs_infer"]["cuda"]
     assert tvi["memory_ratio"] == pytest.approx(1126 / 503)
     assert tvi["energy_ratio"] == pytest.approx((410 / 98010) / (250 / 150000))
@@ -127,8 +127,8 @@ def test_summary_speedups_are_computed_from_the_records(full_report):
 
 def test_conclusions_state_the_measured_numbers(full_report):
     s = json.loads((full_report / "summary.json").read_text())
-    headline = s["headline"][0]
-    assert "the GPU trains 270x faster than the CPU (98,010 vs 363 samples/s)" in headline
+    headline = next(h["text"] for h in s["headline"] if h["kind"] == "conclusion")
+    assert "the GPU trains 270x faster than the CPU (98,010 vs 363 samples/s) at the same batch 512 and fp32" in headline
     assert "at batch 1 it answers only 2.3x faster (p50 0.40 ms vs 0.92 ms)" in headline
     assert "saturated, it serves 9.0x the CPU's throughput" in headline
     text = " ".join(s["conclusions"])
@@ -162,7 +162,7 @@ def test_html_is_self_contained(full_report):
 
 def test_markdown_has_the_tables(full_report):
     md = (full_report / "report.md").read_text()
-    assert "| cnn | Training | 270x |" in md
+    assert "| cnn | Training, same configuration | 270x |" in md
     assert "| cnn | Inference, batch 1 | 2.3x |" in md
     header = next(line for line in md.splitlines() if line.startswith("|") and "| Train · CPU |" in line)
     assert "Train · GPU" in header and "Infer batch 1 · GPU" in header
@@ -184,7 +184,7 @@ def test_cpu_only_run_says_gpu_not_measured(tmp_path):
     assert "· GPU" not in html  # no GPU column at all
     assert "not measured" in html
     md = (html_path.parent / "report.md").read_text()
-    assert "| cnn | Training | not measured |" in md
+    assert "| cnn | Training, same configuration | not measured |" in md
 
 
 def test_cli_writes_the_report_and_rejects_bad_input(tmp_path):
@@ -234,3 +234,43 @@ def test_a_ramp_is_not_mistaken_for_a_batch1_measurement(tmp_path):
     # saturated: the best step of the ramp (900 * 3.2 samples/s at 8 users), not a whole record
     sat = s["models"]["cnn"]["infer"]["onnxruntime"]["cpu"]["saturated"]
     assert sat["ramp_point"] and sat["concurrency"] == 8 and sat["throughput_samples_s"] == pytest.approx(2880.0)
+
+
+def _sweep_point(device: str, precision: str, batch: int, throughput: float, peak: int) -> ProfileRecord:
+    r = _train(device, throughput, batch / throughput * 1e3, batch, precision)
+    r.memory.peak_bytes = peak
+    r.extra["sweep"] = True
+    r.extra["sweep_point"] = {"batch_size": batch, "precision": precision}
+    return r
+
+
+def test_sweep_operating_points_and_both_speedup_bases(tmp_path):
+    run = make_run(tmp_path)
+    for batch, x in ((64, 300.0), (128, 400.0), (256, 380.0)):  # CPU: best at 128
+        _sweep_point("cpu", "fp32", batch, x, batch * MIB).save(run / "sweep" / "cpu" / f"fp32-b{batch}.json")
+    for precision, scale in (("fp32", 1.0), ("bf16", 2.5)):  # GPU: best at bf16, 1024
+        for batch, x in ((128, 20_000.0), (512, 60_000.0), (1024, 80_000.0)):
+            _sweep_point("cuda", precision, batch, x * scale, batch * 4 * MIB).save(
+                run / "sweep" / "cuda" / f"{precision}-b{batch}.json")
+    (run / "sweep" / "cuda" / "index.json").write_text(json.dumps({"kind": "trainserve training sweep"}))
+    html = build_report(run)
+    s = json.loads((html.parent / "summary.json").read_text())
+    m = s["models"]["cnn"]
+    cpu = m["operating_points"]["cpu"]
+    assert [p["batch_size"] for p in cpu["train"]] == [64, 128, 256]
+    assert set(cpu["train"][0]) >= {"batch_size", "precision", "throughput_samples_s", "p50_ms", "peak_bytes"}
+    assert cpu["train_best"]["batch_size"] == 128 and cpu["train_best"]["peak_bytes"] == 128 * MIB
+    assert m["operating_points"]["cuda"]["train_best"]["precision"] == "bf16"
+    assert len(m["operating_points"]["cuda"]["train"]) == 6
+    # same configuration: the CPU's best (batch 128, fp32), which the GPU also measured
+    same, best = m["speedups"]["train"], m["speedups"]["train_best"]
+    assert same["basis"] == "same_config" and same["value"] == pytest.approx(20_000 / 400)
+    assert same["gpu_point"]["batch_size"] == 128 and same["gpu_point"]["precision"] == "fp32"
+    assert best["basis"] == "best_vs_best" and best["value"] == pytest.approx(200_000 / 400)
+    bases = [(h["basis"], h["value"]) for h in s["headline"] if h["kind"] == "train_speedup"]
+    assert bases == [("same_config", same["value"]), ("best_vs_best", best["value"])]
+    # the training columns keep the compare/ records; sweep points do not replace them
+    assert m["train"]["cpu"]["source"] == "compare/profile-cpu.json"
+    assert "sweep-cnn.png" in (html.parent / "report.md").read_text()
+    assert "Training sweep: operating points" in html.read_text()
+    assert (html.parent / "sweep-cnn.png").stat().st_size > 1000

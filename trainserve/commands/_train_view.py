@@ -86,18 +86,20 @@ def print_summary(result: Any) -> None:
         console.print(f"[yellow]warning:[/] {w}")
 
 
-def print_compare(speedup: dict[str, Any], out_dir: Path) -> None:
-    t = Table(title=f"{speedup['model']}/{speedup['preset']}, batch {speedup['batch_size']}, {speedup['precision']}")
+def print_compare(records: dict[str, Any], speedups: dict[str, Any], out_dir: Path) -> None:
+    c, g = records["cpu"], records["cuda"]
+    t = Table(title=f"{c.model}/{c.preset}, batch {c.batch_size}, {c.precision}")
     for col in ("", "cpu", "cuda"):
         t.add_column(col)
-    c, g = speedup["cpu"], speedup["cuda"]
-    t.add_row("device", c["device_name"], g["device_name"])
-    t.add_row("samples/s", _fmt(c["throughput_samples_s"], "{:,.1f}"), _fmt(g["throughput_samples_s"], "{:,.1f}"))
-    t.add_row("step p50 (ms)", str(c["step_p50_ms"]), str(g["step_p50_ms"]))
-    t.add_row("peak memory", _gib(c["peak_bytes"]), _gib(g["peak_bytes"]))
+    t.add_row("device", c.device_name, g.device_name)
+    t.add_row("samples/s", _fmt(c.speed.throughput_samples_s, "{:,.1f}"), _fmt(g.speed.throughput_samples_s, "{:,.1f}"))
+    t.add_row("step p50 (ms)", str(c.speed.latency.p50_ms), str(g.speed.latency.p50_ms))
+    t.add_row("peak memory", _gib(c.memory.peak_bytes), _gib(g.memory.peak_bytes))
     console = Console()
     console.print(t)
-    console.print(f"GPU speed-up: [bold]{speedup['speedup_throughput']}x[/] samples/s; written to {out_dir}")
+    value = speedups["train"]["value"]
+    console.print(f"GPU speed-up at the same configuration: [bold]{_fmt(value, '{:.3g}x')}[/] samples/s; "
+                  f"written to {out_dir}")
 
 
 def _fmt(v: Any, pattern: str) -> str:

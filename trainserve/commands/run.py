@@ -21,6 +21,11 @@ def run(
     quick: Annotated[bool, typer.Option("--quick", help="A small job: under 3 minutes on a 2-core CPU.")] = False,
     run_name: Annotated[str, typer.Option("--run", help="Run name (default: run-DATE-TIME).")] = "",
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Folder of runs (default: ./runs).")] = None,
+    sweep: Annotated[bool, typer.Option("--sweep/--no-sweep", help=(
+        "Sweep training batch sizes and precisions on the CPU (and the GPU) for the training speedup at the same "
+        "configuration and each device at its best; --no-sweep: one fixed-point CPU-vs-GPU compare, as before."))] = True,
+    sweep_budget_s: Annotated[float | None, typer.Option("--sweep-budget-s", help=(
+        "Seconds the training sweep may take per device (default: 25 with --quick, else 60)."))] = None,
 ) -> None:
     """Train, export, serve on the CPU (and the GPU), load-test each server, and write the report.
 
@@ -30,17 +35,21 @@ def run(
     import time
 
     from rich.console import Console
+    from rich.markup import escape
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from trainserve.pipeline import Pipeline, RunConfig, StageEvent
 
-    cfg = RunConfig(model=model, preset=preset, device=device, quick=quick, run=run_name, runs_dir=runs_dir)
+    cfg = RunConfig(model=model, preset=preset, device=device, quick=quick, run=run_name, runs_dir=runs_dir,
+                    sweep=sweep, sweep_budget_s=sweep_budget_s)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
         def line(event: StageEvent) -> None:
             if event.status == "start":
                 typer.echo(f"… {event.stage}: {event.detail}")
+            elif event.status == "line":
+                typer.echo(f"  {event.stage}: {event.detail}")
             else:
                 typer.echo(f"✓ {event.stage}: {event.detail} ({event.seconds:.1f} s)")
 
@@ -53,6 +62,8 @@ def run(
             def show(event: StageEvent) -> None:
                 if event.status == "start":
                     tasks[event.stage] = bar.add_task(event.detail, total=1, stage=event.stage)
+                elif event.status == "line":
+                    bar.console.print(f"  [dim]{event.stage}:[/] {escape(event.detail)}")
                 else:
                     bar.update(tasks[event.stage], completed=1,
                                description=f"{event.detail} [dim]({event.seconds:.1f} s)")

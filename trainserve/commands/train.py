@@ -95,6 +95,14 @@ def train(
     print_summary(result)
 
 
+SweepOpt = Annotated[bool, typer.Option("--sweep/--no-sweep", help=(
+    "Sweep batch sizes and precisions on each device (one line per point) and report the GPU speedup at the same "
+    "configuration and with each device at its best; --no-sweep trains once per device at --batch-size and "
+    "--precision, as before."))]
+SweepBudgetOpt = Annotated[float, typer.Option("--sweep-budget-s", help=(
+    "Seconds the sweep may take on each device; the point that would overrun it is skipped and recorded."))]
+
+
 @cli_errors
 def compare(
     model: ModelOpt = "cnn",
@@ -112,21 +120,41 @@ def compare(
     warmup_steps: WarmupOpt = 5,
     run: RunOpt = "default",
     runs_dir: RunsDirOpt = None,
+    sweep: SweepOpt = True,
+    sweep_budget_s: SweepBudgetOpt = 60.0,
+    device: Annotated[str, typer.Option(help=(
+        "With --sweep: auto (the CPU, plus the GPU when there is one), cpu, cuda, or 'cpu,cuda'."))] = "auto",
 ) -> None:
-    """Train the same model on CPU and on CUDA; write both profiles and the speed-up to RUNS_DIR/RUN/compare."""
+    """Train the same model on CPU and on CUDA and compare them.
+
+    By default it sweeps batch sizes and precisions on each device within --sweep-budget-s seconds
+    (records in RUNS_DIR/RUN/sweep/<device>/); with --no-sweep it trains once per device at
+    --batch-size and --precision and writes both profiles and the speed-up to RUNS_DIR/RUN/compare.
+    """
     from train.config import TrainConfig
     from trainserve.runs import run_dir
 
     cfg = TrainConfig(model=model, preset=preset, device="cpu", precision=precision, batch_size=batch_size,
                       epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers, compile=compile,
                       dataset=dataset, samples=samples, warmup_steps=warmup_steps)
+    if sweep:
+        from trainserve.commands._sweep_view import run_sweeps
+
+        run_sweeps(cfg, device, sweep_budget_s, run_dir(run, runs_dir))
+        return
+    if device != "auto":
+        raise UserError(f"--device {device!r} needs --sweep; without it compare trains on both the CPU and the GPU")
     _compare(cfg, run_dir(run, runs_dir))
 
 
 def _compare(cfg, root: Path) -> None:
     from train.compare import compare_devices
     from trainserve.commands._train_view import live_progress, print_compare
+    from trainserve.fsutil import write_json_atomic
+    from trainserve.report.analysis import speedups_of_records
 
     with live_progress() as on_progress:
-        speedup = compare_devices(cfg, root / "compare", on_progress=on_progress)
-    print_compare(speedup, root / "compare")
+        records = compare_devices(cfg, root / "compare", on_progress=on_progress)
+    speedups = speedups_of_records([(f"compare/profile-{d}.json", r) for d, r in records.items()])
+    write_json_atomic(root / "compare" / "speedup.json", speedups)
+    print_compare(records, speedups, root / "compare")

@@ -50,7 +50,7 @@ def analyse(collection: Collection) -> dict[str, Any]:
         "card": _card_summary(collection.card),
         "models": models,
         "conclusions": conclusions,
-        "headline": [m["conclusions"][0] for m in models.values() if m["conclusions"]],
+        "headline": _headline(models),
         "errors": withheld.summary_errors(entries),
         "warnings": _warnings(entries) + [{"source": rel, "model": None, "device": None, "phase": None,
                                            "message": why} for rel, why in collection.problems],
@@ -132,11 +132,13 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
         for d in DEVICES:
             mine = [e for e in infer_entries if e.record.backend == b and e.record.device == d]
             infer[b][d] = _infer_views(mine) if mine else None
+    points = operating_points([e for e in entries if e.record.phase == "train"])
     section = {
         "model": name,
         "train": train,
         "infer": infer,
-        "speedups": _speedups(train, infer),
+        "speedups": _speedups(train, infer) | train_speedups(points, train),
+        "operating_points": points,
         "train_vs_infer": _train_vs_infer(train, infer),
         "max_batch": _max_batch(entries),
         "ramps": _ramps(infer_entries),
@@ -152,10 +154,14 @@ def _backend_rank(b: str) -> tuple[int, str]:
 
 
 def _pick_train(entries: list[Entry]) -> dict[str, Any] | None:
-    """The compare/ record first (made for the CPU-vs-GPU comparison), else the newest."""
+    """The compare/ record first (made for the CPU-vs-GPU comparison), else the newest; sweep points
+    only when the device has nothing else, and then its best (the most samples/s)."""
     if not entries:
         return None
-    best = max(entries, key=lambda e: (e.source.startswith("compare/"), e.record.created, e.source))
+    plain = [e for e in entries if not is_sweep(e)]
+    if not plain:
+        return view(max(entries, key=lambda e: e.record.speed.throughput_samples_s or 0.0), "train")
+    best = max(plain, key=lambda e: (e.source.startswith("compare/"), e.record.created, e.source))
     return view(best, "train")
 
 
@@ -228,6 +234,135 @@ def _speedups(train: dict, infer: dict) -> dict[str, Any]:
     return out
 
 
+# --- training operating points (the sweep) and the training speedup on two bases ---------------
+
+def is_sweep(e: Entry) -> bool:
+    """A point of a training sweep (train/sweep.py), not a training run."""
+    return isinstance(e.record.extra, dict) and e.record.extra.get("sweep") is True
+
+
+def train_point(e: Entry) -> dict[str, Any]:
+    """One training operating point: summary.json's models.<m>.operating_points.<device>.train[i]."""
+    r = e.record
+    return {"batch_size": r.batch_size, "precision": r.precision,
+            "throughput_samples_s": r.speed.throughput_samples_s, "p50_ms": r.speed.latency.p50_ms,
+            "p99_ms": r.speed.latency.p99_ms, "peak_bytes": _first(r.memory.peak_bytes, r.memory.rss_peak_bytes),
+            "gpu_util_mean_percent": r.utilization.gpu_util_mean_percent, "partial": r.validity.partial,
+            "source": e.source}
+
+
+def best_point(points: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The most samples/s (ties: the smaller batch, which needs less memory)."""
+    ok = [p for p in points if p["throughput_samples_s"]]
+    return max(ok, key=lambda p: (p["throughput_samples_s"], -p["batch_size"])) if ok else None
+
+
+def operating_points(train_entries: list[Entry]) -> dict[str, dict[str, Any]]:
+    """Per device with sweep points: {"train": [points by precision, batch], "train_best": the best}."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in DEVICES:
+        # a re-run sweep replaces its folder, so each (precision, batch) appears once; keep the newest anyway
+        newest: dict[tuple[str, int], Entry] = {}
+        for e in sorted((e for e in train_entries if is_sweep(e) and e.record.device == d),
+                        key=lambda e: e.record.created):
+            newest[(e.record.precision, e.record.batch_size)] = e
+        if newest:
+            points = [train_point(newest[k]) for k in sorted(newest)]
+            out[d] = {"train": points, "train_best": best_point(points)}
+    return out
+
+
+def train_speedups(points: dict[str, dict[str, Any]], train: dict[str, Any]) -> dict[str, Any]:
+    """GPU over CPU training throughput, labelled by basis: "train" at the same configuration (same
+    batch and precision on both devices), "train_best" with each device at its own best point.
+
+    The same configuration comes from the sweeps when both devices measured one in common (the
+    CPU's best configuration when the GPU has it, else the largest common batch, fp32 first), else
+    from the training records (the compare/ pair) when their batch and precision agree.
+    """
+    cpu_pts = [p for p in points.get("cpu", {}).get("train", []) if not p["partial"]]
+    gpu_pts = [p for p in points.get("cuda", {}).get("train", []) if not p["partial"]]
+    same = None
+    gpu_by_config = {(p["batch_size"], p["precision"]): p for p in gpu_pts}
+    common = [p for p in cpu_pts if (p["batch_size"], p["precision"]) in gpu_by_config]
+    if common:
+        cpu_best = best_point(cpu_pts)
+        chosen = (cpu_best if cpu_best in common
+                  else max(common, key=lambda p: (p["precision"] == "fp32", p["batch_size"])))
+        same = (chosen, gpu_by_config[(chosen["batch_size"], chosen["precision"])])
+    note = None
+    if same is None:
+        c, g = train["cpu"], train["cuda"]
+        if c and g and (c["batch_size"], c["precision"]) == (g["batch_size"], g["precision"]):
+            same = tuple({"batch_size": v["batch_size"], "precision": v["precision"],
+                          "throughput_samples_s": v["throughput_samples_s"], "p50_ms": v["latency"].get("p50_ms"),
+                          "peak_bytes": v["memory"]["peak_bytes"], "source": v["source"]} for v in (c, g))
+        elif c and g:
+            note = (f"not measured: the CPU trained at batch {c['batch_size']} {c['precision']} and the GPU at batch "
+                    f"{g['batch_size']} {g['precision']}, and no sweep measured a configuration on both")
+        else:
+            missing = [DEVICE_LABEL[d] for d in DEVICES if not points.get(d) and not train[d]]
+            note = (f"not measured: no {' or '.join(missing)} training measurement" if missing
+                    else "not measured: the CPU and GPU sweeps share no batch size and precision")
+    best = tuple(points.get(d, {}).get("train_best") for d in DEVICES)
+    return {"train": _train_speedup("same_config", *(same or (None, None)), note),
+            "train_best": _train_speedup("best_vs_best", *best, None)}
+
+
+def speedups_of_records(records: list[tuple[str, ProfileRecord]]) -> dict[str, Any]:
+    """The training speedups on both bases of a few (source, record) pairs, computed as the report
+    computes them; for `trainserve compare`, which has the records in hand."""
+    entries = [Entry(source, r) for source, r in records if r.phase == "train"]
+    train = {d: _pick_train([e for e in entries if e.record.device == d]) for d in DEVICES}
+    return train_speedups(operating_points(entries), train)
+
+
+def _train_speedup(basis: str, cpu: dict[str, Any] | None, gpu: dict[str, Any] | None,
+                   note: str | None) -> dict[str, Any]:
+    c = cpu and cpu["throughput_samples_s"]
+    g = gpu and gpu["throughput_samples_s"]
+    value = _div(g, c)
+    if value is None and note is None:
+        missing = [DEVICE_LABEL[d] for d, v in (("cpu", c), ("cuda", g)) if v is None]
+        what = "training sweep" if basis == "best_vs_best" else "training measurement at a configuration both share"
+        note = f"not measured: no {' or '.join(missing) or 'usable'} {what}"
+
+    def config(p: dict[str, Any] | None) -> dict[str, Any] | None:
+        return None if p is None else {k: p.get(k) for k in ("batch_size", "precision", "throughput_samples_s",
+                                                              "p50_ms", "peak_bytes", "source")}
+
+    return {"basis": basis, "value": value, "cpu": c, "gpu": g, "metric": "throughput_samples_s", "note": note,
+            "cpu_point": config(cpu), "gpu_point": config(gpu)}
+
+
+def _headline(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per model: the training speedup on each basis (always both, value None when not measured),
+    then the model's first conclusion."""
+    out: list[dict[str, Any]] = []
+    for name, m in models.items():
+        for key in ("train", "train_best"):
+            sp = m["speedups"][key]
+            out.append({"model": name, "kind": "train_speedup", "basis": sp["basis"], "value": sp["value"],
+                        "cpu": sp["cpu_point"], "gpu": sp["gpu_point"], "note": sp["note"],
+                        "text": f"{name}: {train_speedup_text(sp)}"})
+        if m["conclusions"]:
+            out.append({"model": name, "kind": "conclusion", "basis": None, "value": None,
+                        "text": m["conclusions"][0]})
+    return out
+
+
+def train_speedup_text(sp: dict[str, Any]) -> str:
+    """One clause for a training speedup entry, with its basis and configurations."""
+    label = "at the same configuration" if sp["basis"] == "same_config" else "each device at its best"
+    if sp["value"] is None:
+        return f"training speedup {label}: {sp['note']}"
+    c, g = sp["cpu_point"], sp["gpu_point"]
+    where = (f"batch {c['batch_size']}, {c['precision']} on both" if sp["basis"] == "same_config"
+             else f"GPU batch {g['batch_size']} {g['precision']} vs CPU batch {c['batch_size']} {c['precision']}")
+    return (f"training speedup {label}: {u.ratio(sp['value'])} "
+            f"({u.num(sp['gpu'])} vs {u.num(sp['cpu'])} samples/s; {where})")
+
+
 def _train_vs_infer(train: dict, infer: dict) -> dict[str, Any]:
     out = {}
     for d in DEVICES:
@@ -279,11 +414,20 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
     name, sp = s["model"], s["speedups"]
     out: list[str] = []
     tr, b1, sat = sp["train"], sp["infer_batch1"], sp["infer_saturated"]
-    if tr["value"] is not None or b1["value"] is not None or sat["value"] is not None:
+    if tr["value"] is not None or b1["value"] is not None or sat["value"] is not None \
+            or (sp.get("train_best") or {}).get("value") is not None:
         parts = []
         if tr["value"] is not None:
+            c = tr.get("cpu_point") or {}
+            same = f" at the same batch {c['batch_size']} and {c['precision']}" if c.get("batch_size") else ""
             parts.append(f"the GPU trains {_times(tr['value'])} the CPU "
-                         f"({u.num(tr['gpu'])} vs {u.num(tr['cpu'])} samples/s)")
+                         f"({u.num(tr['gpu'])} vs {u.num(tr['cpu'])} samples/s){same}")
+        best = sp.get("train_best") or {}
+        if best.get("value") is not None:
+            parts.append(f"each at its best, {_times(best['value'])} ({u.num(best['gpu'])} samples/s at GPU batch "
+                         f"{best['gpu_point']['batch_size']} {best['gpu_point']['precision']} vs "
+                         f"{u.num(best['cpu'])} at CPU batch {best['cpu_point']['batch_size']} "
+                         f"{best['cpu_point']['precision']})")
         if b1["value"] is not None:
             only = "only " if tr["value"] is not None and b1["value"] < tr["value"] / 2 and b1["value"] >= 1 else ""
             verb = (f"it answers {only}{u.ratio(b1['value'])} faster" if b1["value"] >= 1
@@ -312,6 +456,13 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
             out.append(f"{name} {where}: a training sample costs {u.joules(tv['train_energy_per_sample_j'])}, "
                        f"an inference sample {u.joules(tv['infer_energy_per_sample_j'])} "
                        f"({_less(tv['energy_ratio'])}).")
+    for d, op in s.get("operating_points", {}).items():
+        b = op["train_best"]
+        if b is not None:
+            n = len({p["batch_size"] for p in op["train"]})
+            out.append(f"{name}: training on the {DEVICE_LABEL[d]} is fastest at batch {b['batch_size']} "
+                       f"{b['precision']} ({u.num(b['throughput_samples_s'])} samples/s, peak "
+                       f"{u.nbytes(b['peak_bytes'])}; {n} batch sizes swept).")
     for d, mb in s["max_batch"].items():
         if mb["train"] and mb["infer"]:
             out.append(f"{name}: the largest batch that fits on the {DEVICE_LABEL[d]} is {u.num(mb['train'])} for "

@@ -1,8 +1,8 @@
 """Find every profile record of a run (DESIGN.md: a JSON object with "schema_version" and "phase").
 
-Records are read from `train/`, `compare/`, `load/` and `limits/` of the run folder, recursively. A file that
-is not a record (Locust CSV stats, history.json, speedup.json) is skipped silently; a record that
-cannot be read is skipped and reported, so one bad file never hides the others.
+Records are read from `train/`, `compare/`, `load/`, `limits/` and `sweep/` of the run folder, recursively.
+A file that is not a record (Locust CSV stats, history.json, speedup.json, a sweep's index.json) is skipped
+silently; a record that cannot be read is skipped and reported, so one bad file never hides the others.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from trainserve.profile import ProfileRecord
 
 log = logging.getLogger(__name__)
 
-RECORD_FOLDERS = ("train", "compare", "load", "limits")  # limits/: in-process records (trainserve limits)
+RECORD_FOLDERS = ("train", "compare", "load", "limits", "sweep")  # limits/: in-process records (trainserve limits)
 
 
 @dataclass

@@ -22,7 +22,7 @@ def model_figures(section: dict[str, Any]) -> dict[str, bytes]:
     name = section["model"]
     out: dict[str, bytes] = {}
     for kind, fn in (("throughput", throughput), ("latency", latency), ("memory", memory),
-                     ("ramp", ramp), ("frontier", frontier), ("maxbatch", max_batch)):
+                     ("ramp", ramp), ("frontier", frontier), ("maxbatch", max_batch), ("sweep", sweep)):
         png = fn(section)
         if png is not None:
             out[f"{kind}-{_safe(name)}.png"] = png
@@ -255,4 +255,67 @@ def max_batch(section: dict[str, Any]) -> bytes | None:
     ax.set_xlabel("largest batch that fits, samples", fontsize=9)
     ax.margins(x=0.15)
     _style(ax, f"{section['model']}: largest batch, training vs inference")
+    return _png(fig)
+
+
+def sweep(section: dict[str, Any]) -> bytes | None:
+    """Training throughput and peak memory against batch size, one line per device and precision."""
+    return operating_points_chart(train_series(section), f"{section['model']}: training sweep")
+
+
+def train_series(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """The training operating points as chart series (see operating_points_chart)."""
+    series = []
+    for d, op in section.get("operating_points", {}).items():
+        for precision in sorted({p["precision"] for p in op.get("train", [])}):
+            pts = [p for p in op["train"] if p["precision"] == precision]
+            series.append({"label": f"train · {DEVICE_LABEL[d]} · {precision}", "device": d, "phase": "train",
+                           "best": op.get("train_best"), "points": pts})
+    return series
+
+
+def operating_points_chart(series: list[dict[str, Any]], title: str) -> bytes | None:
+    """Samples/s (left) and peak memory (right) against batch size, for any list of series.
+
+    A series is {"label", "device" ("cpu" | "cuda"), "phase" ("train" | "infer"), "points": [{"batch_size",
+    "throughput_samples_s", "peak_bytes"}], "best": a point to ring, or None}: training solid,
+    inference dashed, so inference points can join the same chart.
+    """
+    series = [s for s in series if any(p.get("throughput_samples_s") for p in s["points"])]
+    if not series:
+        return None
+    fig = _figure(9.0, 3.6)
+    ax_t, ax_m = fig.subplots(1, 2)
+    markers = ("o", "s", "^", "D", "v", "P")
+    peaks = [p["peak_bytes"] for s in series for p in s["points"] if p.get("peak_bytes")]
+    gib = 1024**3
+    scale, unit = (gib, "GiB") if peaks and max(peaks) >= gib / 4 else (1024**2, "MiB")
+    for i, s in enumerate(series):
+        color = COLORS.get(s["device"], "#555")
+        style = "-" if s.get("phase", "train") == "train" else "--"
+        pts = sorted((p for p in s["points"] if p.get("throughput_samples_s")), key=lambda p: p["batch_size"])
+        xs = [p["batch_size"] for p in pts]
+        ax_t.plot(xs, [p["throughput_samples_s"] for p in pts], style, marker=markers[i % 6], markersize=4,
+                  color=color, label=s["label"])
+        best = s.get("best")
+        if best and best in pts:
+            ax_t.plot([best["batch_size"]], [best["throughput_samples_s"]], "o", markersize=11, markerfacecolor="none",
+                      markeredgecolor=color)
+        mem = [(p["batch_size"], p["peak_bytes"] / scale) for p in pts if p.get("peak_bytes")]
+        if mem:
+            ax_m.plot([a for a, _ in mem], [b for _, b in mem], style, marker=markers[i % 6], markersize=4,
+                      color=color, label=s["label"])
+    from matplotlib.ticker import FuncFormatter
+
+    for ax in (ax_t, ax_m):
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+        ax.set_xlabel("batch size (samples per step)", fontsize=9)
+    ax_t.set_yscale("log")
+    _plain_log_ticks(ax_t.yaxis)
+    ax_t.set_ylabel("samples/s (log scale)", fontsize=9)
+    ax_m.set_ylabel(f"peak memory, {unit}", fontsize=9)
+    ax_t.legend(fontsize=7.5, frameon=False, loc="best")
+    _style(ax_t, f"{title}: throughput (best ringed)")
+    _style(ax_m, "peak memory")
     return _png(fig)

@@ -17,7 +17,7 @@ from trainserve.report.analysis import DEVICE_LABEL, columns
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
-FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch")
+FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch", "sweep")
 
 
 def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
@@ -195,7 +195,8 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     return (f"<section id='model-{name}'><h2>Model <code>{name}</code>: training beside inference</h2>{note}"
             f"<div class='tablewrap'><table><thead><tr><th></th>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>"
-            + _html_limits(model) + _html_max_batch(model) + (f"<div class='figs'>{figs}</div>" if figs else "")
+            + _html_limits(model) + _html_max_batch(model) + _html_operating_points(model)
+            + (f"<div class='figs'>{figs}</div>" if figs else "")
             + _html_ramps(model) + "</section>")
 
 
@@ -238,6 +239,32 @@ def _html_max_batch(model: dict[str, Any]) -> str:
     return ("<h3>Largest batch that fits</h3><div class='tablewrap'><table><thead><tr><th>device</th>"
             f"<th>training</th><th>inference</th><th>inference ÷ training</th></tr></thead><tbody>{rows}</tbody>"
             "</table></div>")
+
+
+OP_HEADER = ["device", "precision", "batch", "samples/s", "step p50", "step p99", "peak memory", "GPU util"]
+
+
+def _op_rows(model: dict[str, Any]) -> list[list[str]]:
+    """The training sweep's points, one row each; the device's best marked."""
+    rows = []
+    for d, op in model.get("operating_points", {}).items():
+        for p in op.get("train", []):
+            mark = " (best)" if p == op.get("train_best") else ""
+            rows.append([DEVICE_LABEL[d] + mark, p["precision"], str(p["batch_size"]), u.num(p["throughput_samples_s"]),
+                         u.ms(p["p50_ms"]), u.ms(p.get("p99_ms")), u.nbytes(p["peak_bytes"]),
+                         "" if p.get("gpu_util_mean_percent") is None else f"{p['gpu_util_mean_percent']:.0f}%"])
+    return rows
+
+
+def _html_operating_points(model: dict[str, Any]) -> str:
+    rows = _op_rows(model)
+    if not rows:
+        return ""
+    head = "".join(f"<th>{h}</th>" for h in OP_HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
+    return ("<h3>Training sweep: operating points</h3><p class='muted'>Short runs per batch size and precision "
+            "(warm-up left out); the best point is the one with the most samples/s.</p><div class='tablewrap'>"
+            f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
 
 def _html_ramps(model: dict[str, Any]) -> str:
@@ -365,6 +392,10 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
                           u.ratio(v["ratio"])] for d, v in model["max_batch"].items()])
     else:
         md += ["Largest batch that fits: not measured.", ""]
+    if _op_rows(model):
+        md += ["### Training sweep: operating points", "",
+               "Short runs per batch size and precision (warm-up left out); the best point has the most samples/s.", ""]
+        md += _md_table(OP_HEADER, _op_rows(model))
     for r in model["ramps"]:
         md += [f"### Load ramp: {r['label']} (`{r['source']}`)", ""]
         note = lim.ramp_note(model, r["device"])

@@ -75,7 +75,8 @@ GROUPS: list[tuple[str, list[Row]]] = [
     ]),
 ]
 
-SPEEDUPS = (("train", "Training", "throughput, GPU ÷ CPU"),
+SPEEDUPS = (("train", "Training, same configuration", "throughput, GPU ÷ CPU"),
+            ("train_best", "Training, each at its best", "throughput, GPU ÷ CPU"),
             ("infer_batch1", "Inference, batch 1", "p50 latency, CPU ÷ GPU"),
             ("infer_saturated", "Inference, saturated", "peak throughput, GPU ÷ CPU"))
 
@@ -85,4 +86,9 @@ def speedup_detail(key: str, s: dict[str, Any]) -> str:
         return s["note"] or "not measured"
     if key == "infer_batch1":
         return f"p50 {u.ms(s['gpu'])} on the GPU vs {u.ms(s['cpu'])} on the CPU"
-    return f"{u.num(s['gpu'])} vs {u.num(s['cpu'])} samples/s"
+    text = f"{u.num(s['gpu'])} vs {u.num(s['cpu'])} samples/s"
+    c, g = s.get("cpu_point"), s.get("gpu_point")
+    if c and g and c.get("batch_size") is not None:
+        text += (f", batch {c['batch_size']} {c['precision']} on both" if s.get("basis") == "same_config"
+                 else f", GPU batch {g['batch_size']} {g['precision']} vs CPU batch {c['batch_size']} {c['precision']}")
+    return text
