@@ -66,8 +66,9 @@ def test_run_quick_end_to_end(tmp_path):
     assert not re.search(r"""(src|href)\s*=\s*['"]?(https?:)?//""", html, re.I)
     assert html.count("src='data:image/png;base64,") >= 4
     md = (report / "report.md").read_text()
-    assert "| cnn | Training | not measured |" in md
-    for stage in ("train", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1", "load-cpu-saturated"):
+    assert "| cnn | Training, same configuration | not measured |" in md
+    for stage in ("train", "sweep-cpu", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1",
+                  "load-cpu-saturated"):
         assert (runs / "e2e" / "logs" / f"{stage}.log").stat().st_size > 0
     print(f"trainserve run --quick took {elapsed:.0f} s")
 
