@@ -91,7 +91,6 @@ def _script(labels: dict[str, dict[str, str]], pick: str) -> str:
     """Relabel the custom fields, add their help, tick only `pick` in the class picker, hide Host."""
     return """<script>(() => {
 const FIELDS = %s, PICK = %s;
-let picked = false;
 function fix() {
   for (const [name, f] of Object.entries(FIELDS)) {
     const el = document.querySelector(`form [name="${name}"]`);
@@ -113,15 +112,14 @@ function fix() {
   const host = document.querySelector('form input[name="host"]');
   const hostBox = host && host.closest(".MuiFormControl-root");
   if (hostBox && hostBox.style.display !== "none") hostBox.style.display = "none";
-  if (!picked) {
-    const boxes = [...document.querySelectorAll('input[type="checkbox"]')]
-      .map(cb => [cb, cb.closest("tr")]).filter(([, row]) => row && /User$/.test(row.textContent.trim()));
-    if (boxes.length) {
-      picked = true;
-      for (const [cb, row] of boxes) {
-        const name = row.textContent.trim().split(/\\s+/)[0];
-        if (name.endsWith("User") && cb.checked !== (name === PICK)) cb.click();
-      }
+  // a new start form (also the one after "New") ticks every class: leave only PICK ticked, once
+  const rows = [...document.querySelectorAll("tr")].filter(r => /^\\w+User$/.test(r.textContent.trim()));
+  const table = rows.length && rows[0].closest("table");
+  if (table && !table.dataset.tsPicked) {
+    table.dataset.tsPicked = "1";
+    for (const row of rows) {
+      const cb = row.querySelector('input[type="checkbox"]');
+      if (cb && cb.checked !== (row.textContent.trim() === PICK)) cb.click();
     }
   }
 }
