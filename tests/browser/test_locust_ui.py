@@ -81,6 +81,7 @@ def test_form_has_every_custom_field_labelled_and_editable(tab: Any) -> None:
     with locust_ui() as url:
         page = open_form(tab, url)
         for dest, label in FORM_LABELS.items():
+            assert field(page, dest).count() == 1, f"the start form has no field {dest}"
             box = page.locator(".MuiFormControl-root", has=page.locator(f"[name={_camel(dest)}]"))
             assert box.locator("label").first.inner_text().replace("*", "").strip() == label, dest
             assert box.locator(".ts-help").inner_text().strip(), dest
