@@ -1,10 +1,12 @@
 """Browser fixtures: one headless system Chromium per session (Playwright), pages that record their errors.
 
-Skipped, with the reason, only where Chromium or Playwright is missing; CI installs both (.ci/run).
+Skipped, with the reason, only where Chromium or Playwright is missing; CI installs both and sets
+TRAINSERVE_REQUIRE_BROWSER=1 (.ci/run), which turns that skip into a failure.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,6 +20,8 @@ from tests.loadtest.conftest import embedded_server  # noqa: F401  (the real ser
 def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     reason = missing_reason()
     if reason:
+        if os.environ.get("TRAINSERVE_REQUIRE_BROWSER"):
+            pytest.fail(f"TRAINSERVE_REQUIRE_BROWSER is set but {reason}")
         pytest.skip(f"browser tests need Chromium and Playwright: {reason}")
     from playwright.sync_api import sync_playwright
 
