@@ -1,6 +1,7 @@
-"""Locust entry point: `locust -f loadtest/locustfile.py` (web UI, class picker) or headless.
+"""Locust entry point: `locust -f loadtest/locustfile.py` (web UI with the class picker) or headless.
 
-Users (pick in the class picker, or name them on the command line):
+The web UI always has the user-class and load-shape pickers (loadtest/webui.py turns them on and
+checks each start). Users (pick in the class picker, or name them on the command line):
   TritonHttpUser   closed loop over HTTP with binary tensors
   TritonGrpcUser   closed loop over gRPC
   OpenLoopUser     open loop, Poisson arrivals at --rate, latency from the scheduled send time
@@ -68,8 +69,12 @@ def _add_arguments(parser: Any) -> None:
 
 
 @events.init.add_listener
-def _on_init(environment: Any, runner: Any, **_: Any) -> None:
+def _on_init(environment: Any, runner: Any, web_ui: Any = None, **_: Any) -> None:
     environment.trainserve = Collector(environment)
+    if web_ui is not None:
+        from loadtest import webui
+
+        webui.install(environment, web_ui)
     # gevent caches the loop's clock; after the slow imports above a --run-time timer would fire early
     import gevent
 

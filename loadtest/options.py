@@ -14,6 +14,35 @@ PROTOCOLS = ("http", "grpc")
 VALIDATIONS = ("off", "shape", "values")
 HTTP_CLIENTS = ("prepared", "tritonclient")
 
+# The start form's label of each custom field (Locust would title-case the option's name: "Slo P9 9Ms");
+# the help text under each is the option's --help.
+FORM_LABELS = {
+    "server_url": "Server URL",
+    "model_name": "Model name",
+    "protocol": "Protocol (load shapes, open loop)",
+    "batch_size": "Batch size",
+    "input_data": "Input data",
+    "validate": "Validate responses",
+    "expected_output": "Expected outputs (.npz)",
+    "rate": "Arrival rate (requests/s)",
+    "open_loop_users": "Open-loop schedulers",
+    "max_in_flight": "Most requests in flight per scheduler",
+    "ramp_start_users": "Ramp: users in the first step",
+    "ramp_step_users": "Ramp: users added per step",
+    "ramp_step_s": "Ramp: step length (s)",
+    "ramp_max_users": "Ramp: most users",
+    "slo_p99_ms": "SLO p99 (ms)",
+    "min_gain": "Ramp: least throughput gain per step",
+}
+
+
+class OptionError(ValueError):
+    """A load option out of its range; names the field, the bad value and what is allowed."""
+
+    def __init__(self, name: str, value: Any, allowed: str) -> None:
+        super().__init__(f"load option {name}={value!r} is invalid; allowed: {allowed}")
+        self.name, self.value, self.allowed = name, value, allowed
+
 
 def register(parser: Any) -> None:
     """Add the custom arguments to Locust's parser; `include_in_web_ui` puts them in the start form."""
@@ -25,7 +54,7 @@ def register(parser: Any) -> None:
     g.add_argument("--protocol", default="http", choices=PROTOCOLS, include_in_web_ui=True,
                    help="Protocol of the load shapes and the open-loop user (the closed-loop classes name theirs)")
     g.add_argument("--batch-size", type=int, default=1, include_in_web_ui=True,
-                   help="Rows per request (the model's first dimension)")
+                   help="Rows per request (the model's first dimension), 1 or more")
     g.add_argument("--input-data", default="random", include_in_web_ui=True,
                    help="'random', or the path of an .npz whose arrays are named after the model inputs")
     g.add_argument("--validate", default="off", choices=VALIDATIONS, include_in_web_ui=True,
@@ -48,9 +77,9 @@ def register(parser: Any) -> None:
     g.add_argument("--ramp-max-users", type=int, default=64, include_in_web_ui=True,
                    help="Step ramp: stop after the step with this many users")
     g.add_argument("--slo-p99-ms", type=float, default=100.0, include_in_web_ui=True,
-                   help="Step ramp: stop when a step's p99 latency exceeds this (ms)")
+                   help="Step ramp: stop when a step's p99 latency exceeds this many milliseconds")
     g.add_argument("--min-gain", type=float, default=0.05, include_in_web_ui=True,
-                   help="Step ramp: stop when a step adds less than this fraction of throughput")
+                   help="Step ramp: stop when a step adds less than this fraction of throughput (0.05 means 5 percent)")
     g.add_argument("--http-client", default="prepared", choices=HTTP_CLIENTS, include_in_web_ui=False,
                    help="HTTP path: 'prepared' posts a request body built once by tritonclient; "
                         "'tritonclient' calls InferenceServerClient.infer each time")
@@ -108,13 +137,22 @@ class LoadOptions:
         ]
         for name, ok, allowed in checks:
             if not ok:
-                raise ValueError(f"load option {name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+                raise OptionError(name, getattr(self, name), allowed)
 
     @classmethod
     def from_parsed(cls, parsed: Any) -> LoadOptions:
         """From Locust's parsed options (argparse Namespace), ignoring Locust's own arguments."""
         names = cls.__dataclass_fields__.keys()
         return cls(**{n: getattr(parsed, n) for n in names if hasattr(parsed, n)})
+
+
+def protocol_of(server_url: str, protocol: str = "http") -> str:
+    """The protocol a server URL suggests: its scheme (grpc://), else the gRPC port 8001, else `protocol`."""
+    if server_url.startswith("grpc://"):
+        return "grpc"
+    if server_url.startswith(("http://", "https://")):
+        return "http"
+    return "grpc" if strip_scheme(server_url).endswith(":8001") else protocol
 
 
 def strip_scheme(url: str) -> str:

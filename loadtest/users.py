@@ -35,6 +35,10 @@ class InferenceFailure(Exception):
     """A failed request, with the server's status and message as its text."""
 
 
+def _request_type(protocol: str) -> str:
+    return "HTTP" if protocol == "http" else "gRPC"
+
+
 class _Prepared:
     """What every user of one process shares: the model's metadata, the request arrays, the validator."""
 
@@ -72,17 +76,21 @@ class TritonUser(User):
         return 1
 
     def on_start(self) -> None:
-        self.opts = LoadOptions.from_parsed(self.environment.parsed_options)
-        protocol = self.protocol_in_use()
-        self.request_type = protocol.upper() if protocol == "http" else "gRPC"
-        self.name = f"{self.opts.model_name} b{self.opts.batch_size}"
         self._fire = self.environment.events.request.fire
+        self.setup_failed = False
+        try:
+            self.opts = LoadOptions.from_parsed(self.environment.parsed_options)
+        except ValueError as e:  # a bad option: one failure, then this user stops (in its task)
+            self._setup_failure(self.protocol, "setup", str(e))
+            return
+        protocol = self.protocol_in_use()
+        self.name = f"{self.opts.model_name} b{self.opts.batch_size}"
         try:
             prepared = _Prepared.get(self.opts, protocol)
         except Exception as e:  # server down, unknown model: one failure, then this user stops
-            self._fire(request_type=self.request_type, name="setup", response_time=0.0, response_length=0,
-                       exception=InferenceFailure(describe_error(e)), context={})
-            raise StopUser() from None
+            self._setup_failure(protocol, "setup", describe_error(e))
+            return
+        self.request_type = _request_type(protocol)
         self.validator = prepared.validator
         want = self.validator is not None
         if protocol == "grpc":
@@ -91,6 +99,14 @@ class TritonUser(User):
         else:
             self.infer = HttpInfer(self.opts.server_url, prepared.info, prepared.arrays,
                                    concurrency=self.concurrency(), mode=self.opts.http_client, want_outputs=want)
+
+    def _setup_failure(self, protocol: str, name: str, message: str) -> None:
+        # Reported as one failed request; the user's task then stops it quietly. Raising StopUser
+        # here would make Locust log a traceback for every user.
+        self.setup_failed = True
+        self.request_type = _request_type(protocol)
+        self._fire(request_type=self.request_type, name=name, response_time=0.0, response_length=0,
+                   exception=InferenceFailure(message), context={})
 
     def protocol_in_use(self) -> str:
         return self.protocol
@@ -106,6 +122,8 @@ class TritonUser(User):
         # sleep(0), state changes) would cost about a fifth of the process's CPU per request.
         # Stops as a task would: after the request in progress once Locust asks the user to stop
         # (a forced stop kills the greenlet as before).
+        if self.setup_failed:
+            raise StopUser()
         timed_call, clock = self.timed_call, time.perf_counter
         n = 0
         while self._state != LOCUST_STATE_STOPPING:
@@ -162,6 +180,8 @@ class OpenLoopUser(TritonUser):
 
     @task
     def infer_once(self) -> None:  # runs until the user is stopped
+        if self.setup_failed:
+            raise StopUser()
         rate = self.opts.rate / self.opts.open_loop_users  # arrivals/s for this user
         self._pool = gevent.pool.Pool(self.opts.max_in_flight)
         rng = random.Random()

@@ -19,7 +19,7 @@ def test_no_torch_in_load_generator_imports() -> None:
 def test_web_ui_form_has_custom_fields_and_shapes() -> None:
     port = free_port()
     cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest" / "locustfile.py"), "--web-host",
-           "127.0.0.1", "--web-port", str(port), "--class-picker", "--model-name", "tiny_cpu"]
+           "127.0.0.1", "--web-port", str(port), "--model-name", "tiny_cpu"]  # no --class-picker: on by default
     proc = subprocess.Popen(cmd, env=subprocess_env(), cwd=REPO_ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     try:
@@ -39,3 +39,15 @@ def test_web_ui_form_has_custom_fields_and_shapes() -> None:
         assert "results_json" not in page  # runner-only options stay out of the form
     finally:
         stop_process(proc)
+
+
+def test_setup_failure_is_one_failure_per_user_without_tracebacks() -> None:
+    # nothing listens on the port: each user reports one 'setup' failure and stops quietly
+    cmd = [sys.executable, "-m", "locust", "-f", str(REPO_ROOT / "loadtest" / "locustfile.py"), "--headless",
+           "-u", "3", "-r", "3", "--run-time", "4s", "--server-url", f"127.0.0.1:{free_port()}", "--model-name",
+           "tiny_cpu", "--abort-after-s", "1", "TritonHttpUser"]
+    out = subprocess.run(cmd, env=subprocess_env(), cwd=REPO_ROOT, capture_output=True, text=True, timeout=60)
+    log = out.stdout + out.stderr
+    assert "Traceback" not in log, log[-3000:]
+    assert "StopUser" not in log, log[-3000:]
+    assert "setup" in log and "no HTTP inference server answers" in log, log[-3000:]

@@ -75,6 +75,22 @@ tbody tr:hover td { background:#f7fafc; }
 details summary { cursor:pointer; color:#334; font-weight:600; margin:8px 0; }
 code { font-family: ui-monospace, SFMono-Regular, Menlo, monospace; font-size:12px; }
 footer { color:var(--muted); font-size:12px; text-align:center; padding:12px; }
+/* narrow screens: nothing wider than the screen; tables scroll inside their box, row labels stay */
+header dd, .warn, td.src { overflow-wrap:anywhere; min-width:0; }
+td.src, td.path { white-space:normal; word-break:normal; }
+td.path code { overflow-wrap:anywhere; }
+.figs { grid-template-columns:repeat(auto-fit, minmax(min(520px, 100%), 1fr)); }
+@media (max-width: 720px) {
+  header { padding:16px 14px 14px; } main { padding:10px 8px 32px; } section { padding:14px 10px; }
+  header dl { grid-template-columns:1fr; } header dt { margin-top:4px; }
+  .tiles { grid-template-columns:1fr 1fr; } .tile .v { font-size:24px; }
+  thead th { min-width:76px; }
+  .tablewrap th:first-child, .tablewrap td:first-child { position:sticky; left:0; z-index:1; background:#fff;
+    white-space:normal; min-width:8em; max-width:10em; }
+  .tablewrap thead th:first-child { background:#f0f2f5; }
+  .tablewrap tr.group td:first-child { background:#fafbfc; max-width:none; }
+}
+@media (max-width: 420px) { .tiles { grid-template-columns:1fr; } }
 """
 
 
@@ -183,7 +199,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
                 cls = " class='nm'" if text in (u.MISSING, "") else ""
                 tds.append(withheld.html_td(text) or f"<td{cls}>{escape(text)}</td>")
             body.append(f"<tr><td>{escape(label)}</td>{''.join(tds)}</tr>")
-    sources = "".join(f"<td class='src'><code>{escape(v['source'])}</code></td>" if v else "<td class='nm'>—</td>"
+    sources = "".join(f"<td class='src'><code>{_path(v['source'])}</code></td>" if v else "<td class='nm'>—</td>"
                       for _, v in cols)
     body.append(f"<tr><td>record</td>{sources}</tr>")
     missing = [DEVICE_LABEL[d] for d in ("cpu", "cuda") if d not in model["devices_measured"]]
@@ -198,6 +214,11 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
             + _html_limits(model) + _html_max_batch(model) + _html_operating_points(model)
             + (f"<div class='figs'>{figs}</div>" if figs else "")
             + _html_ramps(model) + "</section>")
+
+
+def _path(path: str) -> str:
+    """A file path that may wrap after each '/' (never inside a name)."""
+    return escape(path).replace("/", "/<wbr>")
 
 
 def _two_lines(label: str) -> str:
@@ -305,7 +326,8 @@ def _html_warnings(s: dict[str, Any]) -> str:
 
 def _html_records(s: dict[str, Any]) -> str:
     rows = "".join(
-        f"<tr><td><code>{escape(r['source'])}</code></td><td>{escape(r['phase'])}</td><td>{escape(r['model'])}</td>"
+        f"<tr><td class='path'><code>{_path(r['source'])}</code></td><td>{escape(r['phase'])}</td>"
+        f"<td>{escape(r['model'])}</td>"
         f"<td>{DEVICE_LABEL[r['device']]}</td><td>{escape(r['backend'])}</td><td>{escape(r['precision'])}</td>"
         f"<td>{r['batch_size']}</td><td>{'' if r['concurrency'] is None else r['concurrency']}</td>"
         f"{_html_rec(r, 'throughput_samples_s', u.num)}{_html_rec(r, 'p50_ms', u.ms)}{_html_rec(r, 'p99_ms', u.ms)}"

@@ -1,0 +1,87 @@
+"""The report in Chromium: a freshly built report.html and docs/example-report/report.html.
+
+No console or page errors, every image decoded, nothing loaded from outside the file, every `#`
+link has its target, and no sideways scrolling of the page on a phone (390 px) or a laptop (1280 px).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+
+pytestmark = pytest.mark.slow
+
+WIDTHS = (390, 1280)
+
+# What the page holds, measured in the browser after opening every <details>.
+MEASURE = """() => {
+  document.querySelectorAll("details").forEach(d => d.open = true);
+  const doc = document.documentElement;
+  const imgs = [...document.images].map(i => ({src: i.alt || i.src.slice(0, 40), w: i.naturalWidth}));
+  const refs = [...document.querySelectorAll("[src], [href]")]
+    .map(e => e.getAttribute("src") ?? e.getAttribute("href"))
+    .filter(r => !r.startsWith("data:") && !r.startsWith("#"));
+  const anchors = [...document.querySelectorAll('a[href^="#"]')].map(a => a.getAttribute("href").slice(1))
+    .filter(id => !document.getElementById(id));
+  // elements that reach past the right edge of their section (a scroll box may, inside itself)
+  const spill = [];
+  for (const s of document.querySelectorAll("section, header")) {
+    const right = s.getBoundingClientRect().right + 0.5;
+    for (const e of s.querySelectorAll("*")) {
+      if (e.closest(".tablewrap") && e.closest(".tablewrap") !== e) continue;
+      if (e.getBoundingClientRect().right > right) spill.push(`${s.id || s.tagName}: ${e.tagName}.${e.className}`);
+    }
+  }
+  // the model table's scroll box shows a value column beside the row labels
+  const hidden = [...document.querySelectorAll("section[id^=model-] .tablewrap")].filter(w => {
+    const cell = w.querySelector("tbody tr:not(.group) td:nth-child(2)");
+    return cell && cell.getBoundingClientRect().left + 40 > w.getBoundingClientRect().right;
+  }).length;
+  // tables that need sideways scrolling inside their box
+  const scrolls = [...document.querySelectorAll(".tablewrap")].filter(w => w.scrollWidth > w.clientWidth + 1)
+    .map(w => w.closest("section").id);
+  return {scrollWidth: doc.scrollWidth, width: window.innerWidth, imgs, refs, anchors,
+          spill: spill.slice(0, 10), hidden, scrolls};
+}"""
+
+
+@pytest.fixture(scope="module")
+def quick_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A report built from the crafted records of tests/trainserve/test_report.py (CPU and GPU, ramps)."""
+    from tests.trainserve.test_report import make_run
+    from trainserve.report import build_report
+
+    return build_report(make_run(tmp_path_factory.mktemp("runs")))
+
+
+def check_report(tab: Any, html: Path) -> None:
+    page = tab.page
+    external: list[str] = []
+    page.on("request", lambda r: external.append(r.url) if not r.url.startswith(("file:", "data:")) else None)
+    for width in WIDTHS:
+        page.set_viewport_size({"width": width, "height": 900})
+        page.goto(html.resolve().as_uri())
+        page.wait_for_load_state("load")
+        m = page.evaluate(MEASURE)
+        assert m["imgs"] and all(i["w"] > 0 for i in m["imgs"]), m["imgs"]
+        assert not m["refs"], f"references outside the file: {m['refs']}"
+        assert not m["anchors"], f"# links without a target: {m['anchors']}"
+        assert m["scrollWidth"] <= m["width"], f"{width} px: the page is {m['scrollWidth']} px wide"
+        assert not m["spill"], f"{width} px: reaching out of their box: {m['spill']}"
+        assert not m["hidden"], f"{width} px: a model table shows only its row labels"
+        if width >= 1280:  # a laptop: every table fits its box, file names wrap at '/'
+            assert not m["scrolls"], f"{width} px: tables wider than their box in {m['scrolls']}"
+    assert not external, f"requests outside the file: {external}"
+    assert not tab.errors, tab.errors
+
+
+def test_quick_report_in_the_browser(tab: Any, quick_report: Path) -> None:
+    check_report(tab, quick_report)
+
+
+def test_example_report_in_the_browser(tab: Any) -> None:
+    check_report(tab, REPO_ROOT / "docs" / "example-report" / "report.html")
