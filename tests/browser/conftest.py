@@ -16,7 +16,9 @@ from tests.browser.chromium import launch, missing_reason
 from tests.loadtest.conftest import embedded_server  # noqa: F401  (the real server on the tiny model)
 
 
-@pytest.fixture(scope="session")
+# package scope: Playwright's sync API keeps an event loop running in this thread while it is open, which
+# would break every later test that calls asyncio.run(); it is closed when tests/browser/ is done.
+@pytest.fixture(scope="package")
 def browser_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     reason = missing_reason()
     if reason:
