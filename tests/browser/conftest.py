@@ -1,4 +1,4 @@
-"""Browser fixtures: one headless system Chromium per session (Playwright), pages that record their errors.
+"""Browser fixtures: one headless system Chromium for the package (Playwright), pages that record their errors.
 
 Skipped, with the reason, only where Chromium or Playwright is missing; CI installs both and sets
 TRAINSERVE_REQUIRE_BROWSER=1 (.ci/run), which turns that skip into a failure.
