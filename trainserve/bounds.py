@@ -30,7 +30,7 @@ log = logging.getLogger(__name__)
 MFU_MAX = 1.0
 # Two separate measurements (in-process, then served) differ by run-to-run noise; a served figure
 # is flagged only when it beats the in-process one by more than this share.
-NOISE = 0.05
+NOISE = 0.10  # short runs on a shared machine (the quick run: a 3 s in-process budget) vary this much
 # A load-generator process busy for this share of a core over the test (start-up included, so
 # busier still while it ran) was saturated. loadtest warns from 0.9; from here the figure is void.
 CLIENT_SATURATED_FRACTION = 0.95
