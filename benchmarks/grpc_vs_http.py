@@ -1,0 +1,262 @@
+"""The embedded server's gRPC front end against its HTTP front end, on one server, in alternating rounds.
+
+Issue 14 part 3: at 16 concurrent users, batch 1, gRPC must answer >= 0.8x HTTP's requests/s.
+
+One `trainserve serve` (HTTP, gRPC and metrics on ephemeral ports) on a repository written by the
+export stage itself (`train.export.export_run` on a random-weight zoo CNN: the same config.pbtxt
+`trainserve export` writes), then rounds of [HTTP point, gRPC point] (or [gRPC, HTTP] on odd rounds,
+so a drift in machine load hits both alike). Every point is closed-loop, `--users` users in
+`--client-procs` separate processes (the clients never share the server's GIL), and the clients are
+what a user would run:
+  HTTP: tritonclient.http.InferenceServerClient, binary tensors, greenlets sharing one client per
+        process (gevent, as serve_bench.py and Locust's HTTP users);
+  gRPC: tritonclient.grpc.InferenceServerClient, one per user thread, blocking `infer` (the client
+        Locust's gRPC users run, one channel per user).
+Per point: requests/s, p50/p99, server and client CPU-ms per request, and the server's own queue and
+compute_infer per request from GET /v2/models/<m>/stats. On a machine whose cores the clients share
+with the server, requests/s follows total CPU per request; the server's CPU-ms per request is the
+figure the server alone decides.
+
+    python benchmarks/grpc_vs_http.py                       # 3 rounds x 8 s, c=16, batch 1
+    python benchmarks/grpc_vs_http.py --rounds 5 --seconds 10
+Writes $OUT/grpc_vs_http.json (default OUT=./bench-out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import multiprocessing as mp
+import os
+import platform
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from benchmarks.serve_bench import _free_port, start_process, stats_delta, stop_process  # noqa: E402
+
+TARGET_RATIO = 0.8  # gRPC req/s over HTTP req/s at c=16, batch 1
+
+
+def export_repository(root: Path, preset: str) -> tuple[Path, str, list[int]]:
+    """Random-weight cnn `preset` through the real export stage; (repository, model name, input shape)."""
+    import torch
+
+    from serve.repository import RepositoryConfig
+    from train.card import ModelCard, TensorSpec
+    from train.export import ExportConfig, export_run
+    from train.models import build_model, config_to_dict, io_spec, preset_config
+
+    torch.manual_seed(0)
+    config = preset_config("cnn", preset)
+    ins, outs = io_spec(config)
+    card = ModelCard(family="cnn", preset=preset, config=config_to_dict(config),
+                     inputs=[TensorSpec(**t) for t in ins], outputs=[TensorSpec(**t) for t in outs],
+                     classes=[str(i) for i in range(config.num_classes)])
+    train_dir = root / "train"
+    train_dir.mkdir(parents=True)
+    card.save(train_dir)
+    model = build_model(config).eval()
+    torch.save({"model": model.state_dict(), "epoch": 0, "step": 0, "card": card.to_dict()}, train_dir / "checkpoint.pt")
+    result = export_run(root, train_dir / "checkpoint.pt", train_dir / "model.json",
+                        ExportConfig(eval_limit=256, seed=0), RepositoryConfig())
+    return result.repository, f"{card.name}_cpu", list(card.inputs[0].shape)
+
+
+# ------------------------------------------------------------------ clients (one process each)
+def _http_users(url: str, model: str, x: np.ndarray, users: int, run_user) -> None:
+    import gevent
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(url, concurrency=users, connection_timeout=60, network_timeout=60)
+    inp = httpclient.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x, binary_data=True)
+    out = httpclient.InferRequestedOutput("logits", binary_data=True)
+    try:
+        gevent.joinall([gevent.spawn(run_user, lambda: client.infer(model, [inp], outputs=[out]))
+                        for _ in range(users)])
+    finally:
+        client.close()
+
+
+def _grpc_users(url: str, model: str, x: np.ndarray, users: int, run_user) -> None:
+    import tritonclient.grpc as grpcclient
+
+    clients = [grpcclient.InferenceServerClient(url) for _ in range(users)]
+    inp = grpcclient.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    out = grpcclient.InferRequestedOutput("logits")
+    threads = [threading.Thread(target=run_user, args=(lambda c=c: c.infer(model, [inp], outputs=[out]),))
+               for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for c in clients:
+        c.close()
+
+
+def _client_process(protocol: str, url: str, model: str, shape: list[int], users: int,
+                    begin: float, end: float, conn) -> None:
+    """`users` closed-loop batch-1 users; sends back latencies inside [begin, end], errors and CPU time."""
+    latencies: list[float] = []
+    errors: list[str] = []
+
+    def run_user(call) -> None:
+        while (t0 := time.monotonic()) < end:
+            try:
+                result = call()
+            except Exception as e:  # count and keep going: a refused request is a result too
+                errors.append(str(e)[:200])
+                continue
+            t1 = time.monotonic()
+            if t0 >= begin and t1 <= end:
+                latencies.append(t1 - t0)
+            assert result.as_numpy("logits").shape[0] == 1
+
+    x = np.random.rand(1, *shape).astype(np.float32)
+    cpu0 = time.process_time()
+    (_http_users if protocol == "http" else _grpc_users)(url, model, x, users, run_user)
+    conn.send({"latencies": latencies, "errors": errors[:5], "error_count": len(errors),
+               "cpu_s": time.process_time() - cpu0})
+
+
+def drive(protocol: str, url: str, model: str, shape: list[int], users: int, procs: int,
+          warmup_s: float, seconds: float, server_pid: int) -> dict:
+    """One closed-loop point; requests/s, latency and CPU (server and clients) over the window."""
+    import psutil
+
+    ctx = mp.get_context("spawn")
+    procs = min(procs, users)
+    per = [users // procs + (1 if i < users % procs else 0) for i in range(procs)]
+    start = time.monotonic() + 3.0  # spawn and import time: every process runs before the warm-up ends
+    begin, end = start + warmup_s, start + warmup_s + seconds
+    pipes, workers = [], []
+    for n in per:
+        parent, child = ctx.Pipe(duplex=False)
+        p = ctx.Process(target=_client_process, args=(protocol, url, model, shape, n, begin, end, child), daemon=True)
+        p.start()
+        pipes.append(parent)
+        workers.append(p)
+    server = psutil.Process(server_pid)
+    clients = [psutil.Process(p.pid) for p in workers]
+    time.sleep(max(begin - time.monotonic(), 0))
+    server0 = sum(server.cpu_times()[:2])  # user + system, seconds, all threads
+    clients0 = sum(sum(c.cpu_times()[:2]) for c in clients)
+    time.sleep(max(end - time.monotonic(), 0))
+    server_cpu_s = sum(server.cpu_times()[:2]) - server0
+    clients_cpu_s = sum(sum(c.cpu_times()[:2]) for c in clients) - clients0
+    reports = []
+    try:
+        for pipe, p in zip(pipes, workers):
+            if not pipe.poll(max(end - time.monotonic(), 0) + 60):  # a dead client fails the run, never hangs it
+                raise SystemExit(f"{protocol} client process {p.pid} sent no report (exit code {p.exitcode})")
+            reports.append(pipe.recv())
+    finally:
+        for p in workers:
+            p.join(timeout=10)
+            if p.is_alive():
+                p.kill()
+    lat = np.array([x for r in reports for x in r["latencies"]])
+    if lat.size == 0:
+        raise SystemExit(f"no successful {protocol} requests to {url}: {[r['errors'] for r in reports]}")
+    return {"protocol": protocol, "users": users, "client_processes": procs, "requests": int(lat.size),
+            "requests_per_s": lat.size / seconds,
+            "p50_ms": 1e3 * float(np.percentile(lat, 50)), "p99_ms": 1e3 * float(np.percentile(lat, 99)),
+            "errors": sum(r["error_count"] for r in reports), "error_samples": reports[0]["errors"],
+            "server_cpu_ms_per_request": 1e3 * server_cpu_s / lat.size,
+            "client_cpu_ms_per_request": 1e3 * clients_cpu_s / lat.size,
+            "client_cpu_cores": clients_cpu_s / seconds, "server_cpu_cores": server_cpu_s / seconds}
+
+
+def server_stats(port: int, model: str) -> dict:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10) as r:
+        return json.loads(r.read())["model_stats"][0]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="tiny", help="cnn preset")
+    parser.add_argument("--users", type=int, default=16, help="closed-loop users per point")
+    parser.add_argument("--client-procs", type=int, default=4, help="client processes the users are spread over")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of [HTTP, gRPC] (order alternates)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per point")
+    parser.add_argument("--warmup", type=float, default=2.0, help="warm-up before each window, seconds")
+    parser.add_argument("--serve-args", default="", help="extra `trainserve serve` arguments, e.g. '--busy-poll-us 0'")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="grpc-vs-http-") as tmp:
+        t0 = time.perf_counter()
+        repo, model, shape = export_repository(Path(tmp), args.preset)
+        log(f"exported {model} {shape} in {time.perf_counter() - t0:.0f} s")
+        grpc_port = _free_port()  # start_process reads back one port (HTTP's); gRPC's is chosen here
+        cmd = [sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo), "--device", "cpu",
+               "--http-port", "0", "--grpc-port", str(grpc_port), "--metrics-port", "0", *args.serve_args.split()]
+        proc, http_port = start_process(cmd, r"ready http=[^:]+:(\d+)")
+        try:
+            rounds = []
+            for i in range(args.rounds):
+                order = ("http", "grpc") if i % 2 == 0 else ("grpc", "http")
+                one = {}
+                for protocol in order:
+                    port = http_port if protocol == "http" else grpc_port
+                    before = server_stats(http_port, model)
+                    point = drive(protocol, f"127.0.0.1:{port}", model, shape, args.users, args.client_procs,
+                                  args.warmup, args.seconds, proc.pid)
+                    point["server_stats"] = stats_delta(before, server_stats(http_port, model))
+                    one[protocol] = point
+                    log(f"round {i + 1} {protocol:4}: {point['requests_per_s']:7.0f} req/s  p50 {point['p50_ms']:.2f} ms"
+                        f"  p99 {point['p99_ms']:.2f} ms  server {point['server_cpu_ms_per_request']:.3f} CPU-ms/req"
+                        f"  clients {point['client_cpu_ms_per_request']:.3f} CPU-ms/req"
+                        f" ({point['client_cpu_cores']:.2f} cores)  queue {point['server_stats']['queue_mean_ms']} ms"
+                        f"  compute {point['server_stats']['compute_infer_mean_ms']} ms  errors {point['errors']}")
+                one["ratio"] = one["grpc"]["requests_per_s"] / one["http"]["requests_per_s"]
+                one["server_cpu_ratio"] = (one["grpc"]["server_cpu_ms_per_request"]
+                                           / one["http"]["server_cpu_ms_per_request"])
+                log(f"round {i + 1}: gRPC/HTTP req/s {one['ratio']:.3f}, server CPU per request gRPC/HTTP "
+                    f"{one['server_cpu_ratio']:.3f}")
+                rounds.append(one)
+        finally:
+            stop_process(proc)
+
+    def median(key: str, protocol: str | None = None) -> float:
+        return float(np.median([(r[protocol][key] if protocol else r[key]) for r in rounds]))
+
+    result = {"benchmark": "grpc_vs_http", "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
+              "machine": {"cpu_count": os.cpu_count(), "host": platform.node(), "load_average_at_end": os.getloadavg()},
+              "model": model, "users": args.users, "batch": 1, "client_processes": args.client_procs,
+              "clients": {"http": "tritonclient.http, gevent greenlets sharing one client per process",
+                          "grpc": "tritonclient.grpc, one InferenceServerClient per user thread, blocking infer"},
+              "seconds_per_point": args.seconds, "rounds": rounds,
+              "median": {p: {k: median(k, p) for k in ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_request",
+                                                         "client_cpu_ms_per_request")} for p in ("http", "grpc")},
+              "ratio": median("ratio"), "ratio_rounds": [r["ratio"] for r in rounds],
+              "server_cpu_ratio": median("server_cpu_ratio"), "target": f">= {TARGET_RATIO}"}
+    out = Path(os.environ.get("OUT", "bench-out"))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "grpc_vs_http.json").write_text(json.dumps(result, indent=2))
+    m = result["median"]
+    print(f"HTTP {m['http']['requests_per_s']:.0f} req/s (p50 {m['http']['p50_ms']:.2f} ms, p99 {m['http']['p99_ms']:.2f} ms), "
+          f"gRPC {m['grpc']['requests_per_s']:.0f} req/s (p50 {m['grpc']['p50_ms']:.2f} ms, p99 {m['grpc']['p99_ms']:.2f} ms)")
+    print(f"gRPC/HTTP req/s: {result['ratio']:.3f} (rounds {', '.join(f'{r:.3f}' for r in result['ratio_rounds'])}; "
+          f"target >= {TARGET_RATIO}: {'met' if result['ratio'] >= TARGET_RATIO else 'MISSED'}); "
+          f"server CPU per request gRPC/HTTP: {result['server_cpu_ratio']:.3f}")
+    print(f"wrote {out / 'grpc_vs_http.json'}")
+
+
+if __name__ == "__main__":
+    main()
