@@ -11,7 +11,8 @@ what a user would run:
   HTTP: tritonclient.http.InferenceServerClient, binary tensors, greenlets sharing one client per
         process (gevent, as serve_bench.py and Locust's HTTP users);
   gRPC: tritonclient.grpc.InferenceServerClient, one per user thread, blocking `infer` (the client
-        Locust's gRPC users run, one channel per user).
+        Locust's gRPC users run, one channel per user); or, with --grpc-client aio,
+        tritonclient.grpc.aio, one client per coroutine on one event loop per process.
 Per point: requests/s, p50/p99, server and client CPU-ms per request, and the server's own queue and
 compute_infer per request from GET /v2/models/<m>/stats. On a machine whose cores the clients share
 with the server, requests/s follows total CPU per request; the server's CPU-ms per request is the
@@ -19,6 +20,7 @@ figure the server alone decides.
 
     python benchmarks/grpc_vs_http.py                       # 3 rounds x 8 s, c=16, batch 1
     python benchmarks/grpc_vs_http.py --rounds 5 --seconds 10
+    python benchmarks/grpc_vs_http.py --grpc-client aio    # the asyncio gRPC client instead
 Writes $OUT/grpc_vs_http.json (default OUT=./bench-out).
 """
 
@@ -104,6 +106,52 @@ def _grpc_users(url: str, model: str, x: np.ndarray, users: int, run_user) -> No
         c.close()
 
 
+def _grpc_aio_users(url: str, model: str, x: np.ndarray, users: int, record) -> None:
+    """`users` coroutines on one event loop, each with its own tritonclient.grpc.aio client."""
+    import asyncio
+
+    import tritonclient.grpc.aio as aioclient
+
+    async def user(client) -> None:
+        inp = aioclient.InferInput("input", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        out = aioclient.InferRequestedOutput("logits")
+        while (t0 := time.monotonic()) < record.end:
+            try:
+                result = await client.infer(model, [inp], outputs=[out])
+            except Exception as e:
+                record.error(e)
+                continue
+            record.done(t0, result)
+
+    async def main() -> None:
+        clients = [aioclient.InferenceServerClient(url) for _ in range(users)]
+        try:
+            await asyncio.gather(*(user(c) for c in clients))
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
+
+    asyncio.run(main())
+
+
+class _Record:
+    """Latencies inside [begin, end] and errors, shared by a client process's users."""
+
+    def __init__(self, begin: float, end: float) -> None:
+        self.begin, self.end = begin, end
+        self.latencies: list[float] = []
+        self.errors: list[str] = []
+
+    def error(self, e: Exception) -> None:  # counted, and the user goes on: a refused request is a result too
+        self.errors.append(str(e)[:200])
+
+    def done(self, t0: float, result) -> None:
+        t1 = time.monotonic()
+        if t0 >= self.begin and t1 <= self.end:
+            self.latencies.append(t1 - t0)
+        assert result.as_numpy("logits").shape[0] == 1
+
+
 def _client_process(protocol: str, url: str, model: str, shape: list[int], users: int,
                     begin: float, end: float, conn) -> None:
     """`users` closed-loop batch-1 users; sends back latencies inside [begin, end], errors and CPU time."""
@@ -124,7 +172,12 @@ def _client_process(protocol: str, url: str, model: str, shape: list[int], users
 
     x = np.random.rand(1, *shape).astype(np.float32)
     cpu0 = time.process_time()
-    (_http_users if protocol == "http" else _grpc_users)(url, model, x, users, run_user)
+    if protocol == "grpc-aio":
+        record = _Record(begin, end)
+        _grpc_aio_users(url, model, x, users, record)
+        latencies, errors = record.latencies, record.errors
+    else:
+        (_http_users if protocol == "http" else _grpc_users)(url, model, x, users, run_user)
     conn.send({"latencies": latencies, "errors": errors[:5], "error_count": len(errors),
                "cpu_s": time.process_time() - cpu0})
 
@@ -196,6 +249,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of [HTTP, gRPC] (order alternates)")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="warm-up before each window, seconds")
+    parser.add_argument("--grpc-client", choices=["sync", "aio"], default="sync",
+                        help="sync: tritonclient.grpc, a blocking client per user thread (as Locust's gRPC users); "
+                             "aio: tritonclient.grpc.aio, a client per coroutine, one event loop per process")
     parser.add_argument("--serve-args", default="", help="extra `trainserve serve` arguments, e.g. '--busy-poll-us 0'")
     args = parser.parse_args()
 
@@ -215,7 +271,8 @@ def main() -> None:
                 for protocol in order:
                     port = http_port if protocol == "http" else grpc_port
                     before = server_stats(http_port, model)
-                    point = drive(protocol, f"127.0.0.1:{port}", model, shape, args.users, args.client_procs,
+                    client = "grpc-aio" if protocol == "grpc" and args.grpc_client == "aio" else protocol
+                    point = drive(client, f"127.0.0.1:{port}", model, shape, args.users, args.client_procs,
                                   args.warmup, args.seconds, proc.pid)
                     point["server_stats"] = stats_delta(before, server_stats(http_port, model))
                     one[protocol] = point
@@ -240,7 +297,9 @@ def main() -> None:
               "machine": {"cpu_count": os.cpu_count(), "host": platform.node(), "load_average_at_end": os.getloadavg()},
               "model": model, "users": args.users, "batch": 1, "client_processes": args.client_procs,
               "clients": {"http": "tritonclient.http, gevent greenlets sharing one client per process",
-                          "grpc": "tritonclient.grpc, one InferenceServerClient per user thread, blocking infer"},
+                          "grpc": "tritonclient.grpc, one InferenceServerClient per user thread, blocking infer"
+                          if args.grpc_client == "sync" else
+                          "tritonclient.grpc.aio, one InferenceServerClient per coroutine, one event loop per process"},
               "seconds_per_point": args.seconds, "rounds": rounds,
               "median": {p: {k: median(k, p) for k in ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_request",
                                                          "client_cpu_ms_per_request")} for p in ("http", "grpc")},
