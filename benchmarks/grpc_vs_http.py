@@ -43,7 +43,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.serve_bench import _free_port, start_process, stats_delta, stop_process  # noqa: E402
+from benchmarks.serve_bench import _free_port, start_process, stats_delta, stop_process
 
 TARGET_RATIO = 0.8  # gRPC req/s over HTTP req/s at c=16, batch 1
 
@@ -182,6 +182,35 @@ def _client_process(protocol: str, url: str, model: str, shape: list[int], users
                "cpu_s": time.process_time() - cpu0})
 
 
+def _floor_server(port: int, ready) -> None:
+    """grpc.aio with the service's handlers registered as the embedded server does, ModelInfer answering
+    one canned response: what grpc.aio and its C core cost per RPC before any of this project's code."""
+    import asyncio
+
+    import grpc
+    from tritonclient.grpc import service_pb2 as pb
+
+    from serve.grpc_server import InferenceServicer, _generic_handlers
+
+    response = pb.ModelInferResponse(model_name="floor", model_version="1")
+    response.outputs.add(name="logits", datatype="FP32", shape=[1, 10])
+    response.raw_output_contents.append(bytes(40))
+
+    class Canned(InferenceServicer):
+        async def ModelInfer(self, request, context):
+            return response
+
+    async def main() -> None:
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers(_generic_handlers(Canned(core=None)))
+        server.add_insecure_port(f"127.0.0.1:{port}")
+        await server.start()
+        ready.set()
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
 def drive(protocol: str, url: str, model: str, shape: list[int], users: int, procs: int,
           warmup_s: float, seconds: float, server_pid: int) -> dict:
     """One closed-loop point; requests/s, latency and CPU (server and clients) over the window."""
@@ -252,6 +281,9 @@ def main() -> None:
     parser.add_argument("--grpc-client", choices=["sync", "aio"], default="sync",
                         help="sync: tritonclient.grpc, a blocking client per user thread (as Locust's gRPC users); "
                              "aio: tritonclient.grpc.aio, a client per coroutine, one event loop per process")
+    parser.add_argument("--floor", action="store_true",
+                        help="each round also drives a bare grpc.aio server whose ModelInfer returns a canned "
+                             "response (gRPC's own cost per request, no model, no core)")
     parser.add_argument("--serve-args", default="", help="extra `trainserve serve` arguments, e.g. '--busy-poll-us 0'")
     args = parser.parse_args()
 
@@ -263,7 +295,14 @@ def main() -> None:
         cmd = [sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo), "--device", "cpu",
                "--http-port", "0", "--grpc-port", str(grpc_port), "--metrics-port", "0", *args.serve_args.split()]
         proc, http_port = start_process(cmd, r"ready http=[^:]+:(\d+)")
+        floor = None
         try:
+            if args.floor:
+                floor_port, ready = _free_port(), mp.get_context("spawn").Event()
+                floor = mp.get_context("spawn").Process(target=_floor_server, args=(floor_port, ready), daemon=True)
+                floor.start()
+                if not ready.wait(60):
+                    raise SystemExit("the --floor gRPC server did not start within 60 s")
             rounds = []
             for i in range(args.rounds):
                 order = ("http", "grpc") if i % 2 == 0 else ("grpc", "http")
@@ -284,11 +323,20 @@ def main() -> None:
                 one["ratio"] = one["grpc"]["requests_per_s"] / one["http"]["requests_per_s"]
                 one["server_cpu_ratio"] = (one["grpc"]["server_cpu_ms_per_request"]
                                            / one["http"]["server_cpu_ms_per_request"])
+                if floor is not None:
+                    point = drive("grpc-aio" if args.grpc_client == "aio" else "grpc", f"127.0.0.1:{floor_port}",
+                                  "floor", shape, args.users, args.client_procs, args.warmup, args.seconds, floor.pid)
+                    one["grpc_floor"] = point
+                    log(f"round {i + 1} floor: {point['requests_per_s']:7.0f} req/s  p50 {point['p50_ms']:.2f} ms"
+                        f"  server {point['server_cpu_ms_per_request']:.3f} CPU-ms/req"
+                        f"  clients {point['client_cpu_ms_per_request']:.3f} CPU-ms/req")
                 log(f"round {i + 1}: gRPC/HTTP req/s {one['ratio']:.3f}, server CPU per request gRPC/HTTP "
                     f"{one['server_cpu_ratio']:.3f}")
                 rounds.append(one)
         finally:
             stop_process(proc)
+            if floor is not None:
+                floor.kill()
 
     def median(key: str, protocol: str | None = None) -> float:
         return float(np.median([(r[protocol][key] if protocol else r[key]) for r in rounds]))
@@ -305,6 +353,8 @@ def main() -> None:
                                                          "client_cpu_ms_per_request")} for p in ("http", "grpc")},
               "ratio": median("ratio"), "ratio_rounds": [r["ratio"] for r in rounds],
               "server_cpu_ratio": median("server_cpu_ratio"), "target": f">= {TARGET_RATIO}"}
+    if args.floor:
+        result["median"]["grpc_floor"] = {k: median(k, "grpc_floor") for k in result["median"]["grpc"]}
     out = Path(os.environ.get("OUT", "bench-out"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "grpc_vs_http.json").write_text(json.dumps(result, indent=2))
@@ -314,6 +364,11 @@ def main() -> None:
     print(f"gRPC/HTTP req/s: {result['ratio']:.3f} (rounds {', '.join(f'{r:.3f}' for r in result['ratio_rounds'])}; "
           f"target >= {TARGET_RATIO}: {'met' if result['ratio'] >= TARGET_RATIO else 'MISSED'}); "
           f"server CPU per request gRPC/HTTP: {result['server_cpu_ratio']:.3f}")
+    if args.floor:
+        f = m["grpc_floor"]
+        print(f"bare grpc.aio, canned response: {f['requests_per_s']:.0f} req/s, server {f['server_cpu_ms_per_request']:.3f} "
+              f"CPU-ms/request (embedded gRPC {m['grpc']['server_cpu_ms_per_request']:.3f}, "
+              f"HTTP {m['http']['server_cpu_ms_per_request']:.3f})")
     print(f"wrote {out / 'grpc_vs_http.json'}")
 
 
