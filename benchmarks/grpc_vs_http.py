@@ -4,15 +4,16 @@ Issue 14 part 3: at 16 concurrent users, batch 1, gRPC must answer >= 0.8x HTTP'
 
 One `trainserve serve` (HTTP, gRPC and metrics on ephemeral ports) on a repository written by the
 export stage itself (`train.export.export_run` on a random-weight zoo CNN: the same config.pbtxt
-`trainserve export` writes), then rounds of [HTTP point, gRPC point] (or [gRPC, HTTP] on odd rounds,
-so a drift in machine load hits both alike). Every point is closed-loop, `--users` users in
+`trainserve export` writes), then rounds of [HTTP point, a gRPC point per --grpc-client], the order
+reversed every other round so that a drift in machine load hits all alike. Every point is closed-loop, `--users` users in
 `--client-procs` separate processes (the clients never share the server's GIL), and the clients are
 what a user would run:
   HTTP: tritonclient.http.InferenceServerClient, binary tensors, greenlets sharing one client per
         process (gevent, as serve_bench.py and Locust's HTTP users);
   gRPC: tritonclient.grpc.InferenceServerClient, one per user thread, blocking `infer` (the client
         Locust's gRPC users run, one channel per user); or, with --grpc-client aio,
-        tritonclient.grpc.aio, one client per coroutine on one event loop per process.
+        tritonclient.grpc.aio, one client per coroutine on one event loop per process; or, with
+        --grpc-client stream, one ModelStreamInfer stream per user (one request in flight on each).
 Per point: requests/s, p50/p99, server and client CPU-ms per request, and the server's own queue and
 compute_infer per request from GET /v2/models/<m>/stats. On a machine whose cores the clients share
 with the server, requests/s follows total CPU per request; the server's CPU-ms per request is the
@@ -20,7 +21,8 @@ figure the server alone decides.
 
     python benchmarks/grpc_vs_http.py                       # 3 rounds x 8 s, c=16, batch 1
     python benchmarks/grpc_vs_http.py --rounds 5 --seconds 10
-    python benchmarks/grpc_vs_http.py --grpc-client aio    # the asyncio gRPC client instead
+    python benchmarks/grpc_vs_http.py --grpc-client sync stream --floor   # unary and streaming gRPC, and
+                                                                          # a bare grpc.aio server for each
 Writes $OUT/grpc_vs_http.json (default OUT=./bench-out).
 """
 
@@ -46,6 +48,10 @@ sys.path.insert(0, str(REPO_ROOT))
 from benchmarks.serve_bench import _free_port, start_process, stats_delta, stop_process
 
 TARGET_RATIO = 0.8  # gRPC req/s over HTTP req/s at c=16, batch 1
+GRPC_CLIENTS = {"sync": "grpc", "aio": "grpc-aio", "stream": "grpc-stream"}  # --grpc-client -> client kind
+GRPC_CLIENT_TEXT = {"sync": "tritonclient.grpc, one InferenceServerClient per user thread, blocking infer",
+                    "aio": "tritonclient.grpc.aio, one InferenceServerClient per coroutine, one event loop per process",
+                    "stream": "tritonclient.grpc, one ModelStreamInfer stream per user thread, one request in flight"}
 
 
 def export_repository(root: Path, preset: str) -> tuple[Path, str, list[int]]:
@@ -104,6 +110,42 @@ def _grpc_users(url: str, model: str, x: np.ndarray, users: int, run_user) -> No
         t.join()
     for c in clients:
         c.close()
+
+
+def _grpc_stream_users(url: str, model: str, x: np.ndarray, users: int, run_user) -> None:
+    """One ModelStreamInfer stream per user thread: send one request, wait for its answer, repeat."""
+    import queue
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    inp = grpcclient.InferInput("input", list(x.shape), "FP32")
+    inp.set_data_from_numpy(x)
+    out = grpcclient.InferRequestedOutput("logits")
+
+    def user() -> None:
+        client = grpcclient.InferenceServerClient(url)
+        answers: queue.SimpleQueue = queue.SimpleQueue()
+        client.start_stream(callback=lambda result, error: answers.put((result, error)))
+
+        def call():
+            client.async_stream_infer(model, [inp], outputs=[out])
+            result, error = answers.get()
+            if error is not None:
+                raise InferenceServerException(str(error))
+            return result
+
+        try:
+            run_user(call)
+        finally:
+            client.stop_stream()
+            client.close()
+
+    threads = [threading.Thread(target=user) for _ in range(users)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def _grpc_aio_users(url: str, model: str, x: np.ndarray, users: int, record) -> None:
@@ -177,14 +219,15 @@ def _client_process(protocol: str, url: str, model: str, shape: list[int], users
         _grpc_aio_users(url, model, x, users, record)
         latencies, errors = record.latencies, record.errors
     else:
-        (_http_users if protocol == "http" else _grpc_users)(url, model, x, users, run_user)
+        users_of = {"http": _http_users, "grpc": _grpc_users, "grpc-stream": _grpc_stream_users}[protocol]
+        users_of(url, model, x, users, run_user)
     conn.send({"latencies": latencies, "errors": errors[:5], "error_count": len(errors),
                "cpu_s": time.process_time() - cpu0})
 
 
 def _floor_server(port: int, ready) -> None:
-    """grpc.aio with the service's handlers registered as the embedded server does, ModelInfer answering
-    one canned response: what grpc.aio and its C core cost per RPC before any of this project's code."""
+    """The embedded server's servicer on grpc.aio, registered as it registers it, answering every
+    inference with one canned response: what grpc.aio and its C core cost per request, without the core."""
     import asyncio
 
     import grpc
@@ -196,8 +239,8 @@ def _floor_server(port: int, ready) -> None:
     response.outputs.add(name="logits", datatype="FP32", shape=[1, 10])
     response.raw_output_contents.append(bytes(40))
 
-    class Canned(InferenceServicer):
-        async def ModelInfer(self, request, context):
+    class Canned(InferenceServicer):  # ModelInfer and ModelStreamInfer as served, the core left out
+        async def _infer(self, request: pb.ModelInferRequest) -> pb.ModelInferResponse:
             return response
 
     async def main() -> None:
@@ -275,18 +318,25 @@ def main() -> None:
     parser.add_argument("--preset", default="tiny", help="cnn preset")
     parser.add_argument("--users", type=int, default=16, help="closed-loop users per point")
     parser.add_argument("--client-procs", type=int, default=4, help="client processes the users are spread over")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of [HTTP, gRPC] (order alternates)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every point (order reversed every other round)")
     parser.add_argument("--seconds", type=float, default=8.0, help="measurement window per point")
     parser.add_argument("--warmup", type=float, default=2.0, help="warm-up before each window, seconds")
-    parser.add_argument("--grpc-client", choices=["sync", "aio"], default="sync",
-                        help="sync: tritonclient.grpc, a blocking client per user thread (as Locust's gRPC users); "
-                             "aio: tritonclient.grpc.aio, a client per coroutine, one event loop per process")
+    parser.add_argument("--grpc-client", nargs="+", choices=list(GRPC_CLIENTS), default=["sync"],
+                        help="one gRPC point per client: sync = tritonclient.grpc, a blocking client per user thread "
+                             "(as Locust's gRPC users); aio = tritonclient.grpc.aio, a client per coroutine, one event "
+                             "loop per process; stream = tritonclient.grpc, one ModelStreamInfer stream per user thread")
     parser.add_argument("--floor", action="store_true",
-                        help="each round also drives a bare grpc.aio server whose ModelInfer returns a canned "
-                             "response (gRPC's own cost per request, no model, no core)")
+                        help="each gRPC point also runs against a bare grpc.aio server answering a canned response "
+                             "(gRPC's own cost per request, no model, no core)")
     parser.add_argument("--serve-args", default="", help="extra `trainserve serve` arguments, e.g. '--busy-poll-us 0'")
     args = parser.parse_args()
 
+    # point name -> (client kind, "server" or "floor")
+    points = {"http": ("http", "server")}
+    for c in args.grpc_client:
+        points[f"grpc_{c}"] = (GRPC_CLIENTS[c], "server")
+        if args.floor:
+            points[f"floor_{c}"] = (GRPC_CLIENTS[c], "floor")
     with tempfile.TemporaryDirectory(prefix="grpc-vs-http-") as tmp:
         t0 = time.perf_counter()
         repo, model, shape = export_repository(Path(tmp), args.preset)
@@ -305,70 +355,59 @@ def main() -> None:
                     raise SystemExit("the --floor gRPC server did not start within 60 s")
             rounds = []
             for i in range(args.rounds):
-                order = ("http", "grpc") if i % 2 == 0 else ("grpc", "http")
-                one = {}
-                for protocol in order:
-                    port = http_port if protocol == "http" else grpc_port
-                    before = server_stats(http_port, model)
-                    client = "grpc-aio" if protocol == "grpc" and args.grpc_client == "aio" else protocol
-                    point = drive(client, f"127.0.0.1:{port}", model, shape, args.users, args.client_procs,
-                                  args.warmup, args.seconds, proc.pid)
-                    point["server_stats"] = stats_delta(before, server_stats(http_port, model))
-                    one[protocol] = point
-                    log(f"round {i + 1} {protocol:4}: {point['requests_per_s']:7.0f} req/s  p50 {point['p50_ms']:.2f} ms"
+                one: dict = {}
+                for name in (list(points) if i % 2 == 0 else list(points)[::-1]):
+                    client, target = points[name]
+                    if target == "floor":
+                        point = drive(client, f"127.0.0.1:{floor_port}", "floor", shape, args.users,
+                                      args.client_procs, args.warmup, args.seconds, floor.pid)
+                    else:
+                        before = server_stats(http_port, model)
+                        point = drive(client, f"127.0.0.1:{http_port if client == 'http' else grpc_port}", model,
+                                      shape, args.users, args.client_procs, args.warmup, args.seconds, proc.pid)
+                        point["server_stats"] = stats_delta(before, server_stats(http_port, model))
+                    one[name] = point
+                    stats = point.get("server_stats", {})
+                    log(f"round {i + 1} {name:12}: {point['requests_per_s']:6.0f} req/s  p50 {point['p50_ms']:.2f} ms"
                         f"  p99 {point['p99_ms']:.2f} ms  server {point['server_cpu_ms_per_request']:.3f} CPU-ms/req"
                         f"  clients {point['client_cpu_ms_per_request']:.3f} CPU-ms/req"
-                        f" ({point['client_cpu_cores']:.2f} cores)  queue {point['server_stats']['queue_mean_ms']} ms"
-                        f"  compute {point['server_stats']['compute_infer_mean_ms']} ms  errors {point['errors']}")
-                one["ratio"] = one["grpc"]["requests_per_s"] / one["http"]["requests_per_s"]
-                one["server_cpu_ratio"] = (one["grpc"]["server_cpu_ms_per_request"]
-                                           / one["http"]["server_cpu_ms_per_request"])
-                if floor is not None:
-                    point = drive("grpc-aio" if args.grpc_client == "aio" else "grpc", f"127.0.0.1:{floor_port}",
-                                  "floor", shape, args.users, args.client_procs, args.warmup, args.seconds, floor.pid)
-                    one["grpc_floor"] = point
-                    log(f"round {i + 1} floor: {point['requests_per_s']:7.0f} req/s  p50 {point['p50_ms']:.2f} ms"
-                        f"  server {point['server_cpu_ms_per_request']:.3f} CPU-ms/req"
-                        f"  clients {point['client_cpu_ms_per_request']:.3f} CPU-ms/req")
-                log(f"round {i + 1}: gRPC/HTTP req/s {one['ratio']:.3f}, server CPU per request gRPC/HTTP "
-                    f"{one['server_cpu_ratio']:.3f}")
+                        f" ({point['client_cpu_cores']:.2f} cores)  queue {stats.get('queue_mean_ms')} ms"
+                        f"  compute {stats.get('compute_infer_mean_ms')} ms  errors {point['errors']}")
+                for c in args.grpc_client:
+                    g, h = one[f"grpc_{c}"], one["http"]
+                    one[f"ratio_{c}"] = g["requests_per_s"] / h["requests_per_s"]
+                    one[f"server_cpu_ratio_{c}"] = g["server_cpu_ms_per_request"] / h["server_cpu_ms_per_request"]
+                    log(f"round {i + 1}: gRPC ({c}) / HTTP req/s {one[f'ratio_{c}']:.3f}, "
+                        f"server CPU per request {one[f'server_cpu_ratio_{c}']:.3f}")
                 rounds.append(one)
         finally:
             stop_process(proc)
             if floor is not None:
                 floor.kill()
 
-    def median(key: str, protocol: str | None = None) -> float:
-        return float(np.median([(r[protocol][key] if protocol else r[key]) for r in rounds]))
+    def median(key: str, name: str | None = None) -> float:
+        return float(np.median([(r[name][key] if name else r[key]) for r in rounds]))
 
+    keys = ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_request", "client_cpu_ms_per_request")
     result = {"benchmark": "grpc_vs_http", "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
               "machine": {"cpu_count": os.cpu_count(), "host": platform.node(), "load_average_at_end": os.getloadavg()},
               "model": model, "users": args.users, "batch": 1, "client_processes": args.client_procs,
               "clients": {"http": "tritonclient.http, gevent greenlets sharing one client per process",
-                          "grpc": "tritonclient.grpc, one InferenceServerClient per user thread, blocking infer"
-                          if args.grpc_client == "sync" else
-                          "tritonclient.grpc.aio, one InferenceServerClient per coroutine, one event loop per process"},
-              "seconds_per_point": args.seconds, "rounds": rounds,
-              "median": {p: {k: median(k, p) for k in ("requests_per_s", "p50_ms", "p99_ms", "server_cpu_ms_per_request",
-                                                         "client_cpu_ms_per_request")} for p in ("http", "grpc")},
-              "ratio": median("ratio"), "ratio_rounds": [r["ratio"] for r in rounds],
-              "server_cpu_ratio": median("server_cpu_ratio"), "target": f">= {TARGET_RATIO}"}
-    if args.floor:
-        result["median"]["grpc_floor"] = {k: median(k, "grpc_floor") for k in result["median"]["grpc"]}
+                          **{f"grpc_{c}": GRPC_CLIENT_TEXT[c] for c in args.grpc_client}},
+              "seconds_per_point": args.seconds, "target": f">= {TARGET_RATIO}", "rounds": rounds,
+              "median": {name: {k: median(k, name) for k in keys} for name in points},
+              "ratio": {c: {"value": median(f"ratio_{c}"), "rounds": [r[f"ratio_{c}"] for r in rounds],
+                            "server_cpu_ratio": median(f"server_cpu_ratio_{c}")} for c in args.grpc_client}}
     out = Path(os.environ.get("OUT", "bench-out"))
     out.mkdir(parents=True, exist_ok=True)
     (out / "grpc_vs_http.json").write_text(json.dumps(result, indent=2))
-    m = result["median"]
-    print(f"HTTP {m['http']['requests_per_s']:.0f} req/s (p50 {m['http']['p50_ms']:.2f} ms, p99 {m['http']['p99_ms']:.2f} ms), "
-          f"gRPC {m['grpc']['requests_per_s']:.0f} req/s (p50 {m['grpc']['p50_ms']:.2f} ms, p99 {m['grpc']['p99_ms']:.2f} ms)")
-    print(f"gRPC/HTTP req/s: {result['ratio']:.3f} (rounds {', '.join(f'{r:.3f}' for r in result['ratio_rounds'])}; "
-          f"target >= {TARGET_RATIO}: {'met' if result['ratio'] >= TARGET_RATIO else 'MISSED'}); "
-          f"server CPU per request gRPC/HTTP: {result['server_cpu_ratio']:.3f}")
-    if args.floor:
-        f = m["grpc_floor"]
-        print(f"bare grpc.aio, canned response: {f['requests_per_s']:.0f} req/s, server {f['server_cpu_ms_per_request']:.3f} "
-              f"CPU-ms/request (embedded gRPC {m['grpc']['server_cpu_ms_per_request']:.3f}, "
-              f"HTTP {m['http']['server_cpu_ms_per_request']:.3f})")
+    for name, m in result["median"].items():
+        print(f"{name:12} {m['requests_per_s']:6.0f} req/s  p50 {m['p50_ms']:.2f} ms  p99 {m['p99_ms']:.2f} ms  "
+              f"server {m['server_cpu_ms_per_request']:.3f} CPU-ms/req  clients {m['client_cpu_ms_per_request']:.3f} CPU-ms/req")
+    for c, r in result["ratio"].items():
+        print(f"gRPC ({c}) / HTTP req/s: {r['value']:.3f} (rounds {', '.join(f'{x:.3f}' for x in r['rounds'])}; "
+              f"target >= {TARGET_RATIO}: {'met' if r['value'] >= TARGET_RATIO else 'MISSED'}); "
+              f"server CPU per request gRPC/HTTP: {r['server_cpu_ratio']:.3f}")
     print(f"wrote {out / 'grpc_vs_http.json'}")
 
 
