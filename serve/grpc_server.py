@@ -234,7 +234,11 @@ class GrpcServer:
                    ("grpc.max_send_message_length", self.config.max_message_bytes),
                    ("grpc.so_reuseport", 0)]  # a taken port must fail, not be shared
         server = grpc.aio.server(options=options)
-        server.add_generic_rpc_handlers(_generic_handlers(InferenceServicer(self.core)))
+        servicer = InferenceServicer(self.core)
+        if handlers := _generic_handlers(servicer):
+            server.add_generic_rpc_handlers(handlers)
+        else:  # generated code that registers no generic handler: serve it as generated, only slower
+            service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
         address = f"{self.config.host}:{self.config.port}"
         try:
             port = server.add_insecure_port(address)
