@@ -306,3 +306,26 @@ def test_a_taken_port_is_an_os_error(server):
             await GrpcServer(core=None, config=GrpcConfig(port=port)).start()
 
     asyncio.run(scenario())
+
+
+def test_every_service_method_is_served_through_the_generic_handler(stub):
+    """The service is registered as a generic handler only (grpc_server._generic_handlers): no method may be lost."""
+    from dataclasses import dataclass
+
+    from serve.grpc_server import InferenceServicer, _generic_handlers
+
+    @dataclass
+    class Details(grpc.HandlerCallDetails):
+        method: str
+        invocation_metadata: tuple = ()
+
+    handlers = _generic_handlers(InferenceServicer(core=None))
+    service = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+    for method in service.methods:
+        path = f"/{service.full_name}/{method.name}"
+        assert any(h.service(Details(path)) is not None for h in handlers), f"{path} has no handler"
+    # and through the real server: a served-but-unsupported RPC answers with this server's own message
+    with pytest.raises(grpc.RpcError) as info:
+        stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="classifier"))
+    assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "RepositoryModelLoad is not supported by this server" in info.value.details()
