@@ -41,8 +41,8 @@ serve-cpu-host)  # the CPU targets with the servers and (a) pinned to 2 cores, t
 serve-cpu-small)  # issue 14's 16-core CPU target: cnn small, servers and (a) on 12 cores, clients on 4
   step serve_bench_cpu_small 300 env OUT="$R" $py benchmarks/serve_bench.py --device cpu --preset small --server-cpus 0-11 --rounds 2 --seconds 3 ;;
 grpc)  # gRPC vs HTTP front end at c=16 batch 1, on the GPU model and on the CPU model
-  step grpc_vs_http_gpu 200 env OUT="$R/grpc-gpu" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 --seconds 5
-  step grpc_vs_http_cpu 200 env OUT="$R/grpc-cpu" $py benchmarks/grpc_vs_http.py --device cpu --preset small --rounds 3 --seconds 5 ;;
+  step grpc_vs_http_gpu 200 env OUT="$R/grpc-gpu" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream
+  step grpc_vs_http_cpu 200 env OUT="$R/grpc-cpu" $py benchmarks/grpc_vs_http.py --device cpu --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 90 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)

@@ -54,7 +54,7 @@ GRPC_CLIENT_TEXT = {"sync": "tritonclient.grpc, one InferenceServerClient per us
                     "stream": "tritonclient.grpc, one ModelStreamInfer stream per user thread, one request in flight"}
 
 
-def export_repository(root: Path, preset: str) -> tuple[Path, str, list[int]]:
+def export_repository(root: Path, preset: str, device: str = "cpu") -> tuple[Path, str, list[int]]:
     """Random-weight cnn `preset` through the real export stage; (repository, model name, input shape)."""
     import torch
 
@@ -76,7 +76,7 @@ def export_repository(root: Path, preset: str) -> tuple[Path, str, list[int]]:
     torch.save({"model": model.state_dict(), "epoch": 0, "step": 0, "card": card.to_dict()}, train_dir / "checkpoint.pt")
     result = export_run(root, train_dir / "checkpoint.pt", train_dir / "model.json",
                         ExportConfig(eval_limit=256, seed=0), RepositoryConfig())
-    return result.repository, f"{card.name}_cpu", list(card.inputs[0].shape)
+    return result.repository, f"{card.name}_{'gpu' if device == 'cuda' else 'cpu'}", list(card.inputs[0].shape)
 
 
 # ------------------------------------------------------------------ clients (one process each)
@@ -316,6 +316,8 @@ def log(message: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--preset", default="tiny", help="cnn preset")
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="the server's device: cpu serves <cnn>_cpu, cuda serves <cnn>_gpu")
     parser.add_argument("--users", type=int, default=16, help="closed-loop users per point")
     parser.add_argument("--client-procs", type=int, default=4, help="client processes the users are spread over")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every point (order reversed every other round)")
@@ -339,10 +341,10 @@ def main() -> None:
             points[f"floor_{c}"] = (GRPC_CLIENTS[c], "floor")
     with tempfile.TemporaryDirectory(prefix="grpc-vs-http-") as tmp:
         t0 = time.perf_counter()
-        repo, model, shape = export_repository(Path(tmp), args.preset)
+        repo, model, shape = export_repository(Path(tmp), args.preset, args.device)
         log(f"exported {model} {shape} in {time.perf_counter() - t0:.0f} s")
         grpc_port = _free_port()  # start_process reads back one port (HTTP's); gRPC's is chosen here
-        cmd = [sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo), "--device", "cpu",
+        cmd = [sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo), "--device", args.device,
                "--http-port", "0", "--grpc-port", str(grpc_port), "--metrics-port", "0", *args.serve_args.split()]
         proc, http_port = start_process(cmd, r"ready http=[^:]+:(\d+)")
         floor = None
