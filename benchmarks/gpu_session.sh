@@ -3,11 +3,12 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc sweep-transformer
 #           export run
-# Each phase writes under $OUT/results (logs and JSON); a tarball of it is left at $OUT/results.tgz.
+# Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
+# and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT="${OUT:-bench-out}"
-R="$OUT/results"; mkdir -p "$R"
+R="${RESULTS:-/tmp/gpu-results}"; mkdir -p "$R" "$OUT"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 py=${PYTHON:-python3}
 # wheels carried to the GPU machine (onnxruntime-gpu, tritonclient, locust) live in /tmp/site there
@@ -33,18 +34,18 @@ ddp1)
 train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
 serve)  # every embedded-server variant (serve_bench.VARIANTS) beside (a) and (c)
-  step serve_bench 540 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 ;;
+  step serve_bench 420 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 --variants default one_thread ;;
 serve-tests)
   step serve_tests 150 $py -m pytest -q -x -p no:cacheprovider tests/serve ;;
 serve-cpu-host)  # the CPU targets with the servers and (a) pinned to 2 cores, the clients on the others
   step serve_bench_cpu_host 300 env OUT="$R" $py benchmarks/serve_bench.py --device cpu --server-cpus 0-1 --rounds 3 --seconds 3 ;;
 serve-cpu-small)  # issue 14's 16-core CPU target: cnn small, servers and (a) on 12 cores, clients on 4
   step serve_bench_cpu_small 300 env OUT="$R" $py benchmarks/serve_bench.py --device cpu --preset small --server-cpus 0-11 --rounds 2 --seconds 3 ;;
-grpc)  # gRPC vs HTTP front end at c=16 batch 1, on the GPU model and on the CPU model
-  step grpc_vs_http_gpu 200 env OUT="$R/grpc-gpu" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream
-  step grpc_vs_http_cpu 200 env OUT="$R/grpc-cpu" $py benchmarks/grpc_vs_http.py --device cpu --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream ;;
+grpc)  # gRPC vs HTTP front end at c=16 batch 1, on the GPU model
+  step grpc_vs_http_gpu 150 env OUT="$R/grpc-gpu" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream
+  ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
-  step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 90 --run sweep-transformer --runs-dir "$R/runs" ;;
+  step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)
   step export_gpu 150 env OUT="$R" $py benchmarks/export_gpu.py --preset small --repeats 20 ;;
 run)
@@ -52,4 +53,4 @@ run)
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null
-tar czf "$OUT/results.tgz" -C "$OUT" results && ls -la "$OUT"
+tar czf "$OUT/results.tgz" -C "$(dirname "$R")" "$(basename "$R")" && ls -la "$OUT"

@@ -129,6 +129,8 @@ def make_session(onnx_path: Path, device: str, threads: int):
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
     providers = ["CUDAExecutionProvider"] if device == "cuda" else ["CPUExecutionProvider"]
+    if device == "cuda" and hasattr(ort, "preload_dlls"):  # the CUDA libraries of pip's nvidia-* packages (torch's)
+        ort.preload_dlls()
     session = ort.InferenceSession(str(onnx_path), sess_options=so, providers=providers)
     if session.get_providers()[0] != providers[0]:
         raise SystemExit(f"onnxruntime fell back to {session.get_providers()}; {providers[0]} is not usable here")
