@@ -68,7 +68,9 @@ class RepositoryConfig:
     preferred_batch_sizes: tuple[int, ...] = ()  # () -> max/4, max/2, max
     max_queue_delay_us: int = 1000  # how long a request may wait for a batch to fill (microseconds)
     cpu_instances: int = 1  # model instances (onnxruntime sessions) on the CPU model
-    gpu_instances: int = 1  # model instances per GPU on the GPU model
+    # model instances per GPU on the GPU model: two, so one copies its batch in and out while the other runs
+    # (one instance reached 0.68 of onnxruntime's best in-process samples/s on an H200, two 0.998: BENCHMARKS.md)
+    gpu_instances: int = 2
     cpu_threads: int = 0  # onnxruntime intra-op threads per CPU instance; 0 -> the server's choice (cores // instances)
     tensorrt: bool = False  # add the TensorRT execution accelerator (FP16) to the GPU model
     cpu_variant: Literal["fp32", "int8"] = "fp32"  # which exported ONNX file the CPU model serves

@@ -26,7 +26,7 @@ def export(
     max_queue_delay_us: Annotated[int, typer.Option("--max-queue-delay-us",
                                                     help="Dynamic batcher's max queue delay, microseconds.")] = 1000,
     cpu_instances: Annotated[int, typer.Option("--cpu-instances", help="Instances of the CPU model.")] = 1,
-    gpu_instances: Annotated[int, typer.Option("--gpu-instances", help="Instances of the GPU model per GPU.")] = 1,
+    gpu_instances: Annotated[int, typer.Option("--gpu-instances", help="Instances of the GPU model per GPU (two overlap copies with compute).")] = 2,
     cpu_threads: Annotated[int, typer.Option("--cpu-threads",
                                              help="onnxruntime intra-op threads per CPU instance (0: left to the serving machine, cores / instances).")] = 0,
     tensorrt: Annotated[bool, typer.Option("--tensorrt", help="Add the TensorRT FP16 accelerator to the GPU model.")] = False,
