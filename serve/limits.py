@@ -7,7 +7,10 @@ same refusal of a silent CPU fallback) and timed directly:
 1. batch 1 at each intra-op thread count 1, 2, 4, ... up to the usable cores, with the pool threads
    sleeping between runs as the server runs them (spinning off), and again with spinning on;
 2. the largest batch at each thread count, to choose the layout with the most samples/s;
-3. every power-of-two batch up to max_batch_size at that layout.
+3. every power-of-two batch up to max_batch_size at that layout;
+4. for a model with several instances (instance_group count N > 1), the largest batch on N sessions
+   run at once, one thread each, with cores / N intra-op threads each: what the served layout can do
+   at most (two GPU instances overlap one's copies with the other's compute).
 
 Each point is warm-up runs (not counted) and then timed runs until its share of the budget is spent
 or MAX_RUNS runs are done; the budget bounds the whole device's measurement, session builds included.
@@ -73,13 +76,14 @@ class LimitsConfig:
 class Point:
     """One measured configuration: a batch size on a session with `threads` intra-op threads."""
 
-    sweep: str  # "threads" (batch 1 per thread count), "layout" (largest batch per thread count), "batch"
+    sweep: str  # "threads" (batch 1 per thread count), "layout" (largest batch per thread count), "batch", "instances"
     batch: int  # rows per run
     threads: int  # intra-op threads
     spinning: bool  # pool threads busy-wait between runs
     latencies_ms: list[float]  # one per timed run
     warmup_runs: int
-    window_s: float  # summed duration of the timed runs
+    window_s: float  # summed duration of the timed runs (wall-clock time when several sessions run at once)
+    instances: int = 1  # sessions run at once, each on its own thread
 
     @property
     def p50_ms(self) -> float:
@@ -87,7 +91,7 @@ class Point:
 
     @property
     def throughput_samples_s(self) -> float:
-        return self.batch * len(self.latencies_ms) / self.window_s
+        return self.batch * len(self.latencies_ms) / self.window_s  # every instance's runs over the window
 
 
 @dataclass
@@ -112,8 +116,8 @@ class ModelLimits:
         return {"model": self.model, "device": self.device,
                 "batch1_p50_ms": round(b1.p50_ms, 4), "batch1_threads": b1.threads,
                 "best_batch": best.batch, "best_throughput_samples_s": round(best.throughput_samples_s, 2),
-                "batch1_spinning": b1.spinning, "best_threads": best.threads, "precision": self.precision,
-                "providers": self.providers, "points": len(self.points), "budget_s": self.budget_s,
+                "batch1_spinning": b1.spinning, "best_threads": best.threads, "best_instances": best.instances,
+                "precision": self.precision, "providers": self.providers, "points": len(self.points), "budget_s": self.budget_s,
                 "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings}
 
 
@@ -258,6 +262,20 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
         for b in batches[1:-1]:
             point(sess, "batch", b, best_t, False)
         del sess
+    instances = sum(g.count or 1 for g in config.instance_group) or 1
+    if instances > 1 and len(batches) > 1:
+        per = max(1, (cfg.max_threads or usable_cpus()) // instances) if cfg.device == "cpu" else threads[0]
+        sessions = [session(per, False) for _ in range(instances)]
+        if None in sessions or time.perf_counter() >= deadline:
+            result.warnings.append(f"the {budget_s:.1f} s budget ran out before {instances} instances at once; "
+                                   "raise --budget-s to measure them")
+        else:
+            outputs = [o.name for o in sessions[0].get_outputs()]
+            lat, warm, wall = _time_concurrent(sessions, outputs, feeds[batches[-1]], deadline - time.perf_counter())
+            p = Point("instances", batches[-1], per, False, lat, warm, wall, instances)
+            result.points.append(p)
+            progress(result, p)
+        del sessions
     result.elapsed_s = time.perf_counter() - t0
     log.info("%s on %s: %d points in %.2f s (budget %.2f s)", entry.name, cfg.device, len(result.points),
              result.elapsed_s, budget_s)
@@ -283,6 +301,33 @@ def _time_runs(sess, outputs: list[str], feed: dict[str, np.ndarray], share_s: f
         if (now >= end and len(lat_ns) >= MIN_RUNS) or now >= deadline:
             break
     return [x / 1e6 for x in lat_ns], warm, sum(lat_ns) / 1e9
+
+
+def _time_concurrent(sessions: list, outputs: list[str], feed: dict[str, np.ndarray],
+                     share_s: float) -> tuple[list[float], int, float]:
+    """(latencies in ms of every run, warm-up runs, wall-clock seconds) of the sessions run at once, one
+    thread each (session.run releases the GIL), for `share_s` seconds and at least MIN_RUNS runs each."""
+    import threading
+
+    for sess in sessions:
+        for _ in range(WARMUP_RUNS):
+            sess.run(outputs, feed)
+    lat_ns: list[list[int]] = [[] for _ in sessions]
+    start = time.perf_counter()
+    end = start + max(share_s, 0.0)
+
+    def worker(i: int) -> None:
+        while len(lat_ns[i]) < MAX_RUNS and (len(lat_ns[i]) < MIN_RUNS or time.perf_counter() < end):
+            t = time.perf_counter_ns()
+            sessions[i].run(outputs, feed)
+            lat_ns[i].append(time.perf_counter_ns() - t)
+
+    workers = [threading.Thread(target=worker, args=(i,), daemon=True) for i in range(len(sessions))]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return [x / 1e6 for runs in lat_ns for x in runs], WARMUP_RUNS * len(sessions), time.perf_counter() - start
 
 
 def _batches(max_batch_size: int) -> list[int]:
@@ -336,7 +381,7 @@ def records(result: ModelLimits) -> list[tuple[str, object]]:
     out = []
     for p in result.points:
         r = ProfileRecord(phase="infer", model=result.model, backend="onnxruntime", device=result.device,
-                          device_name=name, precision=result.precision, batch_size=p.batch, concurrency=1,
+                          device_name=name, precision=result.precision, batch_size=p.batch, concurrency=p.instances,
                           target=f"in-process/{result.model}", host=host, versions=versions)
         r.speed.latency = LatencyStats.from_samples_ms(p.latencies_ms)
         r.speed.throughput_samples_s = round(p.throughput_samples_s, 2)
@@ -345,12 +390,13 @@ def records(result: ModelLimits) -> list[tuple[str, object]]:
         r.validity.window_s = round(p.window_s, 4)
         r.validity.samples = p.batch * len(p.latencies_ms)
         r.settings = {"intra_op_threads": p.threads, "inter_op_threads": 1, "allow_spinning": p.spinning,
-                      "providers": result.providers}
+                      "instances": p.instances, "providers": result.providers}
         r.extra = {"limit": True, "sweep": p.sweep, "runs": len(p.latencies_ms), "budget_s": result.budget_s,
                    "max_batch_size": result.max_batch_size}
         if not out:  # the run's warnings (budget ran out) once, on its first record
             r.validity.warnings = list(result.warnings)
-        out.append((f"b{p.batch}-t{p.threads}{'-spin' if p.spinning else ''}.json", r))
+        out.append((f"b{p.batch}-t{p.threads}{'-spin' if p.spinning else ''}"
+                    f"{f'-x{p.instances}' if p.instances > 1 else ''}.json", r))
     return out
 
 

@@ -117,3 +117,17 @@ def test_limits_never_import_torch(run_dir):
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=subprocess_env(), capture_output=True,
                           text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_several_instances_are_also_timed_at_once(run_dir):
+    cfg = run_dir / "model_repository" / "tiny_cpu" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("count: 1 kind: KIND_CPU", "count: 2 kind: KIND_CPU"))
+    [result] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=2.0, max_threads=2))
+    [both] = [p for p in result.points if p.sweep == "instances"]
+    assert (both.instances, both.batch, both.threads) == (2, 16, 1)  # 2 sessions of cores / 2 threads, largest batch
+    assert len(both.latencies_ms) >= 2 * limits.MIN_RUNS
+    # samples/s over the wall-clock window of both sessions: what the served layout can reach at most
+    assert both.throughput_samples_s == pytest.approx(16 * len(both.latencies_ms) / both.window_s)
+    records = dict(limits.records(result))
+    assert records["b16-t1-x2.json"].settings["instances"] == 2 and records["b16-t1-x2.json"].concurrency == 2
+    assert result.summary()["best_instances"] in (1, 2)
