@@ -325,6 +325,11 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
     record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, 0, False,
                           channels_last, wall_s)
     record.settings["data_placement"] = "device (one batch resident, tiled from the training split)"
+    # the batch lives on the device, so an idle GPU here means the batch is too small to fill it, not that
+    # input is starved: the telemetry's generic input-bound hint would mislead
+    record.validity.warnings = [
+        w.replace("the run is likely input-bound", f"batch {cfg.batch_size} is too small to keep the GPU busy "
+                  "(the data is already on the device)") for w in record.validity.warnings]
     if steps_done < total:
         record.validity.partial = True
         record.validity.warnings.append(f"cut short at the sweep's time budget after {steps_done - cfg.warmup_steps} "

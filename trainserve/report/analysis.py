@@ -424,7 +424,8 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
                          f"({u.num(tr['gpu'])} vs {u.num(tr['cpu'])} samples/s){same}")
         best = sp.get("train_best") or {}
         if best.get("value") is not None:
-            parts.append(f"each at its best, {_times(best['value'])} ({u.num(best['gpu'])} samples/s at GPU batch "
+            faster = _times(best["value"]).removesuffix(" than")
+            parts.append(f"each at its best, {faster} ({u.num(best['gpu'])} samples/s at GPU batch "
                          f"{best['gpu_point']['batch_size']} {best['gpu_point']['precision']} vs "
                          f"{u.num(best['cpu'])} at CPU batch {best['cpu_point']['batch_size']} "
                          f"{best['cpu_point']['precision']})")
