@@ -259,8 +259,32 @@ def max_batch(section: dict[str, Any]) -> bytes | None:
 
 
 def sweep(section: dict[str, Any]) -> bytes | None:
-    """Training throughput and peak memory against batch size, one line per device and precision."""
-    return operating_points_chart(train_series(section), f"{section['model']}: training sweep")
+    """Throughput and peak memory against batch size: training (one line per device and precision) beside
+    inference (onnxruntime in process per batch size; memory: the served records' peak)."""
+    return operating_points_chart(train_series(section) + infer_series(section),
+                                  f"{section['model']}: training and inference by batch size")
+
+
+def infer_series(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Inference operating points per device: the in-process limit's samples/s at each batch size (one session,
+    the layout the batch sweep used) and the served records' peak memory at their batch sizes."""
+    series = []
+    for d, points in section.get("limit_points", {}).items():
+        batch = [p for p in points if p.get("sweep") == "batch"]
+        threads = batch[0]["threads"] if batch else None
+        pts = [p for p in points if p.get("threads") == threads and not p.get("spinning")
+               and p.get("sweep") in ("threads", "layout", "batch")] if threads else []
+        served = []
+        for by_device in section.get("infer", {}).values():
+            for key in ("batch1", "saturated"):
+                v = (by_device.get(d) or {}).get(key)
+                if v and v["memory"].get("peak_bytes"):
+                    served.append({"batch_size": v["batch_size"], "peak_bytes": v["memory"]["peak_bytes"]})
+        if pts or served:
+            series.append({"label": f"infer · {DEVICE_LABEL[d]}", "device": d, "phase": "infer", "best": None,
+                           "points": [{"batch_size": p["batch_size"], "throughput_samples_s": p["throughput_samples_s"]}
+                                      for p in pts] + served})
+    return series
 
 
 def train_series(section: dict[str, Any]) -> list[dict[str, Any]]:
@@ -301,7 +325,7 @@ def operating_points_chart(series: list[dict[str, Any]], title: str) -> bytes | 
         if best and best in pts:
             ax_t.plot([best["batch_size"]], [best["throughput_samples_s"]], "o", markersize=11, markerfacecolor="none",
                       markeredgecolor=color)
-        mem = [(p["batch_size"], p["peak_bytes"] / scale) for p in pts if p.get("peak_bytes")]
+        mem = sorted((p["batch_size"], p["peak_bytes"] / scale) for p in s["points"] if p.get("peak_bytes"))
         if mem:
             ax_m.plot([a for a, _ in mem], [b for _, b in mem], style, marker=markers[i % 6], markersize=4,
                       color=color, label=s["label"])
@@ -316,6 +340,7 @@ def operating_points_chart(series: list[dict[str, Any]], title: str) -> bytes | 
     ax_t.set_ylabel("samples/s (log scale)", fontsize=9)
     ax_m.set_ylabel(f"peak memory, {unit}", fontsize=9)
     ax_t.legend(fontsize=7.5, frameon=False, loc="best")
-    _style(ax_t, f"{title}: throughput (best ringed)")
-    _style(ax_m, "peak memory")
+    _style(ax_t, "throughput (best ringed)")
+    _style(ax_m, "peak memory (inference: the server's)")
+    fig.suptitle(title, fontsize=10, fontweight="bold")
     return _png(fig)
