@@ -45,7 +45,7 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.serve_bench import _free_port, start_process, stats_delta, stop_process
+from benchmarks.serve_bench import _free_port, server_stats, spawn_clients, start_process, stats_delta, stop_process
 
 TARGET_RATIO = 0.8  # gRPC req/s over HTTP req/s at c=16, batch 1
 GRPC_CLIENTS = {"sync": "grpc", "aio": "grpc-aio", "stream": "grpc-stream"}  # --grpc-client -> client kind
@@ -257,39 +257,13 @@ def _floor_server(port: int, ready) -> None:
 def drive(protocol: str, url: str, model: str, shape: list[int], users: int, procs: int,
           warmup_s: float, seconds: float, server_pid: int) -> dict:
     """One closed-loop point; requests/s, latency and CPU (server and clients) over the window."""
-    import psutil
 
-    ctx = mp.get_context("spawn")
     procs = min(procs, users)
     per = [users // procs + (1 if i < users % procs else 0) for i in range(procs)]
     start = time.monotonic() + 3.0  # spawn and import time: every process runs before the warm-up ends
     begin, end = start + warmup_s, start + warmup_s + seconds
-    pipes, workers = [], []
-    for n in per:
-        parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(protocol, url, model, shape, n, begin, end, child), daemon=True)
-        p.start()
-        pipes.append(parent)
-        workers.append(p)
-    server = psutil.Process(server_pid)
-    clients = [psutil.Process(p.pid) for p in workers]
-    time.sleep(max(begin - time.monotonic(), 0))
-    server0 = sum(server.cpu_times()[:2])  # user + system, seconds, all threads
-    clients0 = sum(sum(c.cpu_times()[:2]) for c in clients)
-    time.sleep(max(end - time.monotonic(), 0))
-    server_cpu_s = sum(server.cpu_times()[:2]) - server0
-    clients_cpu_s = sum(sum(c.cpu_times()[:2]) for c in clients) - clients0
-    reports = []
-    try:
-        for pipe, p in zip(pipes, workers):
-            if not pipe.poll(max(end - time.monotonic(), 0) + 60):  # a dead client fails the run, never hangs it
-                raise SystemExit(f"{protocol} client process {p.pid} sent no report (exit code {p.exitcode})")
-            reports.append(pipe.recv())
-    finally:
-        for p in workers:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.kill()
+    reports, server_cpu_s, clients_cpu_s = spawn_clients(
+        _client_process, [(protocol, url, model, shape, n) for n in per], begin, end, server_pid)
     lat = np.array([x for r in reports for x in r["latencies"]])
     if lat.size == 0:
         raise SystemExit(f"no successful {protocol} requests to {url}: {[r['errors'] for r in reports]}")
@@ -300,13 +274,6 @@ def drive(protocol: str, url: str, model: str, shape: list[int], users: int, pro
             "server_cpu_ms_per_request": 1e3 * server_cpu_s / lat.size,
             "client_cpu_ms_per_request": 1e3 * clients_cpu_s / lat.size,
             "client_cpu_cores": clients_cpu_s / seconds, "server_cpu_cores": server_cpu_s / seconds}
-
-
-def server_stats(port: int, model: str) -> dict:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/models/{model}/stats", timeout=10) as r:
-        return json.loads(r.read())["model_stats"][0]
 
 
 def log(message: str) -> None:

@@ -249,37 +249,32 @@ def _client_process(url: str, model: str, batch: int, shape: tuple, greenlets: i
     client.close()
 
 
-def drive(url: str, model: str, batch: int, shape: tuple, concurrency: int, procs: int, warmup_s: float, seconds: float,
-          server_pid: int, client_cpus: set[int] | None = None) -> dict:
-    """Closed-loop load at `concurrency` from `procs` processes; requests/s and latency over the window,
-    and the server's CPU time over it (a cost per request that load from elsewhere changes little)."""
+def spawn_clients(target, per_process: list[tuple], begin: float, end: float, server_pid: int,
+                  extra: tuple = ()) -> tuple[list[dict], float, float]:
+    """One client process per entry of `per_process`, each running target(*entry, begin, end, conn, *extra)
+    and sending one report on conn; (the reports, the server's and the clients' CPU seconds over
+    [begin, end]). A client that dies (import error, crash) fails the run instead of hanging it."""
     import psutil
 
     ctx = mp.get_context("spawn")
-    procs = min(procs, concurrency)
-    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
-    start = time.monotonic() + 2.0  # spawn time: every process starts before the warm-up ends
-    begin, end = start + warmup_s, start + warmup_s + seconds
     pipes, workers = [], []
-    for g in per:
+    for head in per_process:
         parent, child = ctx.Pipe(duplex=False)
-        p = ctx.Process(target=_client_process, args=(url, model, batch, shape, g, begin, end, child, client_cpus),
-                        daemon=True)
+        p = ctx.Process(target=target, args=(*head, begin, end, child, *extra), daemon=True)
         p.start()
         pipes.append(parent)
         workers.append(p)
     server = psutil.Process(server_pid)
     clients = [psutil.Process(p.pid) for p in workers]
     time.sleep(max(begin - time.monotonic(), 0))
-    cpu_begin = sum(server.cpu_times()[:2])  # user + system, seconds, all threads
+    server_begin = sum(server.cpu_times()[:2])  # user + system, seconds, all threads
     clients_begin = sum(sum(c.cpu_times()[:2]) for c in clients)
     time.sleep(max(end - time.monotonic(), 0))
-    server_cpu_s = sum(server.cpu_times()[:2]) - cpu_begin
+    server_cpu_s = sum(server.cpu_times()[:2]) - server_begin
     clients_cpu_s = sum(sum(c.cpu_times()[:2]) for c in clients) - clients_begin
     reports = []
     try:
         for pipe, p in zip(pipes, workers):
-            # a client that died (import error, crash) must fail the run, not hang it
             if not pipe.poll(max(end - time.monotonic(), 0) + 60):
                 raise SystemExit(f"client process {p.pid} sent no report (exit code {p.exitcode})")
             reports.append(pipe.recv())
@@ -288,6 +283,20 @@ def drive(url: str, model: str, batch: int, shape: tuple, concurrency: int, proc
             p.join(timeout=10)
             if p.is_alive():
                 p.kill()
+    return reports, server_cpu_s, clients_cpu_s
+
+
+def drive(url: str, model: str, batch: int, shape: tuple, concurrency: int, procs: int, warmup_s: float, seconds: float,
+          server_pid: int, client_cpus: set[int] | None = None) -> dict:
+    """Closed-loop load at `concurrency` from `procs` processes; requests/s and latency over the window,
+    and the server's CPU time over it (a cost per request that load from elsewhere changes little)."""
+
+    procs = min(procs, concurrency)
+    per = [concurrency // procs + (1 if i < concurrency % procs else 0) for i in range(procs)]
+    start = time.monotonic() + 2.0  # spawn time: every process starts before the warm-up ends
+    begin, end = start + warmup_s, start + warmup_s + seconds
+    reports, server_cpu_s, clients_cpu_s = spawn_clients(
+        _client_process, [(url, model, batch, shape, g) for g in per], begin, end, server_pid, (client_cpus,))
     lat = np.array([x for r in reports for x in r["latencies"]])
     if lat.size == 0:
         raise SystemExit(f"no successful requests to {url}: {[r['errors'] for r in reports]}")
