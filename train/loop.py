@@ -23,7 +23,8 @@ from train.data import Splits, load_splits
 from train.gc_control import StepGC
 from train.device import autocast, check_precision, grad_scaler, resolve_device
 from train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
-from train.measure import MemoryTracker, StepTimer, optimizer_state_bytes, tensor_bytes
+from train.measure import MemoryTracker, StepTimer, tensor_bytes
+from train.step import train_step
 from train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.errors import UserError
 from trainserve.fsutil import write_json_atomic
@@ -179,25 +180,9 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
                 except StopIteration:
                     break
                 timer.fetched()
-                with autocast(device, cfg.precision):
-                    logits = forward(x)
-                    loss = loss_fn(logits.float(), y)
-                if scaling:
-                    scaler.scale(loss).backward()
-                else:
-                    loss.backward()
-                if first:
-                    memory.gradients = tensor_bytes(p.grad for p in model.parameters())
-                    memory.moment("after_backward")
-                if scaling:
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    optimizer.step()
-                if first:
-                    memory.optimizer = optimizer_state_bytes(optimizer)
-                    memory.moment("after_step")
-                    first = False
+                logits, loss = train_step(model, forward, loss_fn, x, y, optimizer, scaler, scaling, device,
+                                          cfg.precision, memory if first else None)
+                first = False
                 optimizer.zero_grad(set_to_none=True)
                 n = len(y)
                 # running sums stay on the device: no host sync inside the step

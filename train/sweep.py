@@ -247,10 +247,11 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
     """The training step of train.loop.fit on one resident batch; returns the point's ProfileRecord."""
     import torch
 
-    from train.device import autocast, grad_scaler
-    from train.measure import MemoryTracker, StepTimer, optimizer_state_bytes, tensor_bytes
+    from train.device import grad_scaler
+    from train.measure import MemoryTracker, StepTimer, tensor_bytes
     from train.models import build_model
     from train.record import build_record
+    from train.step import train_step
     from trainserve.telemetry import Sampler
 
     channels_last = cfg.model == "cnn" and device == "cuda"  # as fit() does
@@ -293,24 +294,8 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
                     sampler.mark()
             timer.begin()
             timer.fetched()
-            with autocast(device, cfg.precision):
-                logits = forward(x)
-                loss = loss_fn(logits.float(), y)
-            if scaling:
-                scaler.scale(loss).backward()
-            else:
-                loss.backward()
-            if step == 0:
-                memory.gradients = tensor_bytes(p.grad for p in model.parameters())
-                memory.moment("after_backward")
-            if scaling:
-                scaler.step(optimizer)
-                scaler.update()
-            else:
-                optimizer.step()
-            if step == 0:
-                memory.optimizer = optimizer_state_bytes(optimizer)
-                memory.moment("after_step")
+            logits, loss = train_step(model, forward, loss_fn, x, y, optimizer, scaler, scaling, device, cfg.precision,
+                                      memory if step == 0 else None)
             optimizer.zero_grad(set_to_none=True)
             timer.end(cfg.batch_size)
             steps_done += 1
