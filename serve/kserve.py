@@ -75,14 +75,50 @@ def _tensor_from_json(t: dict, name: str, datatype: str, shape: tuple[int, ...])
             flat = np.array(data, dtype=object).reshape(-1)
             array = np.array([s.encode() if isinstance(s, str) else bytes(s) for s in flat], dtype=object)
         else:
-            array = np.array(data, dtype=numpy_dtype(datatype))
-    except (ValueError, TypeError) as e:
+            array = _numbers(np.array(data), numpy_dtype(datatype), name, datatype)
+    except (ValueError, TypeError, OverflowError) as e:
         raise InvalidArgument(f"input '{name}': data does not match datatype {datatype}: {e}") from None
     if array.size != math.prod(shape):
         raise InvalidArgument(
             f"input '{name}': shape {list(shape)} expects {math.prod(shape)} elements, the request has {array.size}"
         )
     return array.reshape(shape)
+
+
+def _numbers(raw: np.ndarray, dtype: np.dtype, name: str, datatype: str) -> np.ndarray:
+    """JSON numbers as `dtype`, refusing any value the datatype cannot hold as given: a fraction or an
+    out-of-range number for an integer type, a number for BOOL, a finite number too large for a float type
+    (numpy would truncate, wrap or overflow silently)."""
+    def refuse(bad: np.ndarray, what: str) -> InvalidArgument:
+        first = raw.reshape(-1)[np.flatnonzero(bad.reshape(-1))[0]].item()
+        return InvalidArgument(f"input '{name}': value {first!r} is not a valid {datatype} ({what})")
+
+    if raw.size == 0:
+        return raw.astype(dtype)
+    if raw.dtype.kind not in "biuf":
+        raise InvalidArgument(f"input '{name}': data does not match datatype {datatype}: expected numbers")
+    if dtype.kind == "b":
+        if raw.dtype.kind != "b":
+            raise refuse(np.ones(raw.shape, bool), "BOOL data is true or false")
+        return raw
+    if raw.dtype.kind == "b":
+        raise refuse(np.ones(raw.shape, bool), f"{datatype} data is numbers, not true or false")
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if raw.dtype.kind == "f":
+            bad = ~np.isfinite(raw) | (raw != np.trunc(raw))
+            if bad.any():
+                raise refuse(bad, "integer types take whole numbers")
+        bad = (raw < info.min) | (raw > info.max)
+        if bad.any():
+            raise refuse(bad, f"outside {info.min}..{info.max}")
+        return raw.astype(dtype)
+    with np.errstate(over="ignore"):  # an overflow is reported below, as the request's error
+        out = raw.astype(dtype)
+    bad = ~np.isfinite(out) & np.isfinite(raw)
+    if bad.any():
+        raise refuse(bad, f"too large for {datatype}")
+    return out
 
 
 def parse_infer_request(body: bytes | bytearray | memoryview, header_length: int | None) -> InferRequest:

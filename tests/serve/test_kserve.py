@@ -84,3 +84,37 @@ def test_shared_memory_is_refused_as_unsupported():
     body = b'{"inputs": [{"name": "a", "datatype": "FP32", "shape": [1], "parameters": {"shared_memory_region": "r"}}]}'
     with pytest.raises(Unsupported):
         kserve.parse_infer_request(body, None)
+
+
+def _json_input(datatype: str, data: list) -> bytes:
+    return json.dumps({"inputs": [{"name": "ids", "datatype": datatype, "shape": [len(data)], "data": data}]}).encode()
+
+
+@pytest.mark.parametrize(
+    ("datatype", "data", "message"),
+    [
+        ("INT32", [0.5, 1.5], "input 'ids': value 0.5 is not a valid INT32 \\(integer types take whole numbers\\)"),
+        ("INT64", [1, 2.25], "value 2.25 is not a valid INT64"),
+        ("INT8", [1, 300], "value 300 is not a valid INT8 \\(outside -128..127\\)"),
+        ("UINT8", [-1], "value -1 is not a valid UINT8 \\(outside 0..255\\)"),
+        ("INT32", [True, False], "value True is not a valid INT32"),
+        ("BOOL", [1, 0], "value 1 is not a valid BOOL"),
+        ("FP16", [1.0, 70000.0], "value 70000.0 is not a valid FP16 \\(too large for FP16\\)"),
+        ("FP32", ["a"], "data does not match datatype FP32"),
+    ],
+)
+def test_json_values_that_do_not_fit_the_datatype_are_refused_not_truncated(datatype, data, message):
+    with pytest.raises(InvalidArgument, match=message):
+        kserve.parse_infer_request(_json_input(datatype, data), None)
+
+
+@pytest.mark.parametrize(("datatype", "data", "expected"), [
+    ("INT32", [1, 2.0, -3], np.array([1, 2, -3], np.int32)),  # 2.0 is a whole number
+    ("FP32", [1, 2.5], np.array([1.0, 2.5], np.float32)),  # integers are valid floats
+    ("BOOL", [True, False], np.array([True, False])),
+    ("UINT64", [2**63], np.array([2**63], np.uint64)),
+])
+def test_json_values_that_fit_are_taken_exactly(datatype, data, expected):
+    got = kserve.parse_infer_request(_json_input(datatype, data), None).inputs["ids"]
+    assert got.dtype == expected.dtype
+    np.testing.assert_array_equal(got, expected)
