@@ -31,6 +31,17 @@ class NotFound(ServeError):
     grpc_code = "NOT_FOUND"
 
 
+class MethodNotAllowed(ServeError):
+    """A known HTTP route asked with a method it does not take (HTTP 405 with an Allow header)."""
+
+    http_status = 405
+    grpc_code = "UNIMPLEMENTED"
+
+    def __init__(self, method: str, path: str, allow: str) -> None:
+        super().__init__(f"Method Not Allowed: {method} {path} (allowed: {allow})")
+        self.allow = allow
+
+
 class Unavailable(ServeError):
     """The model is not ready, the queue is full, or the server is shutting down (HTTP 503, gRPC UNAVAILABLE)."""
 

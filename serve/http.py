@@ -17,13 +17,16 @@ from aiohttp import web
 
 from serve import kserve
 from serve.core import ServerCore
-from serve.errors import InvalidArgument, NotFound, ServeError, Unsupported
+from serve.errors import InvalidArgument, MethodNotAllowed, NotFound, ServeError, Unsupported
 from serve.http_fast import KEEPALIVE_S, FastConnection
 from serve.server import ServerOptions
 
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+# server-level routes (after /v2/) and the one method each takes; anything else on them is a 405
+KNOWN_ROUTES = {"health/live": "GET", "health/ready": "GET", "": "GET", "models/stats": "GET",
+                "repository/index": "POST"}
 _INT64_CONFIG_KEYS = {"dims", "max_queue_delay_microseconds", "default_timeout_microseconds", "versions", "reshape"}
 
 
@@ -37,7 +40,14 @@ def _json(obj, status: int = 200) -> web.Response:
 
 
 def _error(e: ServeError) -> web.Response:
-    return web.Response(body=kserve.error_body(e.message), status=e.http_status, content_type=JSON)
+    headers = {"Allow": e.allow} if isinstance(e, MethodNotAllowed) else None
+    return web.Response(body=kserve.error_body(e.message), status=e.http_status, content_type=JSON, headers=headers)
+
+
+def _only(allow: str, method: str, path: str) -> None:
+    """A known route: refuse any other method than `allow` with 405 and an Allow header."""
+    if method != allow:
+        raise MethodNotAllowed(method, path, allow)
 
 
 def config_to_json(config) -> dict:
@@ -155,10 +165,12 @@ class HttpFrontEnd:
                 action = rest[0] if rest else ""
                 if len(rest) > 1:
                     raise NotFound(f"Not Found: {request.path}")
-                if action == "infer" and method == "POST":
+                if action == "infer":
+                    _only("POST", method, request.path)
                     return await self._infer(request, model, version)
-                if method != "GET":
-                    raise NotFound(f"Not Found: {request.method} {request.path}")
+                if action not in ("", "ready", "config", "stats"):
+                    raise NotFound(f"Not Found: {request.path}")
+                _only("GET", method, request.path)
                 if action == "":
                     return _json(self._metadata(model, version))
                 if action == "ready":
@@ -169,6 +181,11 @@ class HttpFrontEnd:
                     return _json({"model_stats": [s.to_dict() for s in self.core.statistics(model, version)]})
                 raise NotFound(f"Not Found: {request.path}")
             route = (method, "/".join(parts[1:]))
+            allow = KNOWN_ROUTES.get(route[1])
+            if allow is None and len(parts) == 5 and parts[1:3] == ["repository", "models"] and parts[4] in ("load", "unload"):
+                allow = "POST"
+            if allow is not None:
+                _only(allow, method, request.path)
             if route == ("GET", "health/live"):
                 return web.Response(status=200 if self.core.live else 400)
             if route == ("GET", "health/ready"):

@@ -137,6 +137,28 @@ def test_malformed_and_truncated_bodies_get_400_and_the_server_keeps_serving(ser
     assert client.infer("classifier", [_input(np.ones((1, 4), np.float32))]).as_numpy("logits").shape == (1, 3)
 
 
+@pytest.mark.parametrize(("method", "path", "allow"), [
+    ("GET", "/v2/models/classifier/infer", "POST"),
+    ("PUT", "/v2/models/classifier/versions/1/infer", "POST"),
+    ("POST", "/v2/models/classifier", "GET"),
+    ("DELETE", "/v2/models/classifier/config", "GET"),
+    ("POST", "/v2/health/ready", "GET"),
+    ("GET", "/v2/repository/index", "POST"),
+    ("GET", "/v2/repository/models/classifier/load", "POST"),
+])
+def test_a_known_route_with_another_method_is_405_with_allow(server, client, method, path, allow):
+    conn = http.client.HTTPConnection("127.0.0.1", server.ports["http"], timeout=10)
+    try:
+        conn.request(method, path)
+        resp = conn.getresponse()
+        body = resp.read()
+    finally:
+        conn.close()
+    assert (resp.status, resp.getheader("Allow")) == (405, allow)
+    assert json.loads(body)["error"] == f"Method Not Allowed: {method} {path} (allowed: {allow})"
+    assert client.is_server_ready()  # and the server keeps serving
+
+
 def test_body_over_the_limit_is_refused_with_413(model_repo):
     srv = ThreadServer(model_repo, server_options={"max_body_bytes": 4096}).start()
     try:
