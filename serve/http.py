@@ -214,7 +214,7 @@ class HttpFrontEnd:
         if body.strip():
             try:
                 ready_only = bool(json.loads(body).get("ready", False))
-            except (ValueError, AttributeError):
+            except (ValueError, AttributeError, RecursionError):
                 raise InvalidArgument("failed to parse the repository index request JSON") from None
         entries = [e for e in self.core.index() if e.ready or not ready_only]
         out = []

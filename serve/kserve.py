@@ -76,7 +76,7 @@ def _tensor_from_json(t: dict, name: str, datatype: str, shape: tuple[int, ...])
             array = np.array([s.encode() if isinstance(s, str) else bytes(s) for s in flat], dtype=object)
         else:
             array = _numbers(np.array(data), numpy_dtype(datatype), name, datatype)
-    except (ValueError, TypeError, OverflowError) as e:
+    except (ValueError, TypeError, OverflowError, RecursionError) as e:
         raise InvalidArgument(f"input '{name}': data does not match datatype {datatype}: {e}") from None
     if array.size != math.prod(shape):
         raise InvalidArgument(
@@ -133,6 +133,8 @@ def parse_infer_request(body: bytes | bytearray | memoryview, header_length: int
         req = json.loads(header)
     except (UnicodeDecodeError, ValueError) as e:
         raise InvalidArgument(f"failed to parse the request JSON: {e}") from None
+    except RecursionError:  # arrays or objects nested thousands deep: a request error, not a server fault
+        raise InvalidArgument("failed to parse the request JSON: it is nested too deeply") from None
     if not isinstance(req, dict) or not isinstance(req.get("inputs"), list):
         raise InvalidArgument("failed to parse the request JSON: expected an object with an 'inputs' array")
     binary = memoryview(body)[header_length:] if header_length is not None else memoryview(b"")

@@ -134,6 +134,8 @@ def test_malformed_and_truncated_bodies_get_400_and_the_server_keeps_serving(ser
     assert status == 400 and "unexpected end of binary data" in json.loads(body)["error"]
     status, body = _raw(server, "GET", "/v2/nothing/here")
     assert status == 404 and "error" in json.loads(body)
+    status, body = _raw(server, "POST", "/v2/models/classifier/infer", b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    assert (status, json.loads(body)["error"]) == (400, "failed to parse the request JSON: it is nested too deeply")
     assert client.infer("classifier", [_input(np.ones((1, 4), np.float32))]).as_numpy("logits").shape == (1, 3)
 
 
