@@ -53,11 +53,50 @@ def _status(error: Exception) -> tuple[grpc.StatusCode, str]:
     return grpc.StatusCode.INTERNAL, f"internal error: {type(error).__name__}: {error}"
 
 
+@dataclass(frozen=True)
+class Malformed:
+    """What a request message that protobuf cannot parse decodes to (see _SafeDecoding): the handler
+    answers it with INVALID_ARGUMENT, or on a stream with an error response, and goes on."""
+
+    message: str
+
+
+def _safe(deserialize: Callable[[bytes], Any]) -> Callable[[bytes], Any]:
+    def decode(data: bytes) -> Any:
+        try:
+            return deserialize(data)
+        except Exception as error:  # protobuf's DecodeError, or anything a corrupt message provokes
+            return Malformed(f"failed to parse the request message: {error}")
+
+    return decode
+
+
+class _SafeDecoding(grpc.GenericRpcHandler):
+    """The service's handlers with request decoding that never fails inside grpc: left to grpc, a message
+    protobuf cannot parse answers UNKNOWN on a unary call and ends a stream with status OK, dropping
+    every request after it."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
+        self.inner = inner
+        self._cache: dict[str, grpc.RpcMethodHandler | None] = {}
+
+    def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = handler_call_details.method
+        if method not in self._cache:
+            handler = self.inner.service(handler_call_details)
+            if handler is not None and handler.request_deserializer is not None:
+                handler = handler._replace(request_deserializer=_safe(handler.request_deserializer))
+            self._cache[method] = handler
+        return self._cache[method]
+
+
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """Turn the core's exceptions into gRPC status codes for a unary RPC."""
 
     @functools.wraps(method)
     async def wrapper(self: InferenceServicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        if isinstance(request, Malformed):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
         try:
             return await method(self, request, context)
         except Exception as error:  # every failure answers the client with a status, never a dropped call
@@ -155,6 +194,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         async def read_all() -> None:
             try:
                 async for request in request_iterator:
+                    if isinstance(request, Malformed):  # answered on the stream; the stream goes on
+                        await done.put(pb.ModelStreamInferResponse(error_message=request.message))
+                        continue
                     task = asyncio.create_task(answer(request))
                     pending.add(task)
                     task.add_done_callback(pending.discard)
@@ -214,7 +256,7 @@ def _generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandle
     """
     collector = _HandlerCollector()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, collector)
-    return collector.handlers
+    return [_SafeDecoding(h) for h in collector.handlers]
 
 
 class GrpcServer:

@@ -329,3 +329,39 @@ def test_every_service_method_is_served_through_the_generic_handler(stub):
         stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="classifier"))
     assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
     assert "RepositoryModelLoad is not supported by this server" in info.value.details()
+
+
+def _infer_request_bytes(rows: np.ndarray, request_id: str) -> bytes:
+    req = pb.ModelInferRequest(model_name="classifier", id=request_id)
+    req.inputs.add(name="input", datatype="FP32", shape=list(rows.shape))
+    req.raw_input_contents.append(rows.tobytes())
+    return req.SerializeToString()
+
+
+BROKEN = b"\x0a\xff\xff\xff\xff\x0f"  # field 1 (model_name) announcing a length far past the message's end
+
+
+def test_a_malformed_unary_message_is_invalid_argument(server, client):
+    with grpc.insecure_channel(server[1]) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/ModelInfer")  # raw bytes in and out
+        with pytest.raises(grpc.RpcError) as info:
+            call(BROKEN, timeout=10)
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert info.value.details().startswith("failed to parse the request message")
+    assert client.is_server_ready()
+
+
+def test_a_malformed_message_on_a_stream_gets_an_error_response_and_the_stream_goes_on(server):
+    a, b = x_rows(1, seed=1), x_rows(2, seed=2)
+    messages = [_infer_request_bytes(a, "first"), BROKEN, _infer_request_bytes(b, "after")]
+    with grpc.insecure_channel(server[1]) as channel:
+        call = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer",
+                                     response_deserializer=pb.ModelStreamInferResponse.FromString)
+        responses = list(call(iter(messages), timeout=20))
+    assert len(responses) == 3  # nothing dropped after the broken message, and the stream ended OK
+    errors = [r for r in responses if r.error_message]
+    assert len(errors) == 1 and errors[0].error_message.startswith("failed to parse the request message")
+    by_id = {r.infer_response.id: r.infer_response for r in responses if not r.error_message}
+    for rid, x in (("first", a), ("after", b)):
+        logits = np.frombuffer(by_id[rid].raw_output_contents[0], np.float32).reshape(len(x), -1)
+        np.testing.assert_allclose(logits, expected_logits(x), rtol=1e-5)
