@@ -7,9 +7,10 @@ free. A full queue answers Unavailable at once instead of growing memory.
 
 The policy (docs/serving.md, "Dynamic batching"): a request that finds an instance free runs at once;
 requests that arrive while every instance is busy queue up and form the next batch. The queue delay
-is spent waiting for company only when the measured arrival rate says the next preferred size (or
-max_batch_size) will be reached before it runs out, so a lone request never waits for it. Triton
-instead waits up to the delay whenever a preferred size has not been reached.
+is spent waiting for company only while another instance is busy or a preferred size is nearly
+reached, and the measured arrival rate says that size (or max_batch_size) will come before the delay
+runs out; so a lone request never waits for it. Triton instead waits up to the delay whenever a
+preferred size has not been reached.
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class Batcher:
         # no other instance could have used the time.
         self._idle_inline_ns = config.idle_inline_max_us * 1000
         # A request that finds the batcher idle may run at once inside submit(), skipping the queue, a
-        # future and two event-loop turns, unless batching asks it to wait for company (a queue delay).
+        # future and two event-loop turns, unless waiting for company is worth it (_worth_waiting).
         self._last_submit_ns = 0
         # moving average of the time between two submits, ns: how soon company can be expected. One long
         # idle gap counts as at most GAP_CAP_DELAYS queue delays, so load that resumes is noticed quickly.
@@ -186,7 +187,8 @@ class Batcher:
         if since < now:  # not the first request: there is a gap to learn from
             gap = min(since, self._gap_cap_ns)
             self._gap_ns = gap if self._gap_ns == float("inf") else 0.8 * self._gap_ns + 0.2 * gap
-        if self._busy == 0 and not self._queue.items and not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000):
+        idle = self._busy == 0 and not self._queue.items
+        if idle and not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000):
             run_ns = self._run_ns.get(rows, float("inf"))
             # Only when requests come further apart than a run takes: closer together, the next request
             # is likely already read by the loop and waiting one turn lets the worker batch both.

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import numpy as np
 
+from serve import tuning
 from serve.buckets import bucket_for, pad_rows, parse_buckets
 from serve.datatypes import config_to_kserve, numpy_dtype
-from serve import tuning
 from serve.errors import ServeError
 from serve.tuning import ThreadChoice
 
