@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.errors import UserError
+from trainserve.fsutil import FILE_MODE
 
 REQUIRED = ("model", "optimizer", "scaler", "epoch", "step", "card", "rng", "train_config", "history")
 
@@ -27,6 +28,7 @@ def save(path: Path, state: dict[str, Any]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)  # the umask's mode, not mkstemp's 0600
         with os.fdopen(fd, "wb") as f:
             torch.save(state, f)
         os.replace(tmp, path)

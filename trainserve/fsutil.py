@@ -12,11 +12,24 @@ from pathlib import Path
 from typing import Any
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# tempfile makes files 0600 and folders 0700; artifacts get the modes a plain open()/mkdir() would give, so
+# another user (a Triton container, a colleague) can read a model repository where the umask allows it
+FILE_MODE = 0o666 & ~_umask()
+DIR_MODE = 0o777 & ~_umask()
+
+
 def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temporary name in the same folder, then rename over `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)
         with os.fdopen(fd, "w") as f:
             f.write(text)
         os.replace(tmp, path)
@@ -46,6 +59,7 @@ def staged_dir(final: Path) -> Iterator[Path]:
     """
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
+    tmp.chmod(DIR_MODE)
     try:
         yield tmp
     except BaseException:

@@ -17,6 +17,9 @@ def test_save_is_atomic_and_loads_weights_only(tmp_path):
     assert [f.name for f in tmp_path.iterdir()] == ["c.pt"]
     back = torch.load(p, weights_only=True)
     assert back["step"] == 3 and torch.equal(back["model"]["w"], torch.ones(2))
+    from trainserve.fsutil import FILE_MODE
+
+    assert p.stat().st_mode & 0o777 == FILE_MODE  # the umask's mode, readable where the umask allows: not 0600
 
 
 def test_rng_round_trip():

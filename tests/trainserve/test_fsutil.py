@@ -1,0 +1,38 @@
+"""Artifacts: written whole or not at all, with the modes the umask gives, under run names that are exact."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+from trainserve.errors import UserError
+from trainserve.fsutil import staged_dir, write_json_atomic
+from trainserve.runs import run_dir
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def test_artifacts_get_the_umask_modes_not_the_temporary_ones(tmp_path):
+    # mkstemp/mkdtemp make 0600 files and 0700 folders: a Triton container running as another user could
+    # not read a model repository written so
+    write_json_atomic(tmp_path / "a" / "record.json", {"x": 1})
+    with staged_dir(tmp_path / "repo") as tmp:
+        (tmp / "config.pbtxt").write_text("x")
+    assert stat.S_IMODE((tmp_path / "a" / "record.json").stat().st_mode) == 0o666 & ~_umask()
+    assert stat.S_IMODE((tmp_path / "repo").stat().st_mode) == 0o777 & ~_umask()
+
+
+@pytest.mark.parametrize("name", ["run1\n", "run1 ", "../x", ".hidden", ""])
+def test_a_run_name_must_match_whole(name):
+    with pytest.raises(UserError, match="is invalid"):
+        run_dir(name)
+
+
+def test_a_good_run_name_is_a_folder_of_the_runs_dir(tmp_path):
+    assert run_dir("run-20261203.a_1", tmp_path) == tmp_path / "run-20261203.a_1"
