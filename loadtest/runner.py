@@ -11,6 +11,7 @@ then raise a UserError (exit code 1).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -28,6 +29,7 @@ from loadtest.metrics import MetricsScraper
 from loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
 from loadtest.options import strip_scheme
 from trainserve.errors import UserError
+from trainserve.procs import die_with_parent
 from trainserve.profile import LatencyStats, ProfileRecord, host_info, package_versions
 from trainserve.runs import run_dir
 
@@ -166,7 +168,7 @@ def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryFile(mode="w+") as err:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=functools.partial(die_with_parent, signal.SIGKILL))
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -188,15 +190,6 @@ def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
         lines = [ln for ln in err.read().splitlines() if ln.strip()]
     problems = [ln for ln in lines if "Error" in ln or "error" in ln]
     return proc.returncode, (problems or lines or [""])[-1][-300:]
-
-
-def _die_with_parent() -> None:
-    """In the Locust child (Linux): be killed when `trainserve load` dies, even by SIGKILL."""
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        with contextlib.suppress(OSError, AttributeError):
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1
 
 
 def _signal_group(pgid: int, sig: int) -> None:

@@ -26,6 +26,17 @@ STOP_GRACE_S = 10.0  # SIGTERM, then this long to exit, then SIGKILL
 READY = re.compile(r"trainserve serve: ready (?P<rest>.*)")
 
 
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """In a child, before exec (Linux): receive `sig` when the parent dies, even by SIGKILL, so a killed
+    `trainserve run` leaves no server behind (a child in its own session is not reached by the terminal's
+    signals). SIGTERM lets a server finish in-flight requests and exit. Elsewhere a no-op."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)  # PR_SET_PDEATHSIG = 1
+
+
 @dataclass
 class Child:
     """A running stage: its process, log file and name."""
@@ -51,7 +62,7 @@ class Children:
         with _critical():  # started and registered, or neither
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE if capture_stdout else logf,
-                stderr=logf, env=env, start_new_session=True,
+                stderr=logf, env=env, start_new_session=True, preexec_fn=die_with_parent,
             )
             child = Child(name, proc, log_path)
             with self._lock:
