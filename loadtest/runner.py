@@ -132,7 +132,7 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
     info = fetch_model_info(config.url, config.model, config.protocol)
     build_arrays(info, config.batch, config.input_data)  # a bad batch or .npz fails here, not in every user
     target = config.target or default_target(config, info)
-    out_dir = run_dir(config.run, config.runs_dir) / "load"
+    out_dir = run_dir(config.run, config.runs_dir, writable=True) / "load"
     out_dir.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target}.", dir=out_dir))
     try:

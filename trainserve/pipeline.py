@@ -114,7 +114,7 @@ class Pipeline:
     children: Children = field(default_factory=Children)
 
     def __post_init__(self) -> None:
-        self.root = run_dir(self.cfg.run, self.cfg.runs_dir)
+        self.root = run_dir(self.cfg.run, self.cfg.runs_dir, writable=True)
         self.logs = self.root / "logs"
         self.env = _child_env()
 

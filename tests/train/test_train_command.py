@@ -126,3 +126,25 @@ def test_compare_bad_sweep_budget_is_one_sentence(tmp_path, budget):
 def test_compare_device_needs_the_sweep(tmp_path):
     r = runner.invoke(app, ["compare", "--no-sweep", "--device", "cpu", "--runs-dir", str(tmp_path / "runs")])
     _one_error_line(r, "--device 'cpu' needs --sweep")
+
+
+@pytest.mark.parametrize("where", ["file", "inside a file"])
+def test_a_runs_dir_that_is_a_file_is_one_sentence_before_any_training(tmp_path, where):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("a file, not a folder")
+    runs = blocker if where == "file" else blocker / "runs"
+    r = runner.invoke(app, ["train", "--runs-dir", str(runs), "--run", "R", "--device", "cpu", *FAST])
+    _one_error_line(r, f"{blocker} is a file, so the run folder {runs / 'R'} cannot be made")
+    assert blocker.read_text() == "a file, not a folder"
+
+
+def test_a_read_only_runs_dir_is_one_sentence_before_any_training(tmp_path, monkeypatch):
+    import trainserve.runs
+
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    # as root a 0555 folder is still writable, so ask the check as an ordinary user's access() would answer
+    monkeypatch.setattr(trainserve.runs, "_can_write", lambda folder: False)
+    r = runner.invoke(app, ["train", "--runs-dir", str(runs), "--run", "R", "--device", "cpu", *FAST])
+    _one_error_line(r, f"{runs} is not writable, so the run folder {runs / 'R'} cannot be written")
+    assert list(runs.iterdir()) == []

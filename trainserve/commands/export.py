@@ -47,7 +47,8 @@ def export(
                                 gpu_instances=gpu_instances, cpu_threads=cpu_threads, tensorrt=tensorrt,
                                 cpu_variant=cpu_variant, gpu_variant=gpu_variant)  # type: ignore[arg-type]
     cfg = ExportConfig(opset=opset, eval_limit=eval_samples, seed=seed)
-    folder = existing_run_dir(run, runs_dir) if checkpoint is None and card is None else run_dir(run, runs_dir)
+    folder = (existing_run_dir(run, runs_dir, writable=True) if checkpoint is None and card is None
+              else run_dir(run, runs_dir, writable=True))
     ckpt_path, card_path = resolve_sources(folder, checkpoint, card)
     result = _with_progress(lambda step: export_run(folder, ckpt_path, card_path, cfg, repo_cfg, progress=step))
     _summary(result)

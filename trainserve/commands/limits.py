@@ -30,7 +30,7 @@ def limits(
     from trainserve.runs import existing_run_dir
 
     cfg = LimitsConfig(device=device, budget_s=budget_s)
-    folder = existing_run_dir(run, runs_dir)
+    folder = existing_run_dir(run, runs_dir, writable=True)
     repo = folder / "model_repository"
     if not repo.is_dir():
         raise UserError(f"run {run!r} has no model repository at {repo}; run trainserve export --run {run} first")

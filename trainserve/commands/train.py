@@ -74,7 +74,7 @@ def train(
                       epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale, seed=seed, workers=workers,
                       compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
                       sync_timing=sync_timing, find_max_batch=find_max_batch, data_placement=data_placement)
-    root = run_dir(run, runs_dir)
+    root = run_dir(run, runs_dir, writable=True)
     if len(devices) > 1:
         if sorted(devices) != ["cpu", "cuda"] or resume:
             raise UserError(f"--device {device!r} is invalid; give one of cpu, cuda, auto, or 'cpu,cuda' "
@@ -140,11 +140,11 @@ def compare(
     if sweep:
         from trainserve.commands._sweep_view import run_sweeps
 
-        run_sweeps(cfg, device, sweep_budget_s, run_dir(run, runs_dir))
+        run_sweeps(cfg, device, sweep_budget_s, run_dir(run, runs_dir, writable=True))
         return
     if device != "auto":
         raise UserError(f"--device {device!r} needs --sweep; without it compare trains on both the CPU and the GPU")
-    _compare(cfg, run_dir(run, runs_dir))
+    _compare(cfg, run_dir(run, runs_dir, writable=True))
 
 
 def _compare(cfg, root: Path) -> None:
