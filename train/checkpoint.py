@@ -26,6 +26,11 @@ def save(path: Path, state: dict[str, Any]) -> None:
     if missing:
         raise ValueError(f"checkpoint state lacks {missing}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    # a write killed midway (kill -9, power loss) leaves its temporary file; one run has one writer, so any
+    # such file is stale: remove it rather than let them pile up beside every checkpoint
+    for stale in path.parent.glob(f".{path.name}.*.tmp"):
+        with contextlib.suppress(FileNotFoundError):
+            stale.unlink()
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)  # the umask's mode, not mkstemp's 0600

@@ -22,6 +22,16 @@ def test_save_is_atomic_and_loads_weights_only(tmp_path):
     assert p.stat().st_mode & 0o777 == FILE_MODE  # the umask's mode, readable where the umask allows: not 0600
 
 
+def test_temporary_files_of_a_killed_write_are_removed_by_the_next_save(tmp_path):
+    p = tmp_path / "c.pt"
+    stale = tmp_path / ".c.pt.k2x9q1.tmp"  # what a write killed midway leaves
+    stale.write_bytes(b"half a checkpoint")
+    other = tmp_path / ".other.pt.abc.tmp"  # not this checkpoint's: left alone
+    other.write_bytes(b"x")
+    ckpt.save(p, _state())
+    assert sorted(f.name for f in tmp_path.iterdir()) == [".other.pt.abc.tmp", "c.pt"]
+
+
 def test_rng_round_trip():
     s = ckpt.rng_state()
     a = torch.rand(3)
