@@ -87,6 +87,7 @@ def _flag(config, key: str, model: str) -> bool | None:
 
 # Triton onnxruntime backend's `cudnn_conv_algo_search` parameter values -> the CUDA provider's option
 CUDNN_SEARCH = {"0": "EXHAUSTIVE", "1": "HEURISTIC", "2": "DEFAULT"}
+KIND_GPU = 1  # ModelInstanceGroup.Kind.KIND_GPU in Triton's model_config.proto
 SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session when they cannot be timed (CPU)
 SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
@@ -168,6 +169,13 @@ class LoadedModel:
         self.warmup_s = self._warm_up()
         self.providers = self.sessions[0].get_providers()
         self.device = options.device
+        # config.pbtxt's instance kind is a request; where the server runs decides (Triton would refuse a
+        # KIND_GPU model without a GPU): say so rather than serve it on the CPU silently
+        self.device_note = ""
+        if options.device == "cpu" and any(g.kind == KIND_GPU for g in config.instance_group):
+            self.device_note = ("config.pbtxt asks for KIND_GPU instances, but this server runs with --device cpu: "
+                                "the model runs on the CPU")
+            log.warning("model '%s' version %s: %s", name, version, self.device_note)
         self.threads = {"intra_op": intra, "inter_op": inter, "small_batch_rows": self.small_batch_rows}
         log.info(
             "loaded %s version %s: %d instance(s) on %s, intra_op_threads=%d inter_op_threads=%d, max_batch_size=%d, "
@@ -210,7 +218,8 @@ class LoadedModel:
 
     def served_config(self):
         """The config as served (GET .../config), like Triton's auto-completed one: the thread layout that
-        runs filled in (intra_op_thread_count, small_batch_rows), and `thread_choice` saying why."""
+        runs filled in (intra_op_thread_count, small_batch_rows), `thread_choice` saying why, and
+        `device_note` when the config's instance kind is not where the model runs."""
         config = type(self.config)()
         config.CopyFrom(self.config)
         if self.device == "cpu":
@@ -219,6 +228,8 @@ class LoadedModel:
                                ("small_batch_rows", self.small_batch_rows)):
                 config.parameters[key].string_value = str(value)
             config.parameters["thread_choice"].string_value = self.thread_choice.describe()
+        if self.device_note:
+            config.parameters["device_note"].string_value = self.device_note
         return config
 
     @property

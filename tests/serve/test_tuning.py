@@ -94,3 +94,14 @@ def test_choose_stops_growing_once_the_pool_wins(monkeypatch):
     assert choice.small_batch_rows == 2
     assert sorted(choice.timings_ms) == [1, 2, 4, 64]  # stopped at 4; the largest batch on the pool for the log
     assert "batches up to 2 row(s) on 1 thread, larger on 8" in choice.describe()
+
+
+def test_a_kind_gpu_model_on_a_cpu_server_says_where_it_runs(tmp_path, caplog):
+    repo = _repo(tmp_path)
+    cfg = repo / "m" / "config.pbtxt"
+    cfg.write_text(cfg.read_text() + "instance_group [ { count: 1 kind: KIND_GPU } ]\n")
+    with caplog.at_level(logging.WARNING, logger="serve.model"):
+        core = _core(repo)
+    note = "config.pbtxt asks for KIND_GPU instances, but this server runs with --device cpu: the model runs on the CPU"
+    assert core.model_ready("m") and note in caplog.text
+    assert core.model_config("m").parameters["device_note"].string_value == note
