@@ -115,6 +115,9 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.root = run_dir(self.cfg.run, self.cfg.runs_dir, writable=True)
+        if (self.root / "train" / "checkpoint.pt").exists():  # train.card.CHECKPOINT_NAME (no torch import here)
+            raise UserError(f"run {self.cfg.run!r} already exists at {self.root}; pass another --run (or none, for "
+                            "a new dated one), or delete that folder to redo it")
         self.logs = self.root / "logs"
         self.env = _child_env()
 

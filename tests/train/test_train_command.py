@@ -148,3 +148,15 @@ def test_a_read_only_runs_dir_is_one_sentence_before_any_training(tmp_path, monk
     r = runner.invoke(app, ["train", "--runs-dir", str(runs), "--run", "R", "--device", "cpu", *FAST])
     _one_error_line(r, f"{runs} is not writable, so the run folder {runs / 'R'} cannot be written")
     assert list(runs.iterdir()) == []
+
+
+def test_training_a_trained_run_again_needs_resume_or_overwrite(tmp_path):
+    assert _train(tmp_path, "--device", "cpu", "--epochs", "1", *FAST).exit_code == 0
+    ckpt = tmp_path / "runs" / "R" / "train" / "checkpoint.pt"
+    before = ckpt.read_bytes()
+    r = _train(tmp_path, "--device", "cpu", "--epochs", "1", *FAST)
+    _one_error_line(r, "run 'R' already has a trained model")
+    assert ckpt.read_bytes() == before  # the finished run is untouched
+    again = _train(tmp_path, "--device", "cpu", "--epochs", "1", "--seed", "1", "--overwrite", *FAST)
+    assert again.exit_code == 0, again.output
+    assert ckpt.read_bytes() != before

@@ -185,3 +185,14 @@ def _alive(p: psutil.Process) -> bool:
         return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
+
+
+def test_an_existing_run_is_refused_before_any_stage(tmp_path):
+    from trainserve.errors import UserError
+
+    ckpt = tmp_path / "done" / "train" / "checkpoint.pt"
+    ckpt.parent.mkdir(parents=True)
+    ckpt.write_bytes(b"a finished run's checkpoint")
+    with pytest.raises(UserError, match="run 'done' already exists"):
+        Pipeline(RunConfig(device="cpu", quick=True, run="done", runs_dir=tmp_path))
+    assert ckpt.read_bytes() == b"a finished run's checkpoint" and sorted(p.name for p in (tmp_path / "done").iterdir()) == ["train"]

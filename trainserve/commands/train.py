@@ -54,6 +54,8 @@ def train(
     run: RunOpt = "default",
     runs_dir: RunsDirOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from RUN's checkpoint, exactly.")] = False,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help=(
+        "Train RUN again from scratch, replacing its trained model (without it, a trained RUN is refused)."))] = False,
     find_max_batch: Annotated[bool, typer.Option("--find-max-batch", help=(
         "CUDA: after training, find the largest batch that fits for training and for inference."))] = False,
     nproc: Annotated[int | None, typer.Option(help="Data-parallel: N processes under torchrun (one per GPU; "
@@ -81,8 +83,14 @@ def train(
                             "(without --resume) to compare the two")
         _compare(cfg, root)
         return
+    from train.card import CHECKPOINT_NAME
     from train.loop import fit
     from trainserve.commands._train_view import live_progress, print_summary
+
+    if not resume and not overwrite and (root / "train" / CHECKPOINT_NAME).exists():
+        # a fresh run replaces the old one's files as it starts: a mistake (or a kill) would lose a finished run
+        raise UserError(f"run {run!r} already has a trained model in {root / 'train'}; pass --resume to continue "
+                        "it, --overwrite to train it again from scratch, or another --run")
 
     with distributed.session(cfg.device) as dist_ctx:  # joins torchrun's process group when launched by it
         if scaling_baseline is not None:
