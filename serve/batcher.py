@@ -37,6 +37,8 @@ class BatchingConfig:
     preferred_batch_sizes: tuple[int, ...] = ()  # run as soon as one of these row counts is reached and nothing more waits
     max_queue_delay_us: int = 0  # how long the first request of a batch may wait for company, microseconds
     max_queue_size: int = 1024  # requests waiting per model; beyond it requests are refused (503)
+    max_queue_bytes: int = 256 << 20  # input bytes waiting per model; beyond it requests are refused (503)
+    queue_timeout_us: int = 10_000_000  # a request still queued after this is refused (503); 0 = never
     inline_max_us: int = 200  # run a batch on the event loop itself when its size ran faster than this, microseconds
     idle_inline_max_us: int = 2000  # ... or faster than this while no other request waits, microseconds
 
@@ -51,14 +53,25 @@ class BatchingConfig:
             raise ValueError(f"idle_inline_max_us={self.idle_inline_max_us} must be >= 0")
         if self.max_queue_size < 1:
             raise ValueError(f"max_queue_size={self.max_queue_size} must be >= 1")
+        if self.max_queue_bytes < 1:
+            raise ValueError(f"max_queue_bytes={self.max_queue_bytes} must be >= 1")
+        if self.queue_timeout_us < 0:
+            raise ValueError(f"queue_timeout_us={self.queue_timeout_us} must be >= 0")
         bad = [p for p in self.preferred_batch_sizes if not 0 < p <= max(self.max_batch_size, 1)]
         if bad:
             raise ValueError(f"preferred_batch_sizes={bad} must lie in [1, max_batch_size={self.max_batch_size}]")
 
     @classmethod
-    def from_model_config(cls, config, max_queue_size: int) -> BatchingConfig:
+    def from_model_config(cls, config, max_queue_size: int, max_queue_bytes: int = 256 << 20,
+                          queue_timeout_us: int = 10_000_000) -> BatchingConfig:
+        """From config.pbtxt and the server's queue bounds; dynamic_batching's default_queue_policy (Triton's
+        REJECT action with default_timeout_microseconds) sets the model's own queue timeout."""
         db = config.dynamic_batching
         has_db = config.HasField("dynamic_batching") and config.max_batch_size > 0
+        policy = db.default_queue_policy
+        if has_db and db.HasField("default_queue_policy") and policy.default_timeout_microseconds > 0 \
+                and policy.timeout_action == 0:  # REJECT; DELAY (1) keeps the request, as no timeout would
+            queue_timeout_us = policy.default_timeout_microseconds
         # this server's config.pbtxt parameter (Triton ignores it): how short a run may be to run on the
         # event loop while the batcher is idle; 0 sends every run to the instance threads
         idle = {}
@@ -74,6 +87,8 @@ class BatchingConfig:
             preferred_batch_sizes=tuple(sorted(db.preferred_batch_size)) if has_db else (),
             max_queue_delay_us=db.max_queue_delay_microseconds if has_db else 0,
             max_queue_size=max_queue_size,
+            max_queue_bytes=max_queue_bytes,
+            queue_timeout_us=queue_timeout_us,
             **idle,
         )
 
@@ -85,6 +100,7 @@ class _Request:
     key: tuple  # requests join only when their non-batch shapes match
     future: asyncio.Future | None  # None for a request run directly, without the queue
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
+    nbytes: int = 0  # input bytes, counted against the queue's byte bound
 
 
 NEARLY_FRACTION = 4  # a batch is "nearly" a preferred size when at most 1/4 of that size is missing
@@ -94,17 +110,27 @@ GAP_CAP_DELAYS = 4  # an idle gap weighs in the arrival-gap average as at most t
 class _Queue:
     """A bounded FIFO that worker coroutines wait on; put never blocks (it refuses when full)."""
 
-    def __init__(self, maxsize: int) -> None:
+    def __init__(self, maxsize: int, maxbytes: int = 256 << 20) -> None:
         self.items: deque[_Request] = deque()
         self.maxsize = maxsize
+        self.maxbytes = maxbytes
+        self.nbytes = 0  # input bytes of the queued requests
         self.closed = False
         self._waiters: list[asyncio.Future] = []
 
     def put(self, req: _Request) -> None:
         if len(self.items) >= self.maxsize:
             raise Unavailable(f"exceeds maximum queue size of {self.maxsize}")
+        if self.items and self.nbytes + req.nbytes > self.maxbytes:  # an empty queue takes any one request
+            raise Unavailable(f"exceeds maximum queue size of {self.maxbytes} bytes")
         self.items.append(req)
+        self.nbytes += req.nbytes
         self.wake()
+
+    def pop(self) -> _Request:
+        req = self.items.popleft()
+        self.nbytes -= req.nbytes
+        return req
 
     def wake(self) -> None:
         waiters, self._waiters = self._waiters, []
@@ -139,7 +165,7 @@ class Batcher:
         self.model = model
         self.stats = stats
         self.config = config
-        self._queue = _Queue(config.max_queue_size)
+        self._queue = _Queue(config.max_queue_size, config.max_queue_bytes)
         self._executors = [
             ThreadPoolExecutor(1, thread_name_prefix=f"{model.name}-{i}") for i in range(model.instance_count)
         ]
@@ -196,7 +222,7 @@ class Batcher:
                 return self._run_direct(inputs, rows)
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
         fut = asyncio.get_running_loop().create_future()
-        self._queue.put(_Request(inputs, rows, key, fut))
+        self._queue.put(_Request(inputs, rows, key, fut, nbytes=sum(a.nbytes for a in inputs.values())))
         return await fut
 
     async def close(self) -> None:
@@ -214,12 +240,19 @@ class Batcher:
         executor = self._executors[instance]
         largest_preferred = max(cfg.preferred_batch_sizes, default=0)
         delay_ns = cfg.max_queue_delay_us * 1000
+        timeout_ns = cfg.queue_timeout_us * 1000
         while True:
             while not queue.items:
                 if queue.closed:
                     return
                 await queue.wait()
-            first = queue.items.popleft()
+            first = queue.pop()
+            if timeout_ns and time.perf_counter_ns() - first.enqueued_ns > timeout_ns:
+                # queued past its deadline (every instance was busy that long): refuse it now, as Triton's
+                # REJECT queue policy does, rather than answer it minutes late
+                if not first.future.done():
+                    first.future.set_exception(Unavailable("Request timeout expired"))
+                continue
             batch, rows = [first], first.rows
             if cfg.dynamic:
                 deadline = first.enqueued_ns + delay_ns
@@ -228,7 +261,7 @@ class Batcher:
                         nxt = queue.items[0]
                         if nxt.key != first.key or rows + nxt.rows > cfg.max_batch_size:
                             break
-                        batch.append(queue.items.popleft())
+                        batch.append(queue.pop())
                         rows += nxt.rows
                         if largest_preferred and rows >= largest_preferred:
                             break

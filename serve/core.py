@@ -47,6 +47,10 @@ class CoreOptions:
     intra_op_threads: int = 0  # per session unless config.pbtxt's parameters say; 0 = onnxruntime default
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
     max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
+    max_queue_bytes: int = 256 << 20  # waiting input bytes per model version before 503 / UNAVAILABLE
+    # a request queued longer than this is answered 503 / UNAVAILABLE "Request timeout expired", seconds
+    # (0 = never); config.pbtxt's dynamic_batching.default_queue_policy overrides it per model
+    queue_timeout_s: float = 10.0
     allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
     # After a request that took less than this, the event loop polls its sockets instead of sleeping for
     # this long while no batch runs, microseconds (0 = off): on the VM measured, waking from sleep added
@@ -57,6 +61,10 @@ class CoreOptions:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
         if self.max_queue_size < 1:
             raise ValueError(f"max_queue_size={self.max_queue_size} must be >= 1")
+        if self.max_queue_bytes < 1:
+            raise ValueError(f"max_queue_bytes={self.max_queue_bytes} must be >= 1")
+        if not 0 <= self.queue_timeout_s <= 86_400:
+            raise ValueError(f"queue_timeout_s={self.queue_timeout_s} must be in [0, 86400] seconds")
         if not 0 <= self.busy_poll_us <= 1_000_000:
             raise ValueError(f"busy_poll_us={self.busy_poll_us} must be in [0, 1000000]")
 
@@ -137,7 +145,9 @@ class ServerCore:
                     versions[v] = entry = ModelEntry(name, v, config=config)
                     try:
                         entry.model = LoadedModel(name, v, model_dir, config, session_options)
-                        batching = BatchingConfig.from_model_config(config, self.options.max_queue_size)
+                        batching = BatchingConfig.from_model_config(
+                            config, self.options.max_queue_size, self.options.max_queue_bytes,
+                            round(self.options.queue_timeout_s * 1e6))
                         entry.batcher = Batcher(entry.model, entry.stats, batching)
                         entry.state = "READY"
                     except (ServeError, ValueError) as e:

@@ -146,6 +146,8 @@ def run_server(
     threads: int = 0,
     max_queue_size: int = 1024,
     max_body_bytes: int = 64 * 1024 * 1024,
+    max_queue_bytes: int = 256 << 20,
+    queue_timeout_s: float = 10.0,
     spin: bool = False,
     busy_poll_us: int = 1000,
     on_ready: Callable[[str], None] = print,
@@ -155,7 +157,8 @@ def run_server(
 
     try:
         core_options = CoreOptions(
-            Path(model_repository), device, threads, 1, max_queue_size, allow_spinning=spin, busy_poll_us=busy_poll_us
+            Path(model_repository), device, threads, 1, max_queue_size, max_queue_bytes, queue_timeout_s,
+            allow_spinning=spin, busy_poll_us=busy_poll_us,
         )
         options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes)
     except ValueError as e:

@@ -220,3 +220,56 @@ def test_a_batch_nearly_at_a_preferred_size_waits_for_the_rest(tmp_path):
 def test_busy_poll_out_of_range_is_refused(tmp_path, value):
     with pytest.raises(ValueError, match="busy_poll_us"):
         CoreOptions(tmp_path, busy_poll_us=value)
+
+
+def _slow_repo(tmp_path, spins: int, policy: str = ""):
+    from tests.serve.test_grpc_server import slow_classifier_onnx
+
+    slow_classifier_onnx(tmp_path / "slow" / "1" / "model.onnx", spins=spins)
+    (tmp_path / "slow" / "config.pbtxt").write_text(
+        'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+        f'output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ 3 ] }} ]\ndynamic_batching {{ {policy} }}\n')
+    return tmp_path
+
+
+def test_the_queue_is_bounded_by_bytes_too(tmp_path):
+    repo = _slow_repo(tmp_path, spins=200_000)  # ~0.15 s a run: the others queue behind the first
+    x = np.ones((8, 4), np.float32)  # 128 bytes a request
+
+    async def go(core):
+        return await asyncio.gather(*(core.infer("slow", "", {"input": x}) for _ in range(6)), return_exceptions=True)
+
+    # all six are queued before the worker takes the first: room for two (256 of 300 bytes), four refused
+    core, results = asyncio.run(_with_core(repo, go, max_queue_bytes=300))
+    refused = [r for r in results if isinstance(r, Unavailable)]
+    assert len(refused) == 4 and all(isinstance(r, dict) for r in results[:2])
+    assert refused[0].message == "exceeds maximum queue size of 300 bytes" and refused[0].http_status == 503
+
+
+@pytest.mark.parametrize("where", ["server", "config"])
+def test_a_request_queued_past_its_deadline_is_refused_at_once(tmp_path, where):
+    policy = "default_queue_policy { timeout_action: REJECT default_timeout_microseconds: 100000 }"
+    repo = _slow_repo(tmp_path, spins=600_000, policy=policy if where == "config" else "")  # ~0.4 s a run
+    x = np.ones((8, 4), np.float32)  # a full batch each: every request is its own run
+    options = {"queue_timeout_s": 0.1} if where == "server" else {"queue_timeout_s": 60.0}
+
+    async def go(core):
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        results = await asyncio.gather(*(core.infer("slow", "", {"input": x}) for _ in range(3)),
+                                       return_exceptions=True)
+        return results, loop.time() - t0
+
+    core, (results, took) = asyncio.run(_with_core(repo, go, **options))
+    assert isinstance(results[0], dict)  # the first ran at once
+    assert all(isinstance(r, Unavailable) and r.message == "Request timeout expired" for r in results[1:])
+    assert took < 1.0  # refused when the first run ended, not after running them all (~1.2 s)
+    s = core.statistics("slow")[0]
+    assert s.execution_count == 1 and s.fail.count == 2
+
+
+def test_queue_bounds_are_validated_with_the_field_named(tmp_path):
+    with pytest.raises(ValueError, match="max_queue_bytes=0"):
+        CoreOptions(tmp_path, max_queue_bytes=0)
+    with pytest.raises(ValueError, match="queue_timeout_s=-1"):
+        CoreOptions(tmp_path, queue_timeout_s=-1)
