@@ -23,9 +23,8 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
-
 from pathlib import Path
+from typing import Protocol
 
 from serve.core import CoreOptions, ServerCore
 
@@ -119,6 +118,20 @@ class Server:
         await self.core.stop()
 
 
+async def _trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
+    """Once a second: if requests were served since the last look and nothing is queued or running now,
+    give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood."""
+    from serve import heap
+
+    seen = -1
+    while True:
+        await asyncio.sleep(every_s)
+        served = sum(s.success.count + s.fail.count for s in core.statistics())
+        if served != seen and core.idle:
+            seen = served
+            heap.trim()
+
+
 async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int | None]], None]) -> None:
     """Start, call on_ready(ports), wait for SIGTERM or SIGINT, then drain and stop."""
     loop = asyncio.get_running_loop()
@@ -128,7 +141,9 @@ async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int 
     try:
         ports = await server.start()
         on_ready(ports)
+        trimmer = loop.create_task(_trim_when_idle(server.core))
         await stop.wait()
+        trimmer.cancel()
         log.info("signal received: finishing in-flight requests, then exiting")
     finally:
         await server.stop()
