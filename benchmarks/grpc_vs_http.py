@@ -45,7 +45,15 @@ import numpy as np
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.serve_bench import _free_port, server_stats, spawn_clients, start_process, stats_delta, stop_process
+from benchmarks.serve_bench import (
+    _free_port,
+    closed_loop,
+    server_stats,
+    spawn_clients,
+    start_process,
+    stats_delta,
+    stop_process,
+)
 
 TARGET_RATIO = 0.8  # gRPC req/s over HTTP req/s at c=16, batch 1
 GRPC_CLIENTS = {"sync": "grpc", "aio": "grpc-aio", "stream": "grpc-stream"}  # --grpc-client -> client kind
@@ -201,16 +209,7 @@ def _client_process(protocol: str, url: str, model: str, shape: list[int], users
     errors: list[str] = []
 
     def run_user(call) -> None:
-        while (t0 := time.monotonic()) < end:
-            try:
-                result = call()
-            except Exception as e:  # count and keep going: a refused request is a result too
-                errors.append(str(e)[:200])
-                continue
-            t1 = time.monotonic()
-            if t0 >= begin and t1 <= end:
-                latencies.append(t1 - t0)
-            assert result.as_numpy("logits").shape[0] == 1
+        closed_loop(call, begin, end, 1, latencies, errors)
 
     x = np.random.rand(1, *shape).astype(np.float32)
     cpu0 = time.process_time()

@@ -214,6 +214,21 @@ def offline(onnx_path: Path, device: str, cores: int, shape: tuple[int, ...], ba
 
 
 # ------------------------------------------------------------------ clients
+def closed_loop(call, begin: float, end: float, rows: int, latencies: list[float], errors: list[str]) -> None:
+    """One closed-loop user until `end` (time.monotonic): each answer checked to carry `rows` rows; the
+    latencies of the calls inside [begin, end] appended, failures counted and the user goes on."""
+    while (t0 := time.monotonic()) < end:
+        try:
+            result = call()
+        except Exception as e:  # count and keep going: a refused request is a result too
+            errors.append(str(e)[:200])
+            continue
+        t1 = time.monotonic()
+        if t0 >= begin and t1 <= end:
+            latencies.append(t1 - t0)
+        assert result.as_numpy("logits").shape[0] == rows
+
+
 def _client_process(url: str, model: str, batch: int, shape: tuple, greenlets: int, begin: float, end: float,
                     conn, cpus: set[int] | None = None) -> None:
     """One client process: `greenlets` closed-loop users on one tritonclient.http client (gevent)."""
@@ -231,16 +246,7 @@ def _client_process(url: str, model: str, batch: int, shape: tuple, greenlets: i
     errors: list[str] = []
 
     def user() -> None:
-        while (t0 := time.monotonic()) < end:
-            try:
-                result = client.infer(model, [inp], outputs=[out])
-            except Exception as e:  # count and keep going: a refused request is a result too
-                errors.append(str(e)[:200])
-                continue
-            t1 = time.monotonic()
-            if t0 >= begin and t1 <= end:
-                latencies.append(t1 - t0)
-            assert result.as_numpy("logits").shape[0] == batch
+        closed_loop(lambda: client.infer(model, [inp], outputs=[out]), begin, end, batch, latencies, errors)
 
     cpu0 = time.process_time()
     gevent.joinall([gevent.spawn(user) for _ in range(greenlets)])
