@@ -134,6 +134,8 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
     target = config.target or default_target(config, info)
     out_dir = run_dir(config.run, config.runs_dir, writable=True) / "load"
     out_dir.mkdir(parents=True, exist_ok=True)
+    for stale in out_dir.glob(f".{target}.*"):  # what a load killed midway left (one writer per target)
+        shutil.rmtree(stale, ignore_errors=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{target}.", dir=out_dir))
     try:
         results_path = staging / "results.json"

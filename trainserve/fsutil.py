@@ -58,6 +58,10 @@ def staged_dir(final: Path) -> Iterator[Path]:
     Whatever was at `final` before stays untouched until the new folder is complete.
     """
     final.parent.mkdir(parents=True, exist_ok=True)
+    # a stage killed midway (SIGKILL, or SIGTERM before Python could unwind) leaves its staging folder;
+    # one writer per run and folder, so any such sibling is stale
+    for stale in final.parent.glob(f".{final.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".tmp", dir=final.parent))
     tmp.chmod(DIR_MODE)
     try:

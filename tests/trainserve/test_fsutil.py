@@ -36,3 +36,14 @@ def test_a_run_name_must_match_whole(name):
 
 def test_a_good_run_name_is_a_folder_of_the_runs_dir(tmp_path):
     assert run_dir("run-20261203.a_1", tmp_path) == tmp_path / "run-20261203.a_1"
+
+
+def test_a_staging_folder_left_by_a_killed_stage_is_removed_by_the_next(tmp_path):
+    stale = tmp_path / ".export.k2x9q1.tmp"  # what a stage killed midway leaves
+    (stale / "model.onnx").parent.mkdir(parents=True)
+    (stale / "model.onnx").write_bytes(b"half a model")
+    other = tmp_path / ".model_repository.abc.tmp"  # another folder's staging: left alone
+    other.mkdir()
+    with staged_dir(tmp_path / "export") as tmp:
+        (tmp / "export.json").write_text("{}")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".model_repository.abc.tmp", "export"]
