@@ -24,6 +24,7 @@ from serve.server import ServerOptions
 log = logging.getLogger(__name__)
 
 JSON = "application/json"
+LINGER_S = 2.0  # see HttpFrontEnd.start
 # server-level routes (after /v2/) and the one method each takes; anything else on them is a 405
 KNOWN_ROUTES = {"health/live": "GET", "health/ready": "GET", "": "GET", "models/stats": "GET",
                 "repository/index": "POST"}
@@ -32,7 +33,7 @@ _INT64_CONFIG_KEYS = {"dims", "max_queue_delay_microseconds", "default_timeout_m
 
 def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> HttpFrontEnd:
     """The hook serve/server.py calls (see its module docstring)."""
-    return HttpFrontEnd(core, host, port, options.max_body_bytes, options.drain_timeout_s)
+    return HttpFrontEnd(core, host, port, options.max_body_bytes, options.drain_timeout_s, options.body_timeout_s)
 
 
 def _json(obj, status: int = 200) -> web.Response:
@@ -41,7 +42,10 @@ def _json(obj, status: int = 200) -> web.Response:
 
 def _error(e: ServeError) -> web.Response:
     headers = {"Allow": e.allow} if isinstance(e, MethodNotAllowed) else None
-    return web.Response(body=kserve.error_body(e.message), status=e.http_status, content_type=JSON, headers=headers)
+    response = web.Response(body=kserve.error_body(e.message), status=e.http_status, content_type=JSON, headers=headers)
+    if isinstance(e, _BodyTimeout):
+        response.force_close()  # the rest of that body may still come: the connection cannot be reused
+    return response
 
 
 def _only(allow: str, method: str, path: str) -> None:
@@ -76,7 +80,9 @@ class HttpFrontEnd:
 
     name = "http"
 
-    def __init__(self, core: ServerCore, host: str, port: int, max_body_bytes: int, drain_timeout_s: float = 30.0) -> None:
+    def __init__(self, core: ServerCore, host: str, port: int, max_body_bytes: int, drain_timeout_s: float = 30.0,
+                 body_timeout_s: float = 30.0) -> None:
+        self.body_timeout_s = body_timeout_s  # a body still arriving this long after its head: 408
         self.core = core
         self.drain_timeout_s = drain_timeout_s
         self.host = host
@@ -91,7 +97,10 @@ class HttpFrontEnd:
         app = web.Application(client_max_size=self.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self._dispatch)
         # shutdown_timeout: how long cleanup() lets running handlers finish before closing connections, s
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=self.drain_timeout_s)
+        # lingering_time: after an error answered before its body was read (413, 408), how long aiohttp
+        # still drains the body before closing, seconds (its default 10 s kept a stalled sender's connection)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=self.drain_timeout_s,
+                                     lingering_time=LINGER_S)
         await self._runner.setup()
         # Connections start on the lean infer path (serve/http_fast.py), which hands any other request
         # to aiohttp's handler (what TCPSite would have listened with).
@@ -209,7 +218,7 @@ class HttpFrontEnd:
                 "inputs": tensors(md.inputs), "outputs": tensors(md.outputs)}
 
     async def _index(self, request: web.Request) -> web.Response:
-        body = await request.read()
+        body = await self._read_body(request)  # the same size limit and deadline as an inference body
         ready_only = False
         if body.strip():
             try:
@@ -236,9 +245,11 @@ class HttpFrontEnd:
         if request.content_length is not None and request.content_length > self.max_body_bytes:
             raise _TooLarge(request.content_length, self.max_body_bytes)
         try:
-            body = await request.read()
+            body = await asyncio.wait_for(request.read(), self.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
             raise _TooLarge(None, self.max_body_bytes) from None
+        except asyncio.TimeoutError:
+            raise _BodyTimeout(self.body_timeout_s) from None
         # aiohttp already undid a gzip/deflate Content-Encoding, and counted the limit on the inflated bytes
         return body
 
@@ -253,6 +264,17 @@ class HttpFrontEnd:
         # Responses go uncompressed even when Accept-Encoding allows gzip: it is a preference, and
         # compressing costs more CPU than loopback bytes.
         return web.Response(body=payload, status=200, headers=headers, content_type=content_type)
+
+
+class _BodyTimeout(ServeError):
+    """The body did not arrive in time: 408, and the connection is closed (its rest would be garbage)."""
+
+    http_status = 408
+    grpc_code = "DEADLINE_EXCEEDED"
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the request body did not arrive within {timeout_s:g} s; send it whole, or raise "
+                         "--body-timeout-s")
 
 
 class _TooLarge(ServeError):

@@ -56,6 +56,7 @@ class ServerOptions:
     metrics_port: int = 8002  # 0 = ephemeral, -1 = off
     max_body_bytes: int = 64 * 1024 * 1024  # largest request body a front end accepts, bytes
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish, seconds
+    body_timeout_s: float = 30.0  # a request body not fully received this long after its head: 408, seconds
 
     def __post_init__(self) -> None:
         for field_name in ("http_port", "grpc_port", "metrics_port"):
@@ -66,6 +67,8 @@ class ServerOptions:
             raise ValueError(f"max_body_bytes={self.max_body_bytes} must be >= 1024")
         if self.drain_timeout_s < 0:
             raise ValueError(f"drain_timeout_s={self.drain_timeout_s} must be >= 0")
+        if not self.body_timeout_s > 0:
+            raise ValueError(f"body_timeout_s={self.body_timeout_s} must be > 0")
 
     def port(self, frontend: str) -> int:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}[frontend]
@@ -163,6 +166,7 @@ def run_server(
     max_body_bytes: int = 64 * 1024 * 1024,
     max_queue_bytes: int = 256 << 20,
     queue_timeout_s: float = 10.0,
+    body_timeout_s: float = 30.0,
     spin: bool = False,
     busy_poll_us: int = 1000,
     on_ready: Callable[[str], None] = print,
@@ -175,7 +179,7 @@ def run_server(
             Path(model_repository), device, threads, 1, max_queue_size, max_queue_bytes, queue_timeout_s,
             allow_spinning=spin, busy_poll_us=busy_poll_us,
         )
-        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes)
+        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes, body_timeout_s=body_timeout_s)
     except ValueError as e:
         raise StartError(f"invalid server option: {e}") from None
     core = ServerCore(core_options)

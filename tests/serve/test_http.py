@@ -161,6 +161,30 @@ def test_a_known_route_with_another_method_is_405_with_allow(server, client, met
     assert client.is_server_ready()  # and the server keeps serving
 
 
+def test_a_body_that_never_finishes_is_408_and_closed_and_the_index_checks_its_length(model_repo):
+    import socket
+    import time
+
+    srv = ThreadServer(model_repo, server_options={"max_body_bytes": 4096, "body_timeout_s": 0.5}).start()
+    try:
+        # POST /v2/repository/index goes through aiohttp: 1,000 bytes announced, 10 sent, then silence
+        with socket.create_connection(("127.0.0.1", srv.ports["http"]), timeout=5) as s:
+            s.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n" + b"{" * 10)
+            t0 = time.monotonic()
+            answer = b""
+            while chunk := s.recv(65536):  # until the server closes the connection
+                answer += chunk
+            took = time.monotonic() - t0
+        assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in answer
+        assert took < 4  # the 0.5 s deadline, then at most LINGER_S (2 s) before the close
+        status, body = _raw(srv, "POST", "/v2/repository/index", b" " * 5000)  # over --max-body-bytes
+        assert status == 413 and "exceeds the server's limit of 4096 bytes" in json.loads(body)["error"]
+        status, _ = _raw(srv, "POST", "/v2/repository/index", b"{}")
+        assert status == 200  # and it keeps serving
+    finally:
+        srv.stop()
+
+
 def test_body_over_the_limit_is_refused_with_413(model_repo):
     srv = ThreadServer(model_repo, server_options={"max_body_bytes": 4096}).start()
     try:
