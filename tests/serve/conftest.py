@@ -17,7 +17,7 @@ class ThreadServer:
     """The real Server (core + front ends) on its own event loop thread, on ephemeral loopback ports."""
 
     def __init__(self, repo: Path, core_options: dict | None = None, server_options: dict | None = None) -> None:
-        self.core = ServerCore(CoreOptions(repo, intra_op_threads=1, **(core_options or {})))
+        self.core = ServerCore(CoreOptions(repo, **({"intra_op_threads": 1} | (core_options or {}))))
         opts = {"http_port": 0, "grpc_port": -1, "metrics_port": -1, **(server_options or {})}
         self.server = Server(self.core, ServerOptions(**opts))
         self.ports: dict[str, int | None] = {}

@@ -279,3 +279,30 @@ def test_gzip_request_body_index_filter_and_load_of_a_ready_model(server, client
     status, out = _raw(server, "POST", "/v2/repository/index", b'{"ready": true}')
     assert status == 200 and {m["name"] for m in json.loads(out)} == {"classifier", "ints", "strings"}
     client.load_model("classifier")  # already loaded: accepted as a no-op, as Triton does
+
+
+def test_over_loopback_a_lone_request_skips_the_queue_delay_and_the_thread_choice_is_served(tmp_path):
+    classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
+    # a 2 s queue delay and preferred batches: a request that waited for company would take 2 s
+    config = classifier_config("m", delay_us=2_000_000, preferred=(4, 8)).replace(
+        'parameters { key: "intra_op_thread_count" value: { string_value: "1" } }\n', "")
+    (tmp_path / "m" / "config.pbtxt").write_text(config)
+    srv = ThreadServer(tmp_path, core_options={"intra_op_threads": 2}).start()
+    try:
+        client = httpclient.InferenceServerClient(srv.http_url)
+        took = []
+        for i in range(5):  # one user: each request alone
+            x = np.full((1, 4), float(i), np.float32)
+            t0 = time.perf_counter()
+            result = client.infer("m", [_input(x)])
+            took.append(time.perf_counter() - t0)
+            np.testing.assert_allclose(result.as_numpy("logits"), expected_logits(x), rtol=1e-5)
+        assert max(took) < 1.0
+        stats = client.get_inference_statistics("m")["model_stats"][0]["inference_stats"]
+        assert stats["queue"]["count"] == 5 and stats["queue"]["ns"] / 5 < 2_000_000  # < 2 ms, not the 2 s delay
+        params = client.get_model_config("m")["parameters"]
+        assert params["intra_op_thread_count"]["string_value"] == "2"
+        assert params["thread_choice"]["string_value"].startswith(("batches up to", "every batch on 2 thread(s)"))
+        client.close()
+    finally:
+        srv.stop()
