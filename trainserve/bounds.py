@@ -16,16 +16,11 @@ downstream can print it; the report shows the error, in red, where the number wo
 from __future__ import annotations
 
 import copy
-import json
-import logging
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from trainserve.errors import UserError
 from trainserve.profile import ProfileRecord
 
-log = logging.getLogger(__name__)
 
 MFU_MAX = 1.0
 # Two separate measurements (in-process, then served) differ by run-to-run noise; a served figure
@@ -129,25 +124,6 @@ def limits_of(records: list[tuple[str, ProfileRecord]]) -> dict[tuple[str, str],
     return {k: Limit(p50s[k], best.get(k)) for k in p50s}
 
 
-def read_limit_records(run_dir: Path) -> list[tuple[str, ProfileRecord]]:
-    """The records under `<run>/limits/` (none when the folder is absent); unreadable files are skipped."""
-    base = run_dir / "limits"
-    out: list[tuple[str, ProfileRecord]] = []
-    if not base.is_dir():
-        return out
-    for path in sorted(base.rglob("*.json")):
-        if path.name.startswith("."):
-            continue
-        try:
-            data = json.loads(path.read_text())
-            if isinstance(data, dict) and "phase" in data and "schema_version" in data:
-                out.append((path.relative_to(run_dir).as_posix(), ProfileRecord.from_dict(data)))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, UserError, TypeError) as e:
-            # a bad limit file costs its checks, never the report
-            log.warning("%s: not a usable limit record (%s); skipped", path, e)
-    return out
-
-
 def model_key(name: str) -> str:
     """The model a served name belongs to ("cnn_gpu" -> "cnn"), as the report groups them."""
     name = name.rsplit("/", 1)[-1]
@@ -231,14 +207,13 @@ def _withhold_point(point: dict[str, Any], violations: list[Violation]) -> None:
                 point[f] = None
 
 
-def screen(records: list[tuple[str, ProfileRecord]],
-           limit_records: list[tuple[str, ProfileRecord]] = ()) -> list[ProfileRecord]:
+def screen(records: list[tuple[str, ProfileRecord]]) -> list[ProfileRecord]:
     """Copies of `records` with every out-of-bound figure withheld (the inputs are left as they are).
 
-    Limits come from the limit records among `records` and `limit_records` together; with none,
-    only the checks that need no limit (MFU, client saturation) run.
+    Limits come from the limit records among `records`; with none, only the checks that need no
+    limit (MFU, client saturation) run.
     """
-    limits = limits_of(list(records) + list(limit_records))
+    limits = limits_of(records)
     out = []
     for _, rec in records:
         r = copy.deepcopy(rec)

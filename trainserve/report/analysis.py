@@ -27,11 +27,7 @@ BACKEND_PREFERENCE = ("onnxruntime", "triton", "torch")
 
 def model_key(record: ProfileRecord) -> str:
     """Served names carry the device ("cnn_cpu", "cnn_gpu"); the report groups by the model itself."""
-    name = record.model.rsplit("/", 1)[-1]
-    for suffix in ("_cpu", "_gpu"):
-        if name.endswith(suffix):
-            return name[: -len(suffix)]
-    return name
+    return bounds.model_key(record.model)
 
 
 def analyse(collection: Collection) -> dict[str, Any]:

@@ -18,14 +18,10 @@ RED = "#b42318"
 
 
 def screened(collection: Collection) -> list[Entry]:
-    """The collection's entries with out-of-bound figures withheld, checked against any in-process limits.
-
-    Limit records are taken from the collection and from `<run>/limits/` (absent: no limit checks).
-    """
+    """The collection's entries with out-of-bound figures withheld, checked against the in-process limits
+    among them (collect reads `<run>/limits/`; without it, no limit checks)."""
     pairs = [(e.source, e.record) for e in collection.entries]
-    known = {e.source for e in collection.entries}
-    extra_limits = [p for p in bounds.read_limit_records(collection.run_dir) if p[0] not in known]
-    return [Entry(e.source, r) for e, r in zip(collection.entries, bounds.screen(pairs, extra_limits))]
+    return [Entry(e.source, r) for e, r in zip(collection.entries, bounds.screen(pairs))]
 
 
 def summary_errors(entries: list[Entry]) -> list[dict[str, Any]]:
