@@ -16,17 +16,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainserve.profile import ProfileRecord
+from trainserve.bounds import is_limit
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
 
 DEVICES = ("cpu", "cuda")
 DEVICE_LABEL = {"cpu": "CPU", "cuda": "GPU"}
-
-
-def is_limit(record: ProfileRecord) -> bool:
-    """An in-process limit record (trainserve limits), not a served measurement."""
-    return isinstance(record.extra, dict) and record.extra.get("limit") is True
 
 
 def limits_section(entries: list[Entry], section: dict[str, Any]) -> dict[str, Any]:
