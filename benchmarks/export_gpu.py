@@ -37,12 +37,14 @@ def main() -> None:
     import onnxruntime as ort
     import torch
 
-    from serve.repository import RepositoryConfig
-    from train.card import ModelCard, TensorSpec
-    from train.export import ExportConfig, example_inputs, export_run
-    from train.models import build_model, config_to_dict, io_spec, preset_config
-    from train.verify import compare, ort_session, torch_outputs
-    from trainserve.errors import UserError
+    from trainserve.serve.repository import RepositoryConfig
+    from trainserve.core.card import ModelCard, TensorSpec
+    from trainserve.core.card import example_inputs
+    from trainserve.publish import export_and_publish
+    from trainserve.train.export import ExportConfig
+    from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
+    from trainserve.train.verify import compare, ort_session, torch_outputs
+    from trainserve.core.errors import UserError
 
     out = Path(os.environ.get("OUT", "./bench-out"))
     out.mkdir(parents=True, exist_ok=True)
@@ -66,7 +68,7 @@ def main() -> None:
         torch.save({"model": model.state_dict(), "epoch": 0, "step": 0, "card": card.to_dict()}, train_dir / "checkpoint.pt")
         t0 = time.perf_counter()
         try:
-            res = export_run(train_dir.parent, train_dir / "checkpoint.pt", train_dir / "model.json",
+            res = export_and_publish(train_dir.parent, train_dir / "checkpoint.pt", train_dir / "model.json",
                              ExportConfig(eval_limit=512, seed=0), RepositoryConfig())
             entry = {"export_s": round(time.perf_counter() - t0, 2), "exporter": res.export["exporter"],
                      "opset": res.export["opset"], "bytes": res.files,

@@ -3,7 +3,7 @@
 Issue 14 part 3: at 16 concurrent users, batch 1, gRPC must answer >= 0.8x HTTP's requests/s.
 
 One `trainserve serve` (HTTP, gRPC and metrics on ephemeral ports) on a repository written by the
-export stage itself (`train.export.export_run` on a random-weight zoo CNN: the same config.pbtxt
+export stage itself (`trainserve.publish.export_and_publish` on a random-weight zoo CNN: the same config.pbtxt
 `trainserve export` writes), then rounds of [HTTP point, a gRPC point per --grpc-client], the order
 reversed every other round so that a drift in machine load hits all alike. Every point is closed-loop, `--users` users in
 `--client-procs` separate processes (the clients never share the server's GIL), and the clients are
@@ -66,10 +66,11 @@ def export_repository(root: Path, preset: str, device: str = "cpu") -> tuple[Pat
     """Random-weight cnn `preset` through the real export stage; (repository, model name, input shape)."""
     import torch
 
-    from serve.repository import RepositoryConfig
-    from train.card import ModelCard, TensorSpec
-    from train.export import ExportConfig, export_run
-    from train.models import build_model, config_to_dict, io_spec, preset_config
+    from trainserve.serve.repository import RepositoryConfig
+    from trainserve.core.card import ModelCard, TensorSpec
+    from trainserve.publish import export_and_publish
+    from trainserve.train.export import ExportConfig
+    from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
 
     torch.manual_seed(0)
     config = preset_config("cnn", preset)
@@ -82,7 +83,7 @@ def export_repository(root: Path, preset: str, device: str = "cpu") -> tuple[Pat
     card.save(train_dir)
     model = build_model(config).eval()
     torch.save({"model": model.state_dict(), "epoch": 0, "step": 0, "card": card.to_dict()}, train_dir / "checkpoint.pt")
-    result = export_run(root, train_dir / "checkpoint.pt", train_dir / "model.json",
+    result = export_and_publish(root, train_dir / "checkpoint.pt", train_dir / "model.json",
                         ExportConfig(eval_limit=256, seed=0), RepositoryConfig())
     return result.repository, f"{card.name}_{'gpu' if device == 'cuda' else 'cpu'}", list(card.inputs[0].shape)
 
@@ -232,7 +233,7 @@ def _floor_server(port: int, ready) -> None:
     import grpc
     from tritonclient.grpc import service_pb2 as pb
 
-    from serve.grpc_server import InferenceServicer, _generic_handlers
+    from trainserve.serve.grpc_server import InferenceServicer, _generic_handlers
 
     response = pb.ModelInferResponse(model_name="floor", model_version="1")
     response.outputs.add(name="logits", datatype="FP32", shape=[1, 10])

@@ -22,15 +22,25 @@ import time
 from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 from aiohttp.http import SERVER_SOFTWARE
 
-from serve.errors import ServeError
+from trainserve.serve.errors import ServeError
 
-if TYPE_CHECKING:
-    from serve.http import HttpFrontEnd
+
+
+class InferFrontEnd(Protocol):
+    """What this protocol needs of the HTTP front end (serve/http.py's HttpFrontEnd), which imports this module."""
+
+    connections: set[Any]
+    max_body_bytes: int
+
+    async def infer_payload(self, model: str, version: str, header_length: str | None,
+                            body: bytes | bytearray | memoryview) -> tuple[bytes, int | None]: ...
+
+    def error_body(self, error: ServeError) -> bytes: ...
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +94,7 @@ def _infer_target(target: bytes) -> tuple[str, str] | None:
 class FastConnection(asyncio.BufferedProtocol):
     """One client connection: answers infer requests itself until a request needs aiohttp."""
 
-    def __init__(self, frontend: HttpFrontEnd, aiohttp_handler: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, frontend: InferFrontEnd, aiohttp_handler: Callable[[], asyncio.Protocol]) -> None:
         self.frontend = frontend
         self._aiohttp_handler = aiohttp_handler
         self.transport: asyncio.Transport | None = None

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from train.models import CNNConfig, MLPConfig, ModelConfig, TransformerConfig, family_of
-from trainserve.errors import UserError
+from trainserve.train.models import CNNConfig, MLPConfig, ModelConfig, TransformerConfig, config_from_dict, family_of
+from trainserve.core.errors import UserError
 
 KEYWORDS_PER_CLASS = 2  # transformer synthetic data: token ids reserved per class
 TEST_FRACTION = 0.2  # digits and .npz without x_test/y_test: share held out for evaluation
@@ -55,7 +55,7 @@ def eval_arrays(card: Any, limit: int | None = None) -> tuple[np.ndarray, np.nda
     source = params.get("source") or card.dataset
     if not source:
         raise UserError("the model card does not say which data it was trained on; re-train to write a new card")
-    splits = load_splits(card.model_config(), source, int(params.get("samples", 2048)), int(params.get("seed", 0)))
+    splits = load_splits(config_from_dict(card.family, card.config), source, int(params.get("samples", 2048)), int(params.get("seed", 0)))
     x, y = splits.x_test, splits.y_test
     spec = card.inputs[0]
     if list(x.shape[1:]) != list(spec.shape) or str(x.dtype) != spec.dtype:

@@ -1,8 +1,8 @@
 """ONNX export of a trained model, its fp16 (GPU) and int8 (CPU) variants, and the whole export stage.
 
 `export_run` is the stage: checkpoint + model card -> runs/R/export/{model.onnx, model.fp16.onnx,
-model.int8.onnx, export.json, verify.json} -> (only when verification passes)
-runs/R/model_repository/<family>_{cpu,gpu}/. Each file is written atomically; the export folder and
+model.int8.onnx, export.json, verify.json}; only when verification passes does trainserve.publish write
+runs/R/model_repository/<family>_{cpu,gpu}/ from the result. Each file is written atomically; the export folder and
 the repository are each swapped in whole, so a failure never leaves a partial one.
 """
 
@@ -17,9 +17,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.card import CARD_NAME, CHECKPOINT_NAME, ModelCard
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_json_atomic
+from trainserve.core.card import CARD_NAME, CHECKPOINT_NAME, ModelCard, example_inputs
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_json_atomic
+from trainserve.train.verify import verify_variants
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ def load_model(checkpoint: Path, card_path: Path | None) -> tuple[Any, ModelCard
 
     import torch
 
-    from train.models import build_model
+    from trainserve.train.models import build_model, config_from_dict
 
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
@@ -95,7 +96,7 @@ def load_model(checkpoint: Path, card_path: Path | None) -> tuple[Any, ModelCard
             card.family, card.config):
         raise UserError(f"checkpoint {checkpoint} was trained as {inner.get('family')} {inner.get('config')} but "
                         f"card {card_path} describes {card.family} {card.config}; pass the card of that checkpoint")
-    model = build_model(card.model_config())
+    model = build_model(config_from_dict(card.family, card.config))
     try:
         model.load_state_dict(ckpt["model"], strict=True)
     except RuntimeError as e:
@@ -108,22 +109,6 @@ def load_model(checkpoint: Path, card_path: Path | None) -> tuple[Any, ModelCard
 
 
 # --- export ------------------------------------------------------------------------------------------
-
-def example_inputs(card: ModelCard, batch: int, seed: int = 0) -> dict[str, Any]:
-    """Random numpy inputs for the card's tensors: normal floats, token ids below the vocabulary size."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    out = {}
-    for t in card.inputs:
-        shape = (batch, *t.shape)
-        if np.dtype(t.dtype).kind == "f":
-            out[t.name] = rng.standard_normal(shape).astype(t.dtype)
-        else:
-            high = int(card.config.get("vocab_size", 2))
-            out[t.name] = rng.integers(0, high, size=shape).astype(t.dtype)
-    return out
-
 
 def _export_dynamo(model: Any, args: tuple, card: ModelCard, path: Path, opset: int | None) -> None:
     import torch
@@ -248,20 +233,23 @@ class ExportResult:
     export: dict[str, Any]
     verify: dict[str, Any]
     files: dict[str, int] = field(default_factory=dict)  # variant -> bytes
+    card: ModelCard | None = None
+
+    def variant_file(self, variant: str) -> Path:
+        """The exported ONNX file of one variant (fp32, fp16, int8)."""
+        return self.export_dir / self.export["variants"][variant]["file"]
 
 
-def export_run(run_folder: Path, checkpoint: Path, card_path: Path | None, cfg: ExportConfig, repo_cfg: Any,
+def export_run(run_folder: Path, checkpoint: Path, card_path: Path | None, cfg: ExportConfig,
+               notes: dict[str, Any] | None = None,
                progress: Callable[[str], None] = lambda step: None) -> ExportResult:
-    """Export, make the variants, verify them, and write the model repository (only if all verify).
+    """Export, make the variants and verify them; the caller writes the model repository from the result.
 
-    `repo_cfg` is a serve.repository.RepositoryConfig. On a verification failure the export folder
-    (with verify.json, "passed": false) is kept for inspection, no repository is written, and a
-    UserError is raised.
+    `notes` are recorded in export.json as they are (the publisher's repository settings). On a
+    verification failure the export folder (with verify.json, "passed": false) is kept for
+    inspection and a UserError is raised.
     """
     import secrets
-
-    from serve.repository import model_config_from_card, write_repository
-    from train.verify import verify_variants
 
     progress("loading checkpoint")
     model, card, meta = load_model(checkpoint, card_path)
@@ -283,20 +271,16 @@ def export_run(run_folder: Path, checkpoint: Path, card_path: Path | None, cfg: 
         export_info = {"schema_version": EXPORT_SCHEMA_VERSION, "model": card.name, "family": card.family,
                        "preset": card.preset, "checkpoint": str(checkpoint), "card": str(card_path or "(in checkpoint)"),
                        **meta, **info, "variants": variants, "config": _plain(asdict(cfg)),
-                       "repository": _plain(asdict(repo_cfg))}
+                       **(notes or {})}
         write_json_atomic(stage / "export.json", export_info)
         write_json_atomic(stage / "verify.json", report)
-    result = ExportResult(run_folder, export_dir, None, export_info, report, files)
+    result = ExportResult(run_folder, export_dir, None, export_info, report, files, card)
     if not report["passed"]:
         failed = [f"{v} batch {b['batch']}: {o} relative error {e['max_rel']:.3g} > {report['variants'][v]['tolerance_rel']:g}"
                   for v, r in report["variants"].items() for b in r["batches"] for o, e in b["outputs"].items()
                   if e["max_rel"] > r["tolerance_rel"]]
         raise UserError(f"verification failed ({'; '.join(failed[:3])}); no model repository was written, "
                         f"see {export_dir / 'verify.json'}")
-    progress("writing model repository")
-    chosen = {"cpu": repo_cfg.cpu_variant, "gpu": repo_cfg.gpu_variant}
-    entries = [(model_config_from_card(card, kind, repo_cfg), export_dir / variants[v]["file"]) for kind, v in chosen.items()]
-    result.repository = write_repository(run_folder / "model_repository", entries)
     return result
 
 

@@ -1,9 +1,9 @@
 """`trainserve train --nproc N`: re-launch the same command under torchrun on this machine.
 
-The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m train.launch`
+The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m trainserve`
 and waits; each worker runs `trainserve train ...` with the given arguments (without --nproc), handed
 over in TRAINSERVE_ARGV (JSON) because torchrun's own parser would read `--run` as an abbreviation
-of its `--run-path`. On Ctrl-C or SIGTERM it asks torchrun
+of its `--run-path` (trainserve.cli.main reads them when it is started without arguments). On Ctrl-C or SIGTERM it asks torchrun
 to stop its workers, waits, and kills whatever is left, so no process outlives the run.
 """
 
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -43,16 +43,16 @@ def strip_nproc(argv: Sequence[str]) -> list[str]:
 
 
 def torchrun_command(nproc: int, python: str | None = None) -> list[str]:
-    """torchrun on this machine only (standalone rendezvous on a free port), workers run this module."""
+    """torchrun on this machine only (standalone rendezvous on a free port); workers run `python -m trainserve`."""
     if nproc < 1:
         raise UserError(f"--nproc {nproc} is invalid; use 1 or more processes")
     return [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(nproc), "-m", "train.launch"]
+            "--nproc-per-node", str(nproc), "-m", "trainserve"]
 
 
 def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, str]:
     """The workers' environment: their arguments, NVLink multicast off for GPU runs, cores shared."""
-    from train.distributed import GPU_ENV
+    from trainserve.train.distributed import GPU_ENV
 
     env = dict(os.environ)
     env[ARGV_ENV] = json.dumps(list(args))
@@ -116,7 +116,7 @@ def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) 
 
     None means "train in this process": no --nproc, or we already are a torchrun worker.
     """
-    from train.distributed import launched_by_torchrun
+    from trainserve.train.distributed import launched_by_torchrun
 
     if nproc is None or launched_by_torchrun():
         return None
@@ -125,19 +125,3 @@ def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) 
         raise UserError("--nproc re-launches the command line under torchrun; run `trainserve train --nproc N ...` "
                         "from a shell, or start torchrun yourself (docs/distributed.md)")
     return run_torchrun(nproc, strip_nproc(args), device)
-
-
-def worker_main() -> None:
-    """A torchrun worker: run `trainserve <TRAINSERVE_ARGV>` in this process."""
-    try:
-        args = json.loads(os.environ[ARGV_ENV])
-    except (KeyError, json.JSONDecodeError) as e:
-        raise SystemExit(f"train.launch is started by `trainserve train --nproc N`, which sets {ARGV_ENV} ({e})")
-    sys.argv = ["trainserve", *args]
-    from trainserve.cli import main
-
-    main()
-
-
-if __name__ == "__main__":
-    worker_main()

@@ -6,7 +6,10 @@ never import torch.
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import sys
 from typing import Annotated
 
 import typer
@@ -18,6 +21,7 @@ from trainserve.commands import report as _report
 from trainserve.commands import run as _run
 from trainserve.commands import serve as _serve
 from trainserve.commands import train as _train
+from trainserve.train import launch
 
 app = typer.Typer(
     name="trainserve",
@@ -63,7 +67,21 @@ app.command("run")(_run.run)
 
 
 def main() -> None:
+    """The `trainserve` command; a torchrun worker started by `train --nproc` gets its arguments from the launcher."""
+    if len(sys.argv) == 1 and launch.ARGV_ENV in os.environ:
+        sys.argv = ["trainserve", *worker_args()]
     app()
+
+
+def worker_args() -> list[str]:
+    """The trainserve arguments the `--nproc` launcher handed to its torchrun workers."""
+    try:
+        args = json.loads(os.environ[launch.ARGV_ENV])
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"{launch.ARGV_ENV} must hold the JSON list `trainserve train --nproc N` writes ({e})") from None
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise SystemExit(f"{launch.ARGV_ENV} must hold a JSON list of strings, as `trainserve train --nproc N` writes")
+    return args
 
 
 if __name__ == "__main__":

@@ -12,14 +12,15 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 from typer.testing import CliRunner
 
-from serve.repository import RepositoryConfig, list_models, read_model_config
-from train import export as export_mod
-from train import verify as verify_mod
-from train.card import ModelCard, TensorSpec
-from train.export import ExportConfig, export_onnx, export_run, load_model
-from train.models import build_model, config_to_dict, io_spec, preset_config
+from trainserve.serve.repository import RepositoryConfig, list_models, read_model_config
+from trainserve.train import export as export_mod
+from trainserve.train import verify as verify_mod
+from trainserve.core.card import ModelCard, TensorSpec, example_inputs
+from trainserve.publish import export_and_publish
+from trainserve.train.export import ExportConfig, export_onnx, load_model
+from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.cli import app
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 FAST = ExportConfig(verify_batches=(1, 64), eval_limit=64, seed=0)
 
@@ -49,7 +50,7 @@ def quick_exporter(monkeypatch):
 @pytest.fixture(scope="module", params=["mlp", "cnn", "transformer"])
 def exported(request, tmp_path_factory):
     run = make_run(tmp_path_factory.mktemp("runs"), request.param, request.param)
-    result = export_run(run, run / "train" / "checkpoint.pt", run / "train" / "model.json", FAST,
+    result = export_and_publish(run, run / "train" / "checkpoint.pt", run / "train" / "model.json", FAST,
                         RepositoryConfig(cpu_variant="int8", max_batch_size=32))
     return request.param, run, result
 
@@ -92,7 +93,7 @@ def test_onnx_matches_torch_on_a_new_batch_size(exported) -> None:
     family, run, _ = exported
     model, card, meta = load_model(run / "train" / "checkpoint.pt", run / "train" / "model.json")
     assert meta == {"epoch": 0, "step": 0}
-    inputs = export_mod.example_inputs(card, 7, seed=123)
+    inputs = example_inputs(card, 7, seed=123)
     got = verify_mod.cpu_session(run / "export" / "model.onnx").run(None, inputs)[0]
     want = verify_mod.torch_outputs(model, inputs, card)["logits"]
     assert got.shape == (7, 10) and np.abs(got - want).max() <= 1e-4 * np.abs(want).max()
@@ -118,7 +119,7 @@ def test_verification_failure_writes_no_repository(tmp_path, monkeypatch, quick_
     run = make_run(tmp_path, "r", "mlp")
     monkeypatch.setitem(verify_mod.TOLERANCE_REL, "fp16", 1e-9)
     with pytest.raises(UserError, match=r"verification failed \(fp16 batch 1: logits relative error"):
-        export_run(run, run / "train" / "checkpoint.pt", run / "train" / "model.json", FAST, RepositoryConfig())
+        export_and_publish(run, run / "train" / "checkpoint.pt", run / "train" / "model.json", FAST, RepositoryConfig())
     assert not (run / "model_repository").exists()
     verify = json.loads((run / "export" / "verify.json").read_text())
     assert verify["passed"] is False and verify["variants"]["fp16"]["passed"] is False

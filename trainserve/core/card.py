@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainserve.errors import UserError
-from trainserve.fsutil import write_json_atomic
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import write_json_atomic
 
 CARD_SCHEMA_VERSION = 1
 CARD_NAME = "model.json"
@@ -52,11 +52,6 @@ class ModelCard:
         """The model's name in a model repository ("cnn" -> "cnn_cpu", "cnn_gpu")."""
         return self.family
 
-    def model_config(self):  # -> train.models.ModelConfig
-        from train.models import config_from_dict
-
-        return config_from_dict(self.family, self.config)
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -77,7 +72,6 @@ class ModelCard:
             card = cls(**d)
         except (KeyError, TypeError) as e:
             raise UserError(f"{source} is malformed ({e}); re-train to write a new one") from None
-        card.model_config()  # validates family and config
         return card
 
     @classmethod
@@ -95,3 +89,19 @@ class ModelCard:
         if not isinstance(data, dict):
             raise UserError(f"model card {path} is not a JSON object; re-train to write a new one")
         return cls.from_dict(data, source=str(path))
+
+
+def example_inputs(card: ModelCard, batch: int, seed: int = 0) -> dict[str, Any]:
+    """Random numpy inputs for the card's tensors: normal floats, token ids below the vocabulary size."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for t in card.inputs:
+        shape = (batch, *t.shape)
+        if np.dtype(t.dtype).kind == "f":
+            out[t.name] = rng.standard_normal(shape).astype(t.dtype)
+        else:
+            high = int(card.config.get("vocab_size", 2))
+            out[t.name] = rng.integers(0, high, size=shape).astype(t.dtype)
+    return out
