@@ -10,6 +10,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -102,6 +103,32 @@ def default_bucket_sessions(device: str, model_bytes: int, buckets: int) -> bool
     return device == "cuda" and model_bytes * buckets <= BUCKET_SESSIONS_MAX_BYTES
 
 
+@dataclass(frozen=True)
+class SessionRecipe:
+    """Everything an onnxruntime session of one model version is built from."""
+
+    path: Path
+    device: str  # "cpu" | "cuda"
+    intra: int  # intra-op threads
+    inter: int  # inter-op threads
+    device_id: int = 0  # the CUDA device (config.pbtxt's instance_group gpus)
+    spin: bool = False  # onnxruntime's thread-pool spinning
+    cudnn_search: str = "HEURISTIC"
+
+    def build(self, intra: int | None = None, spin: bool | None = None) -> Any:
+        """A new session; `intra` / `spin` override the recipe's (the single-threaded twin)."""
+        return _make_session(self.path, self.device, self.intra if intra is None else intra, self.inter, self.device_id,
+                             self.spin if spin is None else spin, self.cudnn_search)
+
+
+def _device_note(config, device: str) -> str:
+    """config.pbtxt's instance kind is a request; where the server runs decides (Triton would refuse a
+    KIND_GPU model without a GPU): say so rather than serve it on the CPU silently."""
+    if device == "cpu" and any(g.kind == KIND_GPU for g in config.instance_group):
+        return "config.pbtxt asks for KIND_GPU instances, but this server runs with --device cpu: the model runs on the CPU"
+    return ""
+
+
 class LoadedModel:
     """One version of a model, ready to run: `run(instance, feed, outputs)` on the session of that instance.
 
@@ -113,69 +140,27 @@ class LoadedModel:
         self.name = name
         self.version = version
         self.config = config
+        self.device = options.device
         self.max_batch_size: int = config.max_batch_size
-        prefix = (-1,) if config.max_batch_size > 0 else ()
-        self.inputs = [TensorSpec(i.name, config_to_kserve(_dt_name(i.data_type)), prefix + tuple(i.dims)) for i in config.input]
-        self.outputs = [TensorSpec(o.name, config_to_kserve(_dt_name(o.data_type)), prefix + tuple(o.dims)) for o in config.output]
-        self.input_by_name = {t.name: t for t in self.inputs}
-        self.output_by_name = {t.name: t for t in self.outputs}
-        self.output_names = [t.name for t in self.outputs]
-        path = model_dir / version / (config.default_model_filename or "model.onnx")
-        if not path.exists():
-            raise LoadError(f"unable to find '{path}' for model '{name}'")
+        self._describe_io(config)
         count = sum(g.count or 1 for g in config.instance_group) or 1
-        try:
-            intra = int(config_param(config, "intra_op_thread_count") or options.intra_op_threads)
-            inter = int(config_param(config, "inter_op_thread_count") or options.inter_op_threads)
-        except ValueError:
-            raise LoadError(f"model '{name}': intra/inter_op_thread_count parameters must be integers") from None
-        if intra == 0:
-            # pin a number rather than leave onnxruntime's default, so it can be reported: the cores shared by instances
-            intra = max(1, usable_cpus() // count)
-        gpus = [g for grp in config.instance_group for g in grp.gpus]
-        device_id = gpus[0] if gpus else 0
-        search = config_param(config, "cudnn_conv_algo_search") or "1"
-        if search not in CUDNN_SEARCH:
-            raise LoadError(f"model '{name}': parameter cudnn_conv_algo_search is {search!r}; use 0 (exhaustive), "
-                            "1 (heuristic) or 2 (default algorithm), as in Triton's onnxruntime backend")
-        self.sessions = [
-            _make_session(path, options.device, intra, inter, device_id, options.allow_spinning, CUDNN_SEARCH[search])
-            for _ in range(count)
-        ]
-        sess_inputs = {i.name for i in self.sessions[0].get_inputs()}
-        missing = [t.name for t in self.inputs if t.name not in sess_inputs]
-        if missing:
-            raise LoadError(f"model '{name}': config input(s) {missing} are not inputs of the ONNX graph {sorted(sess_inputs)}")
-        self.string_inputs = {t.name for t in self.inputs if t.datatype == "BYTES"}
-        self.string_outputs = {t.name for t in self.outputs if t.datatype == "BYTES"}
-        # On the CPU a single-threaded twin session per instance may take the smallest batches: with spinning
-        # off, waking a sleeping intra-op pool can cost more than it saves (serve.tuning times both at load).
-        # Weights are held twice, so only for models up to SMALL_SESSION_MAX_BYTES.
-        self.small_sessions = []
-        self.thread_choice = self._choose_threads(path, options.device, intra, inter, device_id, count)
+        self.recipe = self._recipe(model_dir, config, options, count)
+        # the three kinds of sessions, in the order they are built:
+        # 1. one per instance (the instance's own, on `intra` threads)
+        self.sessions = [self.recipe.build() for _ in range(count)]
+        self._check_graph_inputs()
+        # 2. (CPU) a single-threaded twin per instance for the smallest batches, when timing says so
+        self.small_sessions: list[Any] = []
+        self.thread_choice = self._choose_threads(count)
+        # 3. one per batch bucket per instance, so each session only ever sees one shape
         self.buckets = self._buckets(config, options.device)
-        # `bucket_sessions`: one session per bucket per instance, so each session only ever sees one shape
-        # (onnxruntime's CUDA cost is per shape *change*, not per new shape); weights are held once per bucket.
-        self.bucket_sessions: list[dict[int, object]] = []
-        per_bucket = _flag(config, "bucket_sessions", name)
-        if per_bucket is None:
-            per_bucket = default_bucket_sessions(options.device, path.stat().st_size, len(self.buckets))
-        if self.buckets and per_bucket:
-            # the instance's own session takes the largest bucket (and any larger batch): one session fewer
-            self.bucket_sessions = [
-                {b: _make_session(path, options.device, intra, inter, device_id, options.allow_spinning,
-                                  CUDNN_SEARCH[search]) for b in self.buckets[:-1]} | {self.buckets[-1]: own}
-                for own in self.sessions]
+        self.bucket_sessions = self._make_bucket_sessions()
         self.warmup_s = self._warm_up()
         self.providers = self.sessions[0].get_providers()
-        self.device = options.device
-        # config.pbtxt's instance kind is a request; where the server runs decides (Triton would refuse a
-        # KIND_GPU model without a GPU): say so rather than serve it on the CPU silently
-        self.device_note = ""
-        if options.device == "cpu" and any(g.kind == KIND_GPU for g in config.instance_group):
-            self.device_note = ("config.pbtxt asks for KIND_GPU instances, but this server runs with --device cpu: "
-                                "the model runs on the CPU")
+        self.device_note = _device_note(config, options.device)
+        if self.device_note:
             log.warning("model '%s' version %s: %s", name, version, self.device_note)
+        intra, inter = self.recipe.intra, self.recipe.inter
         self.threads = {"intra_op": intra, "inter_op": inter, "small_batch_rows": self.small_batch_rows}
         log.info(
             "loaded %s version %s: %d instance(s) on %s, intra_op_threads=%d inter_op_threads=%d, max_batch_size=%d, "
@@ -184,10 +169,62 @@ class LoadedModel:
             " with a session each" if self.bucket_sessions else "", self.warmup_s, self.thread_choice.describe(),
         )
 
-    def _choose_threads(self, path: Path, device: str, intra: int, inter: int, device_id: int,
-                        count: int) -> ThreadChoice:
+    def _describe_io(self, config) -> None:
+        """The protocol view of the inputs and outputs (batch dim -1 first when the model batches)."""
+        prefix = (-1,) if config.max_batch_size > 0 else ()
+        self.inputs = [TensorSpec(i.name, config_to_kserve(_dt_name(i.data_type)), prefix + tuple(i.dims)) for i in config.input]
+        self.outputs = [TensorSpec(o.name, config_to_kserve(_dt_name(o.data_type)), prefix + tuple(o.dims)) for o in config.output]
+        self.input_by_name = {t.name: t for t in self.inputs}
+        self.output_by_name = {t.name: t for t in self.outputs}
+        self.output_names = [t.name for t in self.outputs]
+        self.string_inputs = {t.name for t in self.inputs if t.datatype == "BYTES"}
+        self.string_outputs = {t.name for t in self.outputs if t.datatype == "BYTES"}
+
+    def _recipe(self, model_dir: Path, config, options: SessionOptions, count: int) -> SessionRecipe:
+        """How this version's sessions are built, from config.pbtxt's parameters and the server's options."""
+        path = model_dir / self.version / (config.default_model_filename or "model.onnx")
+        if not path.exists():
+            raise LoadError(f"unable to find '{path}' for model '{self.name}'")
+        try:
+            intra = int(config_param(config, "intra_op_thread_count") or options.intra_op_threads)
+            inter = int(config_param(config, "inter_op_thread_count") or options.inter_op_threads)
+        except ValueError:
+            raise LoadError(f"model '{self.name}': intra/inter_op_thread_count parameters must be integers") from None
+        if intra == 0:
+            # pin a number rather than leave onnxruntime's default, so it can be reported: the cores shared by instances
+            intra = max(1, usable_cpus() // count)
+        gpus = [g for grp in config.instance_group for g in grp.gpus]
+        search = config_param(config, "cudnn_conv_algo_search") or "1"
+        if search not in CUDNN_SEARCH:
+            raise LoadError(f"model '{self.name}': parameter cudnn_conv_algo_search is {search!r}; use 0 (exhaustive), "
+                            "1 (heuristic) or 2 (default algorithm), as in Triton's onnxruntime backend")
+        return SessionRecipe(path, options.device, intra, inter, gpus[0] if gpus else 0, options.allow_spinning,
+                             CUDNN_SEARCH[search])
+
+    def _check_graph_inputs(self) -> None:
+        sess_inputs = {i.name for i in self.sessions[0].get_inputs()}
+        missing = [t.name for t in self.inputs if t.name not in sess_inputs]
+        if missing:
+            raise LoadError(f"model '{self.name}': config input(s) {missing} are not inputs of the ONNX graph {sorted(sess_inputs)}")
+
+    def _make_bucket_sessions(self) -> list[dict[int, Any]]:
+        """`bucket_sessions`: one session per bucket per instance (onnxruntime's CUDA cost is per shape
+        *change*, not per new shape); weights are held once per bucket. [] when off."""
+        per_bucket = _flag(self.config, "bucket_sessions", self.name)
+        if per_bucket is None:
+            per_bucket = default_bucket_sessions(self.device, self.recipe.path.stat().st_size, len(self.buckets))
+        if not (self.buckets and per_bucket):
+            return []
+        # the instance's own session takes the largest bucket (and any larger batch): one session fewer
+        return [{b: self.recipe.build() for b in self.buckets[:-1]} | {self.buckets[-1]: own} for own in self.sessions]
+
+    def _choose_threads(self, count: int) -> ThreadChoice:
         """Which batches run on a single-threaded twin session (CPU only): config.pbtxt's `small_batch_rows`
-        when given, else measured on this model's shapes (serve.tuning). Builds self.small_sessions."""
+        when given, else measured on this model's shapes (serve.tuning). Builds self.small_sessions: with
+        spinning off, waking a sleeping intra-op pool can cost more than it saves. Weights are held twice,
+        so only for models up to SMALL_SESSION_MAX_BYTES."""
+        r = self.recipe
+        intra = r.intra
         given = config_param(self.config, "small_batch_rows")
         if given is not None:
             try:
@@ -197,9 +234,9 @@ class LoadedModel:
             except ValueError:
                 raise LoadError(f"model '{self.name}': parameter small_batch_rows is {given!r}; use a whole number "
                                 ">= 0 (0: every batch on the instance's intra-op threads)") from None
-        if device != "cpu" or intra <= 1 or path.stat().st_size > SMALL_SESSION_MAX_BYTES or given == "0":
+        if r.device != "cpu" or intra <= 1 or r.path.stat().st_size > SMALL_SESSION_MAX_BYTES or given == "0":
             return ThreadChoice(intra, 0, "config" if given is not None else "fixed")
-        self.small_sessions = [_make_session(path, "cpu", 1, inter, device_id, False) for _ in range(count)]
+        self.small_sessions = [r.build(intra=1, spin=False) for _ in range(count)]
         if given is not None:
             return ThreadChoice(intra, rows, "config")
         try:
