@@ -39,6 +39,8 @@ DEFAULT_MODEL_FILENAME = "model.onnx"
 # Triton's --backend-config=default-max-batch-size: the max_batch_size auto-complete gives a model
 # whose signature batches (first dimension variable) when the configuration names none.
 TRITON_DEFAULT_MAX_BATCH_SIZE = 4
+CPU_VARIANTS = ("fp32", "int8")  # the exported ONNX files a CPU model can serve
+GPU_VARIANTS = ("fp32", "fp16")  # ... and a GPU model
 
 # onnx.TensorProto.DataType name -> Triton data type name (the onnxruntime backend's mapping).
 # Kept here because tritonclient maps numpy dtypes, not ONNX's, and onnx's own numpy mapping has
@@ -86,7 +88,7 @@ class RepositoryConfig:
     max_queue_delay_us: int = 1000  # how long a request may wait for a batch to fill (microseconds)
     cpu_instances: int = 1  # model instances (onnxruntime sessions) on the CPU model
     # model instances per GPU on the GPU model: two, so one copies its batch in and out while the other runs
-    # (one instance reached 0.68 of onnxruntime's best in-process samples/s on an H200, two 0.998: BENCHMARKS.md)
+    # (one instance leaves the GPU idle during the copies: docs/BENCHMARKS.md, "GPU, second session")
     gpu_instances: int = 2
     cpu_threads: int = 0  # onnxruntime intra-op threads per CPU instance; 0 -> the server's choice (cores // instances)
     tensorrt: bool = False  # add the TensorRT execution accelerator (FP16) to the GPU model
@@ -108,10 +110,10 @@ class RepositoryConfig:
                 raise UserError(f"{name}={getattr(self, name)} is invalid; allowed: 1..64")
         if not 0 <= self.cpu_threads <= 1024:
             raise UserError(f"cpu_threads={self.cpu_threads} is invalid; allowed: 0 (auto) .. 1024")
-        if self.cpu_variant not in ("fp32", "int8"):
-            raise UserError(f"cpu_variant={self.cpu_variant!r} is invalid; allowed: fp32, int8")
-        if self.gpu_variant not in ("fp32", "fp16"):
-            raise UserError(f"gpu_variant={self.gpu_variant!r} is invalid; allowed: fp32, fp16")
+        if self.cpu_variant not in CPU_VARIANTS:
+            raise UserError(f"cpu_variant={self.cpu_variant!r} is invalid; allowed: {', '.join(CPU_VARIANTS)}")
+        if self.gpu_variant not in GPU_VARIANTS:
+            raise UserError(f"gpu_variant={self.gpu_variant!r} is invalid; allowed: {', '.join(GPU_VARIANTS)}")
 
     def batch_sizes(self) -> list[int]:
         """The preferred batch sizes written to dynamic_batching (ascending, unique)."""
@@ -153,7 +155,7 @@ def model_config_from_card(card: ModelCard, kind: Literal["cpu", "gpu"],
     elif kind == "gpu":
         c.instance_group.add(kind=pb.ModelInstanceGroup.KIND_GPU, count=cfg.gpu_instances)
         # Triton's onnxruntime backend defaults to exhaustive cuDNN search (0), which benchmarks every new
-        # batch shape the dynamic batcher forms (~300 ms each on an H200); 1 = cuDNN's heuristics.
+        # batch shape the dynamic batcher forms (hundreds of ms each); 1 = cuDNN's heuristics.
         c.parameters["cudnn_conv_algo_search"].string_value = "1"
         if cfg.tensorrt:
             trt = c.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")
