@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run as a file: this tree's trainserve, installed or not
 
-from trainserve.procs import child_env  # noqa: E402
+from trainserve.core.procs import child_env  # noqa: E402
 
 # (model, preset, per-rank batch) per mode
 GPU_CONFIGS = [("cnn", "small", 512), ("transformer", "small", 128)]

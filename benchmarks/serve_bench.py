@@ -68,7 +68,7 @@ def exported_repository(root: Path, preset: str, device: str) -> tuple[Path, str
     """Train the zoo CNN briefly and export it with `trainserve train` / `trainserve export` at their
     defaults, exactly as a user would; (repository, served model name, its ONNX file, max_batch_size).
     The benchmark serves that repository as written: no config.pbtxt of its own."""
-    from trainserve.procs import child_env  # importable once main() has put REPO_ROOT on sys.path
+    from trainserve.core.procs import child_env  # importable once main() has put REPO_ROOT on sys.path
 
     env = child_env()
     common = ["--run", "bench", "--runs-dir", str(root)]
@@ -82,7 +82,7 @@ def exported_repository(root: Path, preset: str, device: str) -> tuple[Path, str
         log(f"trainserve {argv[0]}: {time.perf_counter() - t0:.1f} s")
     repo = root / "bench" / "model_repository"
     name = f"{MODEL}_{'gpu' if device == 'cuda' else 'cpu'}"
-    from serve.repository import parse_config_file
+    from trainserve.serve.repository import parse_config_file
 
     config = parse_config_file(repo / name / "config.pbtxt")
     return repo, name, repo / name / "1" / (config.default_model_filename or "model.onnx"), config.max_batch_size
@@ -117,7 +117,7 @@ def parse_cpus(text: str | None) -> set[int] | None:
 
 
 def input_shape(preset: str) -> tuple[int, int, int]:
-    from train.models import preset_config
+    from trainserve.train.models import preset_config
 
     c = preset_config("cnn", preset)
     return c.in_channels, c.image_size, c.image_size
@@ -361,7 +361,7 @@ def _free_port() -> int:
 def start_process(cmd: list[str], pattern: str, timeout_s: float = 120,
                   cpus: set[int] | None = None) -> tuple[subprocess.Popen, int]:
     """Start a server (on `cpus` only, when given), wait for the line that carries its HTTP port; (process, port)."""
-    from trainserve.procs import child_env  # importable once main() has put REPO_ROOT on sys.path
+    from trainserve.core.procs import child_env  # importable once main() has put REPO_ROOT on sys.path
 
     env = child_env(PYTHONUNBUFFERED="1")
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None

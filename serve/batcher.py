@@ -23,10 +23,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from serve.errors import Internal, ServeError, Unavailable
-from serve.model import LoadedModel, config_param
-from serve.stats import ModelStats
-from trainserve.errors import UserError
+from trainserve.serve.errors import Internal, ServeError, Unavailable
+from trainserve.serve.model import LoadedModel, config_param
+from trainserve.serve.stats import ModelStats
+from trainserve.core.errors import UserError
 
 
 @dataclass(frozen=True)

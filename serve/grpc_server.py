@@ -21,9 +21,9 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from serve.errors import ServeError
-from serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
-from trainserve.errors import UserError
+from trainserve.serve.errors import ServeError
+from trainserve.serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 
-from trainserve.telemetry import Nvml, Sampler
+from trainserve.core.telemetry import Nvml, Sampler
 
 log = logging.getLogger(__name__)
 

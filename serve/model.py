@@ -13,12 +13,12 @@ from pathlib import Path
 
 import numpy as np
 
-from serve import tuning
-from serve.buckets import bucket_for, pad_rows, parse_buckets
-from serve.datatypes import config_to_kserve, numpy_dtype
-from serve.errors import ServeError
-from serve.tuning import ThreadChoice
-from trainserve.errors import UserError
+from trainserve.serve import tuning
+from trainserve.serve.buckets import bucket_for, pad_rows, parse_buckets
+from trainserve.serve.datatypes import config_to_kserve, numpy_dtype
+from trainserve.serve.errors import ServeError
+from trainserve.serve.tuning import ThreadChoice
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

@@ -21,14 +21,14 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-from serve.datatypes import config_to_kserve, kserve_to_config
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_text_atomic
+from trainserve.serve.datatypes import config_to_kserve, kserve_to_config
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_text_atomic
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2
 
-    from train.card import ModelCard
+    from trainserve.core.card import ModelCard
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from trainserve.procs import child_env
+from trainserve.core.procs import child_env
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,5 +1,5 @@
 """trainserve: what a model costs to train and to serve, on CPU and GPU, measured side by side."""
 
-from trainserve.version import version as _version
+from trainserve.core.version import version as _version
 
 __version__ = _version()

@@ -20,7 +20,7 @@ from trainserve.commands import report as _report
 from trainserve.commands import run as _run
 from trainserve.commands import serve as _serve
 from trainserve.commands import train as _train
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 P = ParamSpec("P")
 R = TypeVar("R")

@@ -20,7 +20,7 @@ def report(
     speedups, and conclusions drawn from the numbers.
     """
     from trainserve.report import build_report
-    from trainserve.runs import existing_run_dir
+    from trainserve.core.runs import existing_run_dir
 
     html = build_report(existing_run_dir(run, runs_dir))
     typer.echo(f"report: {html}")

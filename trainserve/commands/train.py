@@ -17,7 +17,7 @@ from trainserve.commands.choices import (
     SweepDevice,
     TrainDevice,
 )
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 ModelOpt = Annotated[Family, typer.Option("--model", "-m", help="Model family.")]
 PresetOpt = Annotated[Preset, typer.Option("--preset", "-p", help="Size preset.")]
@@ -73,12 +73,12 @@ def train(
                                                           "folder) to compute scaling efficiency against.")] = None,
 ) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
-    from train import distributed, launch
+    from trainserve.train import distributed, launch
 
     if (rc := launch.relaunch(nproc, device.value)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
-    from train.config import TrainConfig
-    from trainserve.runs import run_dir
+    from trainserve.train.config import TrainConfig
+    from trainserve.core.runs import run_dir
 
     devices = device.value.split(",")
     cfg = TrainConfig(model=model.value, preset=preset.value, device=devices[0], precision=precision.value,
@@ -93,8 +93,8 @@ def train(
                             "drop --resume, or resume one device at a time")
         _compare(cfg, root)
         return
-    from train.card import CHECKPOINT_NAME
-    from train.loop import fit
+    from trainserve.core.card import CHECKPOINT_NAME
+    from trainserve.train.loop import fit
     from trainserve.commands._train_view import live_progress, print_summary
 
     if not resume and not overwrite and (root / "train" / CHECKPOINT_NAME).exists():
@@ -148,8 +148,8 @@ def compare(
     (records in RUNS_DIR/RUN/sweep/<device>/); with --no-sweep it trains once per device at
     --batch-size and --precision and writes both profiles and the speed-up to RUNS_DIR/RUN/compare.
     """
-    from train.config import TrainConfig
-    from trainserve.runs import run_dir
+    from trainserve.train.config import TrainConfig
+    from trainserve.core.runs import run_dir
 
     cfg = TrainConfig(model=model.value, preset=preset.value, device="cpu", precision=precision.value,
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers,
@@ -166,9 +166,9 @@ def compare(
 
 
 def _compare(cfg, root: Path) -> None:
-    from train.compare import compare_devices
+    from trainserve.train.compare import compare_devices
     from trainserve.commands._train_view import live_progress, print_compare
-    from trainserve.fsutil import write_json_atomic
+    from trainserve.core.fsutil import write_json_atomic
     from trainserve.report.analysis import speedups_of_records
 
     with live_progress() as on_progress:
