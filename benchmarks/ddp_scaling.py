@@ -23,6 +23,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a file: this tree's trainserve, installed or not
+
+from trainserve.core.procs import child_env  # noqa: E402
+
 # (model, preset, per-rank batch) per mode
 GPU_CONFIGS = [("cnn", "small", 512), ("transformer", "small", 128)]
 CPU_CONFIGS = [("cnn", "tiny", 32), ("transformer", "tiny", 32)]
@@ -100,10 +104,7 @@ def main() -> int:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONUNBUFFERED"] = "1"
-    return env
+    return child_env(PYTHONUNBUFFERED="1")
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def exported_repository(root: Path, preset: str, device: str) -> tuple[Path, str
     """Train the zoo CNN briefly and export it with `trainserve train` / `trainserve export` at their
     defaults, exactly as a user would; (repository, served model name, its ONNX file, max_batch_size).
     The benchmark serves that repository as written: no config.pbtxt of its own."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
+    from trainserve.core.procs import child_env  # importable once main() has put REPO_ROOT on sys.path
+
+    env = child_env()
     common = ["--run", "bench", "--runs-dir", str(root)]
     for argv in (["train", "--model", MODEL, "--preset", preset, "--samples", "256", "--epochs", "1",
                   "--batch-size", "64", "--device", "cpu"], ["export", "--eval-samples", "64"]):
@@ -359,8 +361,9 @@ def _free_port() -> int:
 def start_process(cmd: list[str], pattern: str, timeout_s: float = 120,
                   cpus: set[int] | None = None) -> tuple[subprocess.Popen, int]:
     """Start a server (on `cpus` only, when given), wait for the line that carries its HTTP port; (process, port)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]),
-               PYTHONUNBUFFERED="1")
+    from trainserve.core.procs import child_env  # importable once main() has put REPO_ROOT on sys.path
+
+    env = child_env(PYTHONUNBUFFERED="1")
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, preexec_fn=pin)
     deadline = time.monotonic() + timeout_s

@@ -15,6 +15,8 @@ import urllib.error
 import urllib.request
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 log = logging.getLogger(__name__)
 
 GAUGES = ("nv_gpu_utilization", "nv_gpu_memory_used_bytes", "nv_gpu_power_usage", "nv_cpu_utilization",
@@ -26,46 +28,18 @@ COUNTERS = ("nv_energy_consumption", "nv_inference_request_success", "nv_inferen
 
 
 def parse_prometheus(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """{metric name: [(labels, value), ...]} from the Prometheus text exposition format."""
+    """{metric name: [(labels, value), ...]} from the Prometheus text exposition format.
+
+    Raises ValueError on text that is not in that format.
+    """
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for line in text.splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        if "{" in line:
-            name, _, rest = line.partition("{")
-            label_text, _, value_part = rest.rpartition("}")
-        else:
-            name, _, value_part = line.partition(" ")
-            label_text = ""
-        fields = value_part.split()
-        if not fields:
-            continue
-        value_text = fields[0]
-        labels = {}
-        for part in _split_labels(label_text):
-            k, _, v = part.partition("=")
-            labels[k.strip()] = v.strip().strip('"')
-        try:
-            out.setdefault(name.strip(), []).append((labels, float(value_text)))
-        except ValueError:
-            continue
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            # the parser appends "_total" to a counter's samples (the OpenMetrics naming); Triton's
+            # counters carry no such suffix, so a counter is keyed by its family name, as exposed
+            name = family.name if family.type == "counter" else sample.name
+            out.setdefault(name, []).append((dict(sample.labels), float(sample.value)))
     return out
-
-
-def _split_labels(text: str) -> list[str]:
-    parts, cur, quoted = [], "", False
-    for ch in text:
-        if ch == '"':
-            quoted = not quoted
-        if ch == "," and not quoted:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur.strip():
-        parts.append(cur)
-    return parts
 
 
 def _total(samples: list[tuple[dict[str, str], float]] | None, model: str | None) -> float | None:
@@ -89,10 +63,11 @@ class MetricsScraper:
         try:
             with urllib.request.urlopen(self.url, timeout=self.timeout_s) as r:
                 text = r.read().decode("utf-8", "replace")
+            metrics = parse_prometheus(text)
         except (urllib.error.URLError, OSError, ValueError) as e:
             self.error = f"{self.url}: {e}"
             return False
-        self.scrapes.append((time.monotonic(), parse_prometheus(text)))
+        self.scrapes.append((time.monotonic(), metrics))
         return True
 
     def start(self) -> MetricsScraper:

@@ -6,7 +6,9 @@ user does per request. Here the whole request (request line, headers, body) is e
 bytes and each call only writes them and reads the answer: one `recv_into` a preallocated buffer
 usually holds all of it; the status comes from the status line and the body is framed by
 Content-Length (or chunked encoding), both found by byte search in the header block, which is kept
-raw (`header()` reads a field from it on demand). Sockets are gevent's (Locust monkey-patches the
+raw (`header()` reads a field from it on demand). The framing stays hand-written: httptools'
+HttpResponseParser (llhttp) in its place was not shown to be as cheap on this hot path (requests per
+Locust CPU-second, docs/BENCHMARKS.md, "Load generator: httptools for the response framing"). Sockets are gevent's (Locust monkey-patches the
 standard library), so many users share one process.
 
 Sockets have no gevent timeout: with one, gevent starts and cancels a timer around every wait,

@@ -10,7 +10,6 @@ then raise a UserError (exit code 1).
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import logging
@@ -29,7 +28,7 @@ from trainserve.loadtest.metrics import MetricsScraper
 from trainserve.loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
 from trainserve.loadtest.options import strip_scheme
 from trainserve.core.errors import UserError
-from trainserve.core.procs import die_with_parent
+from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 from trainserve.core.runs import run_dir
 
@@ -165,38 +164,21 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
 
 def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
     """Run Locust in its own process group and make sure every process of it is gone afterwards."""
-    env = dict(os.environ)
-    root = str(LOCUSTFILE.parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     with tempfile.TemporaryFile(mode="w+") as err:
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=env, start_new_session=True,
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err, env=child_env(), start_new_session=True,
                                 preexec_fn=functools.partial(die_with_parent, signal.SIGKILL))
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             log.error("Locust ran past %.0f s; stopping it", timeout_s)
-            _signal_group(proc.pid, signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-        except BaseException:  # Ctrl+C: let Locust write its results, then make sure it is gone
-            _signal_group(proc.pid, signal.SIGINT)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=10)
-            raise
         finally:
-            if proc.poll() is None:
-                _signal_group(proc.pid, signal.SIGKILL)
-                proc.wait()
-            _signal_group(proc.pid, signal.SIGKILL)  # forked workers left behind by the master
+            # SIGINT lets Locust write its results (also on Ctrl+C); then its group goes, with any
+            # forked workers the master left behind
+            stop_group(proc, "Locust", signal.SIGINT, grace_s=10)
         err.seek(0)
         lines = [ln for ln in err.read().splitlines() if ln.strip()]
     problems = [ln for ln in lines if "Error" in ln or "error" in ln]
     return proc.returncode, (problems or lines or [""])[-1][-300:]
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
 
 
 def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict[str, Any],

@@ -121,7 +121,7 @@ class TritonUser(User):
         # Back to back inside one task run: Locust's per-task bookkeeping (task pick, wait_time,
         # sleep(0), state changes) would cost about a fifth of the process's CPU per request.
         # Stops as a task would: after the request in progress once Locust asks the user to stop
-        # (a forced stop kills the greenlet as before).
+        # (a forced stop kills the greenlet, as it kills a task).
         if self.setup_failed:
             raise StopUser()
         timed_call, clock = self.timed_call, time.perf_counter

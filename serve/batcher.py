@@ -26,6 +26,7 @@ import numpy as np
 from trainserve.serve.errors import Internal, ServeError, Unavailable
 from trainserve.serve.model import LoadedModel, config_param
 from trainserve.serve.stats import ModelStats
+from trainserve.core.errors import UserError
 
 
 @dataclass(frozen=True)
@@ -44,22 +45,22 @@ class BatchingConfig:
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
-            raise ValueError(f"max_batch_size={self.max_batch_size} must be >= 0")
+            raise UserError(f"max_batch_size={self.max_batch_size} must be >= 0")
         if self.max_queue_delay_us < 0:
-            raise ValueError(f"max_queue_delay_us={self.max_queue_delay_us} must be >= 0")
+            raise UserError(f"max_queue_delay_us={self.max_queue_delay_us} must be >= 0")
         if self.inline_max_us < 0:
-            raise ValueError(f"inline_max_us={self.inline_max_us} must be >= 0")
+            raise UserError(f"inline_max_us={self.inline_max_us} must be >= 0")
         if self.idle_inline_max_us < 0:
-            raise ValueError(f"idle_inline_max_us={self.idle_inline_max_us} must be >= 0")
+            raise UserError(f"idle_inline_max_us={self.idle_inline_max_us} must be >= 0")
         if self.max_queue_size < 1:
-            raise ValueError(f"max_queue_size={self.max_queue_size} must be >= 1")
+            raise UserError(f"max_queue_size={self.max_queue_size} must be >= 1")
         if self.max_queue_bytes < 1:
-            raise ValueError(f"max_queue_bytes={self.max_queue_bytes} must be >= 1")
+            raise UserError(f"max_queue_bytes={self.max_queue_bytes} must be >= 1")
         if self.queue_timeout_us < 0:
-            raise ValueError(f"queue_timeout_us={self.queue_timeout_us} must be >= 0")
+            raise UserError(f"queue_timeout_us={self.queue_timeout_us} must be >= 0")
         bad = [p for p in self.preferred_batch_sizes if not 0 < p <= max(self.max_batch_size, 1)]
         if bad:
-            raise ValueError(f"preferred_batch_sizes={bad} must lie in [1, max_batch_size={self.max_batch_size}]")
+            raise UserError(f"preferred_batch_sizes={bad} must lie in [1, max_batch_size={self.max_batch_size}]")
 
     @classmethod
     def from_model_config(cls, config, max_queue_size: int, max_queue_bytes: int = 256 << 20,

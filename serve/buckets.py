@@ -1,11 +1,10 @@
 """Batch-size buckets: run a batch of n rows padded to the smallest bucket >= n.
 
 Why: onnxruntime's CUDA provider pays for every change of input shape between two runs of a session,
-not only for the first run of a shape: on the lent H200 (onnxruntime-gpu 1.31.1, cuDNN heuristics),
-a small CNN ran in 0.58 ms at one fixed batch size and in 41 ms per run with sizes cycling 1-8, all
-seen before (`benchmarks/serve_bench.py`, shape_switching). A dynamic batcher under load changes the
-size at almost every run, so batch-1 load at 16 users stalled at ~250 req/s and 65 ms p50. The fix
-here: pad each batch to a few sizes (powers of two by default) and give each size its own session
+not only for the first run of a shape: a run with the batch size cycling through sizes already seen
+costs tens of times a run at one fixed size (`benchmarks/serve_bench.py`, `offline.shape_switching`;
+figures in docs/BENCHMARKS.md, "GPU, third session"). A dynamic batcher under load changes the size
+at almost every run, so small requests stall behind those runs. The fix here: pad each batch to a few sizes (powers of two by default) and give each size its own session
 per instance (`bucket_sessions`), so that no session ever sees its shape change; every bucket runs
 once at load (warm-up), so no request pays a first run either. On a GPU a few padded rows cost next
 to nothing; on a CPU they cost their full compute, so buckets are opt-in there.

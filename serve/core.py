@@ -29,11 +29,13 @@ from trainserve.serve.datatypes import kserve_datatype
 from trainserve.serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
 from trainserve.serve.model import LoadedModel, SessionOptions, TensorSpec
 from trainserve.serve.stats import ModelStats
+from trainserve.core.errors import UserError
+from trainserve.core.version import version as trainserve_version
 
 log = logging.getLogger(__name__)
 
 SERVER_NAME = "trainserve"
-SERVER_VERSION = "0.1.0"
+SERVER_VERSION = trainserve_version()  # reported by server metadata
 # Triton's extension names that this server implements (reported by server metadata)
 EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "model_repository")
 
@@ -44,7 +46,7 @@ class CoreOptions:
 
     model_repository: Path  # Triton layout: <repo>/<model>/{config.pbtxt, <version>/model.onnx}
     device: str = "cpu"  # "cpu" or "cuda" (CUDA execution provider; refusing a silent CPU fallback)
-    intra_op_threads: int = 0  # per session unless config.pbtxt's parameters say; 0 = onnxruntime default
+    intra_op_threads: int = 0  # per session unless config.pbtxt says; 0 = the cores divided by the instance count
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
     max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
     max_queue_bytes: int = 256 << 20  # waiting input bytes per model version before 503 / UNAVAILABLE
@@ -60,13 +62,13 @@ class CoreOptions:
     def __post_init__(self) -> None:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three
         if self.max_queue_size < 1:
-            raise ValueError(f"max_queue_size={self.max_queue_size} must be >= 1")
+            raise UserError(f"max_queue_size={self.max_queue_size} must be >= 1")
         if self.max_queue_bytes < 1:
-            raise ValueError(f"max_queue_bytes={self.max_queue_bytes} must be >= 1")
+            raise UserError(f"max_queue_bytes={self.max_queue_bytes} must be >= 1")
         if not 0 <= self.queue_timeout_s <= 86_400:
-            raise ValueError(f"queue_timeout_s={self.queue_timeout_s} must be in [0, 86400] seconds")
+            raise UserError(f"queue_timeout_s={self.queue_timeout_s} must be in [0, 86400] seconds")
         if not 0 <= self.busy_poll_us <= 1_000_000:
-            raise ValueError(f"busy_poll_us={self.busy_poll_us} must be in [0, 1000000]")
+            raise UserError(f"busy_poll_us={self.busy_poll_us} must be in [0, 1000000]")
 
 
 @dataclass

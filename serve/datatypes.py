@@ -1,46 +1,22 @@
-"""KServe v2 datatype names <-> numpy dtypes <-> model_config DataType enum names <-> ONNX type strings."""
+"""KServe v2 datatype names <-> numpy dtypes (tritonclient's mapping) <-> model_config DataType enum names."""
 
 from __future__ import annotations
 
 import numpy as np
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from trainserve.serve.errors import InvalidArgument
 
+# The datatypes this server decodes and encodes, in the KServe v2 order. tritonclient maps names to
+# numpy dtypes and back but has no list of the names a server accepts, so that list is kept here.
+# BF16 is left out: numpy has no bfloat16 (tritonclient answers ml_dtypes.bfloat16), and the server
+# hands onnxruntime plain numpy arrays.
+SERVED_DATATYPES = ("BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+                    "FP16", "FP32", "FP64", "BYTES")
 # KServe name -> numpy dtype. BYTES tensors are numpy object arrays holding `bytes`.
-KSERVE_TO_NUMPY: dict[str, np.dtype] = {
-    "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype(np.uint8),
-    "UINT16": np.dtype(np.uint16),
-    "UINT32": np.dtype(np.uint32),
-    "UINT64": np.dtype(np.uint64),
-    "INT8": np.dtype(np.int8),
-    "INT16": np.dtype(np.int16),
-    "INT32": np.dtype(np.int32),
-    "INT64": np.dtype(np.int64),
-    "FP16": np.dtype(np.float16),
-    "FP32": np.dtype(np.float32),
-    "FP64": np.dtype(np.float64),
-    "BYTES": np.dtype(np.object_),
-}
-NUMPY_TO_KSERVE: dict[np.dtype, str] = {v: k for k, v in KSERVE_TO_NUMPY.items()}
-NUMPY_TO_KSERVE[np.dtype(np.bytes_)] = "BYTES"
-
-# onnxruntime's type strings -> KServe name
-ONNX_TO_KSERVE: dict[str, str] = {
-    "tensor(bool)": "BOOL",
-    "tensor(uint8)": "UINT8",
-    "tensor(uint16)": "UINT16",
-    "tensor(uint32)": "UINT32",
-    "tensor(uint64)": "UINT64",
-    "tensor(int8)": "INT8",
-    "tensor(int16)": "INT16",
-    "tensor(int32)": "INT32",
-    "tensor(int64)": "INT64",
-    "tensor(float16)": "FP16",
-    "tensor(float)": "FP32",
-    "tensor(double)": "FP64",
-    "tensor(string)": "BYTES",
-}
+KSERVE_TO_NUMPY: dict[str, np.dtype] = {name: np.dtype(triton_to_np_dtype(name)) for name in SERVED_DATATYPES}
+# the reverse, looked up once per response tensor: a dict, not tritonclient's chain of comparisons
+NUMPY_TO_KSERVE: dict[np.dtype, str] = {dtype: np_to_triton_dtype(dtype) for dtype in KSERVE_TO_NUMPY.values()}
 
 
 def config_to_kserve(enum_name: str) -> str:
@@ -67,6 +43,6 @@ def kserve_datatype(array: np.ndarray) -> str:
     try:
         return NUMPY_TO_KSERVE[array.dtype]
     except KeyError:
-        if array.dtype.kind in "SU":
+        if array.dtype.kind in "SU":  # fixed-width bytes or str of any width
             return "BYTES"
         raise InvalidArgument(f"numpy dtype {array.dtype} has no KServe datatype") from None

@@ -23,6 +23,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from trainserve.serve.errors import ServeError
 from trainserve.serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,11 @@ class GrpcConfig:
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
-            raise ValueError(f"GrpcConfig.port={self.port} must be in 0..65535")
+            raise UserError(f"GrpcConfig.port={self.port} must be in 0..65535")
         if self.max_message_bytes < 1024:
-            raise ValueError(f"GrpcConfig.max_message_bytes={self.max_message_bytes} must be >= 1024")
+            raise UserError(f"GrpcConfig.max_message_bytes={self.max_message_bytes} must be >= 1024")
         if self.grace_s < 0:
-            raise ValueError(f"GrpcConfig.grace_s={self.grace_s} must be >= 0")
+            raise UserError(f"GrpcConfig.grace_s={self.grace_s} must be >= 0")
 
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str]:

@@ -4,8 +4,8 @@ Per-model counters come from the core's statistics, in the shape of Triton's sta
 (one dict per model version: name, version, inference_count, execution_count, inference_stats with
 success / fail / queue / compute_input / compute_infer / compute_output as {"count", "ns"}), so the
 HTTP stats endpoint, the gRPC ModelStatistics RPC and this page cannot disagree. Resource gauges
-(CPU, RAM, and per GPU with a `gpu_uuid` label) come from the shared telemetry sampler when it is
-installed, else from psutil and NVML read at scrape time.
+(CPU, RAM, and per GPU with a `gpu_uuid` label) come from the shared telemetry sampler, and from
+psutil and NVML (through telemetry's wrapper) read at scrape time for what the sampler does not hold.
 """
 
 from __future__ import annotations
@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+from trainserve.core.telemetry import Nvml, Sampler
 
 log = logging.getLogger(__name__)
 
@@ -120,24 +122,29 @@ def render(model_stats: Iterable[Mapping[str, Any]], resources: Resources | None
 
 
 class ResourceReader:
-    """Reads the resource gauges: telemetry sampler if installed, else psutil + NVML at each call.
+    """Reads the resource gauges: the telemetry sampler's latest sample, else psutil + NVML at each call.
 
     NVML is optional: without it (or without a GPU) there are simply no GPU series.
     """
 
     def __init__(self, gpu_index: int = 0, interval_s: float = 1.0) -> None:
-        self._sampler = _start_sampler(gpu_index, interval_s)
-        self._nvml = _open_nvml(gpu_index)
-        self._energy_start_j = self._nvml_energy_j() if self._nvml else None
-        if self._sampler is None:
-            import psutil
-
-            psutil.cpu_percent(None)  # primes the counter: the first call would always return 0.0
+        # only machine-wide and GPU readings are served: skip the sampler's walk over child processes,
+        # which costs CPU on every tick while the server is busy
+        self._sampler: Sampler | None = Sampler(interval_s=interval_s, gpu_index=gpu_index, include_children=False)
+        self._sampler.start()
+        nvml = Nvml(gpu_index)
+        self._nvml = nvml if nvml.ok else None
+        self._energy_start_j = (nvml.energy_j() or 0.0) if nvml.ok else None
+        self._uuid = nvml.uuid() if nvml.ok else None
+        self._power_limit_w = nvml.power_limit_w() if nvml.ok else None
 
     def close(self) -> None:
         if self._sampler is not None:
             self._sampler.stop()
             self._sampler = None
+        if self._nvml is not None:
+            self._nvml.close()
+            self._nvml = None
 
     def read(self) -> Resources:
         import psutil
@@ -154,55 +161,17 @@ class ResourceReader:
             resources.gpus.append(self._gpu_gauges(sample))
         return resources
 
-    def _nvml_energy_j(self) -> float:
-        pynvml, handle = self._nvml
-        try:
-            return pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) / 1000.0  # mJ -> J
-        except pynvml.NVMLError:
-            return 0.0
-
     def _gpu_gauges(self, sample: Any) -> GpuGauges:
-        pynvml, handle = self._nvml
-        memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+        nvml = self._nvml
+        total, used = nvml.memory_bytes()
         if sample is not None and sample.gpu_util_percent is not None:
             util, used, power = sample.gpu_util_percent, sample.gpu_mem_used_bytes, sample.gpu_power_w
         else:
-            util = pynvml.nvmlDeviceGetUtilizationRates(handle).gpu
-            used = memory.used
-            power = pynvml.nvmlDeviceGetPowerUsage(handle) / 1000.0  # mW -> W
-        try:
-            limit = pynvml.nvmlDeviceGetPowerManagementLimit(handle) / 1000.0  # mW -> W
-        except pynvml.NVMLError:
-            limit = 0.0
-        energy = self._nvml_energy_j() - (self._energy_start_j or 0.0)
-        uuid = pynvml.nvmlDeviceGetUUID(handle)
-        return GpuGauges(uuid=uuid.decode() if isinstance(uuid, bytes) else uuid, utilization=util / 100.0,
-                         memory_total_bytes=memory.total, memory_used_bytes=used, power_w=power or 0.0,
-                         power_limit_w=limit, energy_j=max(energy, 0.0))
-
-
-def _start_sampler(gpu_index: int, interval_s: float) -> Any:
-    """The shared telemetry sampler, started, or None where it is not part of this install yet."""
-    try:
-        from trainserve.core.telemetry import Sampler
-    except ImportError:
-        return None
-    # only machine-wide and GPU readings are served: skip the sampler's walk over child processes,
-    # which costs CPU on every tick while the server is busy
-    sampler = Sampler(interval_s=interval_s, gpu_index=gpu_index, include_children=False)
-    sampler.start()
-    return sampler
-
-
-def _open_nvml(gpu_index: int) -> tuple[Any, Any] | None:
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        return pynvml, pynvml.nvmlDeviceGetHandleByIndex(gpu_index)
-    except Exception as exc:  # no library, no driver or no such GPU: CPU gauges only
-        log.debug("no GPU metrics: %s", exc)
-        return None
+            util, _, power, _ = nvml.read(energy_due=False)
+        energy = (nvml.energy_j() or 0.0) - (self._energy_start_j or 0.0)
+        return GpuGauges(uuid=self._uuid or "", utilization=(util or 0.0) / 100.0,
+                         memory_total_bytes=total or 0, memory_used_bytes=used or 0, power_w=power or 0.0,
+                         power_limit_w=self._power_limit_w or 0.0, energy_j=max(energy, 0.0))
 
 
 class MetricsServer:

@@ -19,6 +19,7 @@ from trainserve.serve.buckets import bucket_for, pad_rows, parse_buckets
 from trainserve.serve.datatypes import config_to_kserve, numpy_dtype
 from trainserve.serve.errors import ServeError
 from trainserve.serve.tuning import ThreadChoice
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class SessionOptions:
     """How sessions are built: execution provider and pinned thread counts."""
 
     device: str = "cpu"  # "cpu" -> CPUExecutionProvider, "cuda" -> CUDAExecutionProvider (no silent CPU fallback)
-    intra_op_threads: int = 0  # onnxruntime intra-op pool size per session; 0 = onnxruntime's default (all cores)
+    intra_op_threads: int = 0  # onnxruntime intra-op threads per session; 0 = the cores divided by the instance count
     inter_op_threads: int = 1  # inter-op pool size per session (only used in parallel execution mode)
     # onnxruntime's pool threads busy-wait after each run by default; on a server whose Python event loop
     # shares the cores, that spinning steals the loop's CPU (measured here: ~2x the server CPU per request).
@@ -59,11 +60,11 @@ class SessionOptions:
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
-            raise ValueError(f"device={self.device!r} must be one of {DEVICES}")
+            raise UserError(f"device={self.device!r} must be one of {DEVICES}")
         if self.intra_op_threads < 0:
-            raise ValueError(f"intra_op_threads={self.intra_op_threads} must be >= 0")
+            raise UserError(f"intra_op_threads={self.intra_op_threads} must be >= 0")
         if self.inter_op_threads < 0:
-            raise ValueError(f"inter_op_threads={self.inter_op_threads} must be >= 0")
+            raise UserError(f"inter_op_threads={self.inter_op_threads} must be >= 0")
 
 
 def usable_cpus() -> int:
@@ -376,8 +377,8 @@ def _make_session(path: Path, device: str, intra: int, inter: int, device_id: in
     providers: list = ["CPUExecutionProvider"]
     if device == "cuda":
         # Dynamic batching runs many batch sizes. With onnxruntime's default exhaustive cuDNN search every
-        # new shape costs a ~300 ms benchmark (seen on an H200: p99 of 500 ms in a 3-user ramp), so the
-        # server defaults to cuDNN's heuristics; config.pbtxt's cudnn_conv_algo_search "0" asks for the search.
+        # new shape pays a benchmark of hundreds of milliseconds (docs/BENCHMARKS.md: the first GPU session),
+        # so the server defaults to cuDNN's heuristics; config.pbtxt's cudnn_conv_algo_search "0" asks for it.
         cuda_options = {"device_id": device_id, "cudnn_conv_algo_search": cudnn_search}
         providers = [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]
         _preload_cuda_libraries(ort)

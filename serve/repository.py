@@ -18,6 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
+import numpy as np
+from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
+
+from trainserve.serve.datatypes import config_to_kserve, kserve_to_config
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_text_atomic
 
@@ -35,21 +39,36 @@ DEFAULT_MODEL_FILENAME = "model.onnx"
 # Triton's --backend-config=default-max-batch-size: the max_batch_size auto-complete gives a model
 # whose signature batches (first dimension variable) when the configuration names none.
 TRITON_DEFAULT_MAX_BATCH_SIZE = 4
+CPU_VARIANTS = ("fp32", "int8")  # the exported ONNX files a CPU model can serve
+GPU_VARIANTS = ("fp32", "fp16")  # ... and a GPU model
 
-# numpy dtype name (as the model card writes it) -> Triton data type name
-NUMPY_TO_TRITON = {
-    "bool": "TYPE_BOOL", "uint8": "TYPE_UINT8", "uint16": "TYPE_UINT16", "uint32": "TYPE_UINT32",
-    "uint64": "TYPE_UINT64", "int8": "TYPE_INT8", "int16": "TYPE_INT16", "int32": "TYPE_INT32",
-    "int64": "TYPE_INT64", "float16": "TYPE_FP16", "float32": "TYPE_FP32", "float64": "TYPE_FP64",
-    "object": "TYPE_STRING", "bfloat16": "TYPE_BF16",
-}
-# onnx.TensorProto.DataType name -> Triton data type name (the onnxruntime backend's mapping)
+# onnx.TensorProto.DataType name -> Triton data type name (the onnxruntime backend's mapping).
+# Kept here because tritonclient maps numpy dtypes, not ONNX's, and onnx's own numpy mapping has
+# changed for BFLOAT16 across releases (float32, then ml_dtypes.bfloat16).
 ONNX_TO_TRITON = {
     "BOOL": "TYPE_BOOL", "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16", "UINT32": "TYPE_UINT32",
     "UINT64": "TYPE_UINT64", "INT8": "TYPE_INT8", "INT16": "TYPE_INT16", "INT32": "TYPE_INT32",
     "INT64": "TYPE_INT64", "FLOAT16": "TYPE_FP16", "FLOAT": "TYPE_FP32", "DOUBLE": "TYPE_FP64",
     "STRING": "TYPE_STRING", "BFLOAT16": "TYPE_BF16",
 }
+
+
+def _card_triton_type(dtype_name: str) -> str | None:
+    """'float32' -> 'TYPE_FP32': a card's numpy dtype name as a Triton data type (tritonclient's
+    mapping), or None where Triton has none. Only a dtype's own name is read ('float', an alias, is not).
+    """
+    try:
+        dtype = np.dtype(dtype_name)
+    except (TypeError, ValueError):
+        return None
+    datatype = np_to_triton_dtype(dtype)
+    return kserve_to_config(datatype) if datatype is not None and dtype.name == dtype_name else None
+
+
+def _card_dtype_names() -> list[str]:
+    """The numpy dtype names _card_triton_type accepts, in model_config's DataType order."""
+    names = [triton_to_np_dtype(config_to_kserve(n)) for n in _pb2().DataType.keys() if n != "TYPE_INVALID"]
+    return [np.dtype(t).name for t in names if t is not None]
 
 
 def _pb2():
@@ -69,7 +88,7 @@ class RepositoryConfig:
     max_queue_delay_us: int = 1000  # how long a request may wait for a batch to fill (microseconds)
     cpu_instances: int = 1  # model instances (onnxruntime sessions) on the CPU model
     # model instances per GPU on the GPU model: two, so one copies its batch in and out while the other runs
-    # (one instance reached 0.68 of onnxruntime's best in-process samples/s on an H200, two 0.998: BENCHMARKS.md)
+    # (one instance leaves the GPU idle during the copies: docs/BENCHMARKS.md, "GPU, second session")
     gpu_instances: int = 2
     cpu_threads: int = 0  # onnxruntime intra-op threads per CPU instance; 0 -> the server's choice (cores // instances)
     tensorrt: bool = False  # add the TensorRT execution accelerator (FP16) to the GPU model
@@ -91,10 +110,10 @@ class RepositoryConfig:
                 raise UserError(f"{name}={getattr(self, name)} is invalid; allowed: 1..64")
         if not 0 <= self.cpu_threads <= 1024:
             raise UserError(f"cpu_threads={self.cpu_threads} is invalid; allowed: 0 (auto) .. 1024")
-        if self.cpu_variant not in ("fp32", "int8"):
-            raise UserError(f"cpu_variant={self.cpu_variant!r} is invalid; allowed: fp32, int8")
-        if self.gpu_variant not in ("fp32", "fp16"):
-            raise UserError(f"gpu_variant={self.gpu_variant!r} is invalid; allowed: fp32, fp16")
+        if self.cpu_variant not in CPU_VARIANTS:
+            raise UserError(f"cpu_variant={self.cpu_variant!r} is invalid; allowed: {', '.join(CPU_VARIANTS)}")
+        if self.gpu_variant not in GPU_VARIANTS:
+            raise UserError(f"gpu_variant={self.gpu_variant!r} is invalid; allowed: {', '.join(GPU_VARIANTS)}")
 
     def batch_sizes(self) -> list[int]:
         """The preferred batch sizes written to dynamic_batching (ascending, unique)."""
@@ -118,10 +137,11 @@ def model_config_from_card(card: ModelCard, kind: Literal["cpu", "gpu"],
     pb = _pb2()
     c = pb.ModelConfig(name=f"{card.name}_{kind}", platform=ONNX_PLATFORM, max_batch_size=cfg.max_batch_size)
     for spec, dest in [(t, c.input) for t in card.inputs] + [(t, c.output) for t in card.outputs]:
-        if spec.dtype not in NUMPY_TO_TRITON:
+        triton_type = _card_triton_type(spec.dtype)
+        if triton_type is None:
             raise UserError(f"model card tensor {spec.name!r} has dtype {spec.dtype!r}, which Triton cannot "
-                            f"serve; allowed: {', '.join(NUMPY_TO_TRITON)}")
-        dest.add(name=spec.name, data_type=pb.DataType.Value(NUMPY_TO_TRITON[spec.dtype]), dims=list(spec.shape))
+                            f"serve; allowed: {', '.join(_card_dtype_names())}")
+        dest.add(name=spec.name, data_type=pb.DataType.Value(triton_type), dims=list(spec.shape))
     c.dynamic_batching.preferred_batch_size.extend(cfg.batch_sizes())
     c.dynamic_batching.max_queue_delay_microseconds = cfg.max_queue_delay_us
     if kind == "cpu":
@@ -135,7 +155,7 @@ def model_config_from_card(card: ModelCard, kind: Literal["cpu", "gpu"],
     elif kind == "gpu":
         c.instance_group.add(kind=pb.ModelInstanceGroup.KIND_GPU, count=cfg.gpu_instances)
         # Triton's onnxruntime backend defaults to exhaustive cuDNN search (0), which benchmarks every new
-        # batch shape the dynamic batcher forms (~300 ms each on an H200); 1 = cuDNN's heuristics.
+        # batch shape the dynamic batcher forms (hundreds of ms each); 1 = cuDNN's heuristics.
         c.parameters["cudnn_conv_algo_search"].string_value = "1"
         if cfg.tensorrt:
             trt = c.optimization.execution_accelerators.gpu_execution_accelerator.add(name="tensorrt")

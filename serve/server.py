@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ log = logging.getLogger(__name__)
 FRONTEND_MODULES = {"http": "trainserve.serve.http", "grpc": "trainserve.serve.grpc_server", "metrics": "trainserve.serve.metrics"}
 
 
-class StartError(Exception):
+class StartError(UserError):
     """The server could not start (a port in use, no loadable model): one sentence saying what to do."""
 
 
@@ -62,13 +63,13 @@ class ServerOptions:
         for field_name in ("http_port", "grpc_port", "metrics_port"):
             port = getattr(self, field_name)
             if not -1 <= port <= 65535:
-                raise ValueError(f"{field_name}={port} must be -1 (off), 0 (ephemeral) or 1..65535")
+                raise UserError(f"{field_name}={port} must be -1 (off), 0 (ephemeral) or 1..65535")
         if self.max_body_bytes < 1024:
-            raise ValueError(f"max_body_bytes={self.max_body_bytes} must be >= 1024")
+            raise UserError(f"max_body_bytes={self.max_body_bytes} must be >= 1024")
         if self.drain_timeout_s < 0:
-            raise ValueError(f"drain_timeout_s={self.drain_timeout_s} must be >= 0")
+            raise UserError(f"drain_timeout_s={self.drain_timeout_s} must be >= 0")
         if not self.body_timeout_s > 0:
-            raise ValueError(f"body_timeout_s={self.body_timeout_s} must be > 0")
+            raise UserError(f"body_timeout_s={self.body_timeout_s} must be > 0")
 
     def port(self, frontend: str) -> int:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}[frontend]

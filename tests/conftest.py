@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
 import sys
@@ -10,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from trainserve.core.procs import child_env
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     """Environment for a child `python -m trainserve ...`: this checkout first on sys.path."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["PYTHONUNBUFFERED"] = "1"
-    env.update(extra)
-    return env
+    return child_env(PYTHONUNBUFFERED="1", **extra)
 
 
 def trainserve_cmd(*args: str) -> list[str]:

@@ -1,3 +1,5 @@
 """trainserve: what a model costs to train and to serve, on CPU and GPU, measured side by side."""
 
-__version__ = "0.1.0"
+from trainserve.core.version import version as _version
+
+__version__ = _version()

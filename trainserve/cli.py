@@ -6,11 +6,13 @@ never import torch.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
 import sys
-from typing import Annotated
+from collections.abc import Callable
+from typing import Annotated, ParamSpec, TypeVar
 
 import typer
 
@@ -21,7 +23,11 @@ from trainserve.commands import report as _report
 from trainserve.commands import run as _run
 from trainserve.commands import serve as _serve
 from trainserve.commands import train as _train
+from trainserve.core.errors import UserError
 from trainserve.train import launch
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 app = typer.Typer(
     name="trainserve",
@@ -56,14 +62,29 @@ def setup_logging(level: int = logging.INFO) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 
-app.command("train")(_train.train)
-app.command("compare")(_train.compare)
-app.command("export")(_export.export)
-app.command("serve")(_serve.serve)
-app.command("load")(_load.load)
-app.command("limits")(_limits.limits)
-app.command("report")(_report.report)
-app.command("run")(_run.run)
+def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """A command whose UserError (the library's error for a mistake the user can fix, subclasses
+    included) becomes that one sentence on stderr and exit code 1, without a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as e:
+            typer.secho(f"error: {e}", err=True, fg="red")
+            raise typer.Exit(code=1) from None
+
+    return wrapper
+
+
+app.command("train")(user_errors(_train.train))
+app.command("compare")(user_errors(_train.compare))
+app.command("export")(user_errors(_export.export))
+app.command("serve")(user_errors(_serve.serve))
+app.command("load")(user_errors(_load.load))
+app.command("limits")(user_errors(_limits.limits))
+app.command("report")(user_errors(_report.report))
+app.command("run")(user_errors(_run.run))
 
 
 def main() -> None:

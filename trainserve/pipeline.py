@@ -1,7 +1,8 @@
 """`trainserve run`, the main job: train, export, serve on the CPU (and the GPU), load, report.
 
-Every stage is the stage's own CLI in a child process (DESIGN.md: stages talk through artifacts on
-disk and the network, never by importing each other), logged to `runs/<run>/logs/<stage>.log`.
+Every stage is the stage's own CLI in a child process (docs/architecture.md: stages talk through
+artifacts on disk and the network, never by importing each other), logged to
+`runs/<run>/logs/<stage>.log`.
 Servers listen on free loopback ports read back from their ready line. Whatever happens — success,
 a failing stage, Ctrl-C, SIGTERM — every child is stopped before this returns.
 """
@@ -10,20 +11,26 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import trainserve
+from trainserve.train.models import FAMILIES
 from trainserve.core.errors import UserError
-from trainserve.core.procs import ChildFailed, Children, interrupts_stop_children, trainserve_argv, wait_ready
+from trainserve.core.procs import (
+    ChildFailed,
+    Children,
+    child_env,
+    interrupts_stop_children,
+    trainserve_argv,
+    wait_ready,
+)
 from trainserve.core.runs import run_dir
 
 log = logging.getLogger(__name__)
 
-MODELS = ("mlp", "cnn", "transformer")
+MODELS = FAMILIES
 DEVICES = ("auto", "cpu", "cuda")
 
 
@@ -359,11 +366,7 @@ def _cuda_available() -> bool:
 
 
 def _child_env() -> dict[str, str]:
-    """The children import this same trainserve tree, even when it is not installed."""
-    env = dict(os.environ)
-    root = str(Path(trainserve.__file__).resolve().parents[1])
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
-    env["PYTHONUNBUFFERED"] = "1"
+    """The children import this same trainserve tree and write their logs line by line."""
+    env = child_env(PYTHONUNBUFFERED="1", COLUMNS="160")  # COLUMNS: logs written by rich stay readable
     env.setdefault("TERM", "dumb")
-    env["COLUMNS"] = "160"  # logs written by rich stay readable
     return env

@@ -37,3 +37,14 @@ def test_unreachable_metrics_are_reported_not_raised() -> None:
     s = MetricsScraper("http://127.0.0.1:9/metrics", "m", timeout_s=0.5)
     assert s.scrape_once() is False
     assert s.summary()["scrapes"] == 0 and s.error
+
+
+def test_typed_counters_keep_their_exposed_name_and_escapes_are_read() -> None:
+    text = ('# HELP nv_inference_request_success Number of successful inference requests\n'
+            '# TYPE nv_inference_request_success counter\n'
+            'nv_inference_request_success{model="m",version="1"} 12\n'
+            '# TYPE nv_gpu_utilization gauge\n'
+            'nv_gpu_utilization{gpu_uuid="GPU-\\"a\\""} 0.25\n')
+    m = parse_prometheus(text)
+    assert m == {"nv_inference_request_success": [({"model": "m", "version": "1"}, 12.0)],
+                 "nv_gpu_utilization": [({"gpu_uuid": 'GPU-"a"'}, 0.25)]}

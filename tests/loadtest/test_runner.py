@@ -45,6 +45,19 @@ def test_closed_loop_writes_a_profile_record(tmp_path: Path, embedded_server: di
     assert f"{MODEL} b2" in stats
 
 
+def test_without_runs_dir_the_record_goes_where_trainserve_runs_says(tmp_path: Path,
+                                                                     embedded_server: dict[str, str]) -> None:
+    runs = tmp_path / "elsewhere"  # $TRAINSERVE_RUNS, as `train` and `report` read it; no --runs-dir
+    cmd = trainserve_cmd("load", "--run", "r", "--url", embedded_server["http"], "--model", MODEL, "--users", "1",
+                         "--duration", "1s", "--target", "env", "--metrics-url",
+                         f"http://{embedded_server['metrics']}/metrics")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=subprocess_env(TRAINSERVE_RUNS=str(runs)),
+                       cwd=tmp_path, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert (runs / "r" / "load" / "env.json").is_file()
+    assert not (tmp_path / "runs").exists()  # not the ./runs of the working directory
+
+
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
 def test_open_loop_keeps_its_rate(tmp_path: Path, embedded_server: dict[str, str], protocol: str) -> None:
     p = run_load(tmp_path, "--url", embedded_server[protocol], "--protocol", protocol, "--model", MODEL,

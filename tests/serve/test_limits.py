@@ -86,7 +86,6 @@ def test_thread_counts_go_up_to_the_cores():
     (["--run", "bare"], "has no model repository"),
     (["--run", "r1", "--budget-s", "0"], "--budget-s 0.0 is invalid"),
     (["--run", "r1", "--budget-s", "-3"], "--budget-s -3.0 is invalid"),
-    (["--run", "r1", "--device", "tpu"], "--device 'tpu' is invalid"),
     (["--run", "r1", "--model", "other"], "model 'other' is not in"),
     (["--run", "r1", "--device", "cuda"], None),  # no CUDA provider here; with one, no *_gpu model
 ])
@@ -100,6 +99,14 @@ def test_bad_input_is_one_sentence(run_dir, args, message):
         assert "cuda" in lines[0].lower()
     else:
         assert message in lines[0]
+    assert not (run_dir / "limits").exists()
+
+
+def test_a_device_not_among_the_choices_is_refused_by_the_command_line(run_dir):
+    result = CliRunner().invoke(app, ["limits", "--runs-dir", str(run_dir.parent), "--run", "r1", "--device", "tpu"])
+    assert result.exit_code == 2  # typer's usage error, listing the choices
+    text = " ".join(result.output.replace("│", " ").split())  # unwrapped from its box
+    assert "'tpu' is not one of 'cpu', 'cuda'" in text and "Traceback" not in text
     assert not (run_dir / "limits").exists()
 
 

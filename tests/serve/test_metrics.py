@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import sys
 import urllib.request
 
 import pytest
@@ -149,3 +150,26 @@ def test_running_server_counters_increase_after_requests(tmp_path):
     assert after[("nv_inference_compute_infer_duration_us", model)] > before[("nv_inference_compute_infer_duration_us", model)]
     assert 0.0 <= after[("nv_cpu_utilization", "")] <= 1.0
     assert after[("nv_cpu_memory_total_bytes", "")] > 0
+
+
+def test_resource_reader_gpu_gauges_come_through_telemetrys_nvml_wrapper(monkeypatch):
+    from tests.trainserve.test_telemetry import FakeNvml
+
+    class Fake(FakeNvml):
+        def nvmlDeviceGetUUID(self, h: object) -> bytes:
+            return b"GPU-fake"
+
+        def nvmlDeviceGetPowerManagementLimit(self, h: object) -> int:
+            return 700_000  # mW
+
+    fake = Fake()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    reader = ResourceReader(interval_s=60.0)  # the sampler's first tick may or may not have run: either is served
+    try:
+        gpu = reader.read().gpus[0]
+    finally:
+        reader.close()
+    assert gpu.uuid == "GPU-fake" and gpu.utilization == 0.3 and gpu.power_w == 200.0 and gpu.power_limit_w == 700.0
+    assert gpu.memory_total_bytes == 141 * 2**30 and gpu.memory_used_bytes == 3 * 2**30
+    # the counter's growth since the reader opened: the fake adds 50 J a read, the sampler's reads too
+    assert gpu.energy_j >= 50.0 and gpu.energy_j % 50 == 0

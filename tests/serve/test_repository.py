@@ -81,6 +81,24 @@ def test_int64_inputs_map_to_type_int64() -> None:
     assert c.name == "transformer_cpu" and c.input[0].data_type == pb.TYPE_INT64
 
 
+@pytest.mark.parametrize(("dtype", "expected"), [("bool", pb.TYPE_BOOL), ("uint16", pb.TYPE_UINT16),
+                                                 ("float16", pb.TYPE_FP16), ("float64", pb.TYPE_FP64),
+                                                 ("object", pb.TYPE_STRING), ("bfloat16", pb.TYPE_BF16)])
+def test_card_dtypes_map_to_triton_types(dtype: str, expected: int) -> None:
+    card = _card()
+    card.inputs = [TensorSpec("input", [4], dtype)]
+    assert model_config_from_card(card, "cpu", RepositoryConfig()).input[0].data_type == expected
+
+
+@pytest.mark.parametrize("dtype", ["complex64", "float", "<U3", "not-a-dtype"])
+def test_card_dtype_triton_cannot_serve_is_a_user_error_listing_the_allowed(dtype: str) -> None:
+    card = _card()
+    card.inputs = [TensorSpec("input", [4], dtype)]
+    with pytest.raises(UserError, match=r"which Triton cannot serve; allowed: bool, uint8, .*float32, float64, "
+                                        r"object, bfloat16$"):
+        model_config_from_card(card, "cpu", RepositoryConfig())
+
+
 @pytest.mark.parametrize("kwargs", [{"max_batch_size": 0}, {"preferred_batch_sizes": (128,)},
                                     {"cpu_instances": 0}, {"max_queue_delay_us": -1}, {"cpu_variant": "fp16"},
                                     {"gpu_variant": "int8"}])

@@ -172,7 +172,6 @@ def test_cli_exports_a_run_and_prints_a_summary(tmp_path, quick_exporter) -> Non
     (["--run", "missing"], "run 'missing' not found"),
     (["--run", "r", "--card", "{other}/train/model.json", "--checkpoint", "{run}/train/checkpoint.pt"], "was trained as mlp"),
     (["--run", "r", "--preferred-batch-sizes", "4,x"], "--preferred-batch-sizes"),
-    (["--run", "r", "--cpu-variant", "fp16"], "cpu_variant='fp16' is invalid"),
     (["--run", "r", "--max-batch-size", "8", "--preferred-batch-sizes", "16"], "preferred_batch_sizes=[16] is invalid"),
 ])
 def test_cli_bad_input_is_one_sentence_and_exit_1(tmp_path, args, message) -> None:
@@ -181,4 +180,13 @@ def test_cli_bad_input_is_one_sentence_and_exit_1(tmp_path, args, message) -> No
     result = CliRunner().invoke(app, ["export", "--runs-dir", str(tmp_path), *args])
     assert result.exit_code == 1
     assert message in result.output and "Traceback" not in result.output
+    assert not (run / "model_repository").exists() and not (run / "export").exists()
+
+
+def test_a_variant_not_among_the_choices_is_refused_by_the_command_line(tmp_path) -> None:
+    run = make_run(tmp_path, "r", "mlp")
+    result = CliRunner().invoke(app, ["export", "--runs-dir", str(tmp_path), "--run", "r", "--cpu-variant", "fp16"])
+    assert result.exit_code == 2  # typer's usage error, listing the choices (also in --help)
+    text = " ".join(result.output.replace("│", " ").split())  # unwrapped from its box
+    assert "'fp16' is not one of 'fp32', 'int8'" in text and "Traceback" not in text
     assert not (run / "model_repository").exists() and not (run / "export").exists()

@@ -224,7 +224,7 @@ def test_power_is_read_every_tick_and_read_costs_names_each_call(monkeypatch):
     calls = []
     monkeypatch.setattr(fake, "nvmlDeviceGetPowerUsage", lambda h: calls.append(h) or 200_000, raising=False)
     monkeypatch.setitem(sys.modules, "pynvml", fake)
-    nv = telemetry._Nvml(0)
+    nv = telemetry.Nvml(0)
     first = nv.read(energy_due=True)
     second = nv.read(energy_due=False)
     assert first[2] == 200.0 and second[2] == 200.0 and len(calls) == 2

@@ -7,19 +7,19 @@ from typing import Annotated
 
 import typer
 
-from trainserve.core.errors import UserError, cli_errors
+from trainserve.commands.choices import CpuVariant, GpuVariant, RunsDirOpt
+from trainserve.core.errors import UserError
 
 
-@cli_errors
 def export(
     run: Annotated[str, typer.Option("--run", help="Run name: reads runs/RUN/train/, writes runs/RUN/export/ and "
                                                    "runs/RUN/model_repository/.")],
-    runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Folder holding the runs (default ./runs).")] = None,
+    runs_dir: RunsDirOpt = None,
     checkpoint: Annotated[Path | None, typer.Option("--checkpoint", help="Export this checkpoint.pt instead of the run's.")] = None,
     card: Annotated[Path | None, typer.Option("--card", help="Model card (model.json) of --checkpoint.")] = None,
     opset: Annotated[int | None, typer.Option("--opset", help="ONNX opset (default: the exporter's).")] = None,
-    cpu_variant: Annotated[str, typer.Option("--cpu-variant", help="Model served by <model>_cpu: fp32 or int8.")] = "fp32",
-    gpu_variant: Annotated[str, typer.Option("--gpu-variant", help="Model served by <model>_gpu: fp32 or fp16.")] = "fp16",
+    cpu_variant: Annotated[CpuVariant, typer.Option("--cpu-variant", help="Model served by <model>_cpu.")] = CpuVariant("fp32"),
+    gpu_variant: Annotated[GpuVariant, typer.Option("--gpu-variant", help="Model served by <model>_gpu.")] = GpuVariant("fp16"),
     max_batch_size: Annotated[int, typer.Option("--max-batch-size", help="Triton max_batch_size.")] = 64,
     preferred_batch_sizes: Annotated[str, typer.Option("--preferred-batch-sizes",
                                                        help="Comma-separated, e.g. 16,32,64 (default: max/4, max/2, max).")] = "",
@@ -46,7 +46,7 @@ def export(
     repo_cfg = RepositoryConfig(max_batch_size=max_batch_size, preferred_batch_sizes=sizes,
                                 max_queue_delay_us=max_queue_delay_us, cpu_instances=cpu_instances,
                                 gpu_instances=gpu_instances, cpu_threads=cpu_threads, tensorrt=tensorrt,
-                                cpu_variant=cpu_variant, gpu_variant=gpu_variant)  # type: ignore[arg-type]
+                                cpu_variant=cpu_variant.value, gpu_variant=gpu_variant.value)  # type: ignore[arg-type]
     cfg = ExportConfig(opset=opset, eval_limit=eval_samples, seed=seed)
     folder = (existing_run_dir(run, runs_dir, writable=True) if checkpoint is None and card is None
               else run_dir(run, runs_dir, writable=True))

@@ -2,24 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trainserve.core.errors import UserError, cli_errors
+from trainserve.commands.choices import RunsDirOpt, ServeDevice
+from trainserve.core.errors import UserError
 
 
-@cli_errors
 def limits(
     run: Annotated[str, typer.Option("--run", help="Run name: reads runs/RUN/model_repository/, writes runs/RUN/limits/.")],
-    device: Annotated[str, typer.Option("--device", help="cpu (the <model>_cpu models) or cuda (the <model>_gpu "
-                                                         "models; fails without onnxruntime's CUDA provider).")] = "cpu",
+    device: Annotated[ServeDevice, typer.Option("--device", help=(
+        "cpu: the <model>_cpu models; cuda: the <model>_gpu models (fails without onnxruntime's CUDA "
+        "provider)."))] = ServeDevice("cpu"),
     budget_s: Annotated[float, typer.Option("--budget-s", help="Seconds for the whole device, session builds "
                                                                "included; points are cut short to fit.")] = 10.0,
     model: Annotated[str | None, typer.Option("--model", help="Served model name (default: every model of the "
                                                               "device), e.g. cnn_cpu.")] = None,
-    runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Folder holding the runs (default ./runs).")] = None,
+    runs_dir: RunsDirOpt = None,
 ) -> None:
     """Measure onnxruntime in process (no server): batch-1 latency per intra-op thread count, samples/s per batch.
 
@@ -29,7 +29,7 @@ def limits(
     from trainserve.serve.limits import LimitsConfig, measure_repository, save
     from trainserve.core.runs import existing_run_dir
 
-    cfg = LimitsConfig(device=device, budget_s=budget_s)
+    cfg = LimitsConfig(device=device.value, budget_s=budget_s)
     folder = existing_run_dir(run, runs_dir, writable=True)
     repo = folder / "model_repository"
     if not repo.is_dir():
@@ -43,7 +43,7 @@ def limits(
     for result in measure_repository(repo, cfg, model, progress=show):
         out = save(result, folder / "limits")
         s = result.summary()
-        typer.echo(f"{result.model} on {device}: batch 1 p50 {s['batch1_p50_ms']:.3f} ms at {s['batch1_threads']} "
+        typer.echo(f"{result.model} on {device.value}: batch 1 p50 {s['batch1_p50_ms']:.3f} ms at {s['batch1_threads']} "
                    f"thread(s); best {s['best_throughput_samples_s']:,.0f} samples/s at batch {s['best_batch']} "
                    f"({len(result.points)} points in {result.elapsed_s:.1f} s) -> {out}")
         for w in result.warnings:

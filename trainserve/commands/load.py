@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trainserve.core.errors import UserError, cli_errors
+from trainserve.commands.choices import Protocol, RunsDirOpt, Validation
+from trainserve.core.errors import UserError
 
 
 def parse_duration(text: str) -> float:
@@ -23,11 +23,10 @@ def parse_duration(text: str) -> float:
     return sum(float(n) * {"h": 3600, "m": 60, "s": 1}[u] for n, u in parts)
 
 
-@cli_errors
 def load(
     url: Annotated[str, typer.Option(help="HOST:PORT of the server's endpoint for --protocol (HTTP 8000, gRPC 8001).")],
     model: Annotated[str, typer.Option(help="Served model name, e.g. cnn_cpu.")],
-    protocol: Annotated[str, typer.Option(help="http (binary tensors) or grpc.")] = "http",
+    protocol: Annotated[Protocol, typer.Option(help="http (binary tensors) or grpc.")] = Protocol("http"),
     users: Annotated[int | None, typer.Option(help="Closed loop: concurrent users (default 1).")] = None,
     rate: Annotated[float | None, typer.Option(help="Open loop: Poisson arrivals per second.")] = None,
     duration: Annotated[str, typer.Option(help="Run time, e.g. 30s or 2m (with --ramp: the upper bound).")] = "30s",
@@ -38,11 +37,12 @@ def load(
     ramp_step_s: Annotated[float, typer.Option(help="Ramp: seconds per step.")] = 10.0,
     ramp_max_users: Annotated[int, typer.Option(help="Ramp: most users.")] = 64,
     run: Annotated[str, typer.Option(help="Run name: results go to <runs-dir>/<run>/load/.")] = "default",
-    runs_dir: Annotated[Path, typer.Option(help="Folder of runs.")] = Path("runs"),
+    runs_dir: RunsDirOpt = None,
     target: Annotated[str | None, typer.Option(help="Name of the result file and record (default: derived).")] = None,
     metrics_url: Annotated[str | None, typer.Option(help="Server's Prometheus URL (default http://HOST:8002/metrics).")] = None,
     input_data: Annotated[str, typer.Option(help="'random' or an .npz with arrays named after the inputs.")] = "random",
-    validate: Annotated[str, typer.Option(help="Check responses: off, shape, or values (needs --expected-output).")] = "off",
+    validate: Annotated[Validation, typer.Option(help=(
+        "Check responses: shape (shape and dtype), or values (needs --expected-output)."))] = Validation("off"),
     expected_output: Annotated[str, typer.Option(help="With --validate values: .npz of the expected outputs.")] = "",
 ) -> None:
     """Drive load at a KServe v2 server with Locust (headless) and write runs/<run>/load/<target>.json.
@@ -52,10 +52,10 @@ def load(
     """
     from trainserve.loadtest.runner import LoadConfig, run_load
 
-    config = LoadConfig(url=url, model=model, protocol=protocol, users=users, rate=rate,
+    config = LoadConfig(url=url, model=model, protocol=protocol.value, users=users, rate=rate,
                         duration_s=parse_duration(duration), batch=batch, processes=processes, ramp=ramp,
                         run=run, runs_dir=runs_dir, target=target, metrics_url=metrics_url, input_data=input_data,
-                        validate=validate, expected_output=expected_output, slo_p99_ms=slo_p99_ms,
+                        validate=validate.value, expected_output=expected_output, slo_p99_ms=slo_p99_ms,
                         ramp_step_s=ramp_step_s, ramp_max_users=ramp_max_users)
     path, record = run_load(config)
     lat = record.speed.latency

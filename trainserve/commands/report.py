@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from trainserve.core.errors import cli_errors
-from trainserve.core.runs import DEFAULT_RUNS_DIR
+from trainserve.commands.choices import RunsDirOpt
 
 
-@cli_errors
 def report(
     run: Annotated[str, typer.Option("--run", help="Run whose profile records to report.")],
-    runs_dir: Annotated[Path, typer.Option("--runs-dir", help="Folder that holds the runs.")] = DEFAULT_RUNS_DIR,
+    runs_dir: RunsDirOpt = None,
 ) -> None:
     """Write runs/RUN/report/: report.html (self-contained), report.md, summary.json and plots.
 

@@ -7,23 +7,22 @@ from typing import Annotated
 
 import typer
 
-from trainserve.core.errors import cli_errors
+from trainserve.commands.choices import Family, Preset, RunDevice, RunsDirOpt
 
 
-@cli_errors
 def run(
-    model: Annotated[str, typer.Option("--model", "-m", help="Model family: mlp, cnn or transformer.")] = "cnn",
-    preset: Annotated[str | None, typer.Option("--preset", "-p",
+    model: Annotated[Family, typer.Option("--model", "-m", help="Model family.")] = Family("cnn"),
+    preset: Annotated[Preset | None, typer.Option("--preset", "-p",
                                                help="Size preset (default: small on a GPU machine, tiny with --quick or "
                                                     "without a GPU).")] = None,
-    device: Annotated[str, typer.Option(help="auto: the CPU, plus the GPU when there is one; cpu; or cuda "
-                                             "(fails without a GPU).")] = "auto",
+    device: Annotated[RunDevice, typer.Option(help="auto: the CPU, plus the GPU when there is one; cuda fails "
+                                                   "without a GPU.")] = RunDevice("auto"),
     quick: Annotated[bool, typer.Option("--quick", help="A small job: under 3 minutes on a 2-core CPU.")] = False,
     run_name: Annotated[str, typer.Option("--run", help="Run name (default: run-DATE-TIME).")] = "",
-    runs_dir: Annotated[Path | None, typer.Option("--runs-dir", help="Folder of runs (default: ./runs).")] = None,
+    runs_dir: RunsDirOpt = None,
     sweep: Annotated[bool, typer.Option("--sweep/--no-sweep", help=(
         "Sweep training batch sizes and precisions on the CPU (and the GPU) for the training speedup at the same "
-        "configuration and each device at its best; --no-sweep: one fixed-point CPU-vs-GPU compare, as before."))] = True,
+        "configuration and each device at its best; --no-sweep: one fixed-point CPU-vs-GPU compare."))] = True,
     sweep_budget_s: Annotated[float | None, typer.Option("--sweep-budget-s", help=(
         "Seconds the training sweep may take per device (default: 25 with --quick, else 60)."))] = None,
 ) -> None:
@@ -40,7 +39,7 @@ def run(
 
     from trainserve.pipeline import Pipeline, RunConfig, StageEvent
 
-    cfg = RunConfig(model=model, preset=preset, device=device, quick=quick, run=run_name, runs_dir=runs_dir,
+    cfg = RunConfig(model=model.value, preset=preset.value if preset else None, device=device.value, quick=quick, run=run_name, runs_dir=runs_dir,
                     sweep=sweep, sweep_budget_s=sweep_budget_s)
     console = Console()
     started = time.monotonic()

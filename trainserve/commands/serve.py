@@ -7,20 +7,22 @@ from typing import Annotated
 
 import typer
 
-from trainserve.core.errors import UserError, cli_errors
+from trainserve.commands.choices import ServeDevice
 
 
-@cli_errors
 def serve(
     model_repository: Annotated[
         Path, typer.Option("--model-repository", help="Triton-layout model repository: <model>/{config.pbtxt, <version>/model.onnx}.")
     ],
-    device: Annotated[str, typer.Option(help="cpu, or cuda (CUDA execution provider; refuses to start on a CPU fallback).")] = "cpu",
+    device: Annotated[ServeDevice, typer.Option(help=(
+        "cuda: the CUDA execution provider (refuses to start on a CPU fallback)."))] = ServeDevice("cpu"),
     host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 exposes the server beyond this machine.")] = "127.0.0.1",
     http_port: Annotated[int, typer.Option(help="HTTP/REST port; 0 = any free port, -1 = off.")] = 8000,
     grpc_port: Annotated[int, typer.Option(help="gRPC port; 0 = any free port, -1 = off.")] = 8001,
     metrics_port: Annotated[int, typer.Option(help="Prometheus metrics port; 0 = any free port, -1 = off.")] = 8002,
-    threads: Annotated[int, typer.Option(help="onnxruntime intra-op threads per session, unless config.pbtxt sets intra_op_thread_count; 0 = all cores.")] = 0,
+    threads: Annotated[int, typer.Option(help=(
+        "onnxruntime intra-op threads per session when config.pbtxt does not say (intra_op_thread_count); "
+        "0 = the cores divided by the instance count."))] = 0,
     max_queue_size: Annotated[int, typer.Option(help="Requests waiting per model before the server answers 503 / UNAVAILABLE.")] = 1024,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted, in bytes (413 beyond).")] = 64 * 1024 * 1024,
     body_timeout_s: Annotated[float, typer.Option(help=(
@@ -42,15 +44,11 @@ def serve(
     Prints 'trainserve serve: ready http=HOST:PORT grpc=HOST:PORT metrics=HOST:PORT' once serving;
     SIGTERM or Ctrl-C stops taking requests, finishes those in flight and exits 0.
     """
-    from trainserve.serve.server import StartError, run_server
+    from trainserve.serve.server import run_server
 
-    try:
-        run_server(
-            model_repository=model_repository, device=device, host=host, http_port=http_port, grpc_port=grpc_port,
-            metrics_port=metrics_port, threads=threads, max_queue_size=max_queue_size, max_body_bytes=max_body_bytes,
-            max_queue_bytes=max_queue_bytes, queue_timeout_s=queue_timeout_s, body_timeout_s=body_timeout_s,
-            spin=spin, busy_poll_us=busy_poll_us,
-            on_ready=lambda line: typer.echo(line),
-        )
-    except StartError as e:
-        raise UserError(str(e)) from None
+    run_server(  # a StartError (a UserError) becomes one sentence and exit 1, as every command's
+        model_repository=model_repository, device=device.value, host=host, http_port=http_port, grpc_port=grpc_port,
+        metrics_port=metrics_port, threads=threads, max_queue_size=max_queue_size, max_body_bytes=max_body_bytes,
+        max_queue_bytes=max_queue_bytes, queue_timeout_s=queue_timeout_s, body_timeout_s=body_timeout_s,
+        spin=spin, busy_poll_us=busy_poll_us, on_ready=lambda line: typer.echo(line),
+    )

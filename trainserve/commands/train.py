@@ -7,16 +7,26 @@ from typing import Annotated
 
 import typer
 
-from trainserve.core.errors import UserError, cli_errors
+from trainserve.commands.choices import (
+    Family,
+    LrScale,
+    Placement,
+    Precision,
+    Preset,
+    RunsDirOpt,
+    SweepDevice,
+    TrainDevice,
+)
+from trainserve.core.errors import UserError
 
-ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model family: mlp, cnn or transformer.")]
-PresetOpt = Annotated[str, typer.Option("--preset", "-p", help="Size preset: tiny, small or base.")]
-PrecisionOpt = Annotated[str, typer.Option(help="fp32, bf16 or fp16 (autocast; fp16 adds a GradScaler).")]
+ModelOpt = Annotated[Family, typer.Option("--model", "-m", help="Model family.")]
+PresetOpt = Annotated[Preset, typer.Option("--preset", "-p", help="Size preset.")]
+PrecisionOpt = Annotated[Precision, typer.Option(help="Autocast precision; fp16 adds a GradScaler.")]
 BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per optimizer step.")]
 EpochsOpt = Annotated[int, typer.Option(help="Epochs to train (the total, also with --resume).")]
 StepsOpt = Annotated[int | None, typer.Option(help="Total optimizer steps; overrides --epochs.")]
 LrOpt = Annotated[float, typer.Option(help="AdamW learning rate (before --lr-scale).")]
-LrScaleOpt = Annotated[str, typer.Option(help="none, or linear: lr * batch-size / 256.")]
+LrScaleOpt = Annotated[LrScale, typer.Option(help="none, or linear: lr * batch-size / 256.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed for weights, synthetic data and data order.")]
 WorkersOpt = Annotated[int | None, typer.Option(help="DataLoader worker processes (auto: 0 on CPU, up to 4 on CUDA).")]
 CompileOpt = Annotated[bool, typer.Option("--compile/--no-compile", help="torch.compile the model.")]
@@ -26,20 +36,19 @@ WarmupOpt = Annotated[int, typer.Option(help="Steps left out of step-time statis
 SyncOpt = Annotated[bool, typer.Option("--sync-timing/--event-timing",
                                        help="CUDA: synchronise after every step instead of timing with CUDA events.")]
 RunOpt = Annotated[str, typer.Option(help="Run name: artifacts go to RUNS_DIR/RUN/train.")]
-RunsDirOpt = Annotated[Path | None, typer.Option(help="Folder of runs (default: ./runs, or $TRAINSERVE_RUNS).")]
 
 
-@cli_errors
 def train(
-    model: ModelOpt = "cnn",
-    preset: PresetOpt = "tiny",
-    device: Annotated[str, typer.Option(help="cpu, cuda or auto; 'cpu,cuda' trains on both (trainserve compare).")] = "auto",
-    precision: PrecisionOpt = "fp32",
+    model: ModelOpt = Family("cnn"),
+    preset: PresetOpt = Preset("tiny"),
+    device: Annotated[TrainDevice, typer.Option(help=(
+        "auto: cuda when a GPU is visible, else cpu; cpu,cuda trains on both (trainserve compare)."))] = TrainDevice("auto"),
+    precision: PrecisionOpt = Precision("fp32"),
     batch_size: BatchOpt = 64,
     epochs: EpochsOpt = 3,
     steps: StepsOpt = None,
     lr: LrOpt = 1e-3,
-    lr_scale: LrScaleOpt = "none",
+    lr_scale: LrScaleOpt = LrScale("none"),
     seed: SeedOpt = 0,
     workers: WorkersOpt = None,
     compile: CompileOpt = False,
@@ -47,10 +56,10 @@ def train(
     samples: SamplesOpt = 2048,
     warmup_steps: WarmupOpt = 5,
     sync_timing: SyncOpt = False,
-    data_placement: Annotated[str, typer.Option(help=(
-        "auto, host (DataLoader workers, pinned memory, async copies) or device (the training split kept on "
+    data_placement: Annotated[Placement, typer.Option(help=(
+        "host (DataLoader workers, pinned memory, async copies) or device (the training split kept on "
         "the device, batches gathered there); auto keeps it on the GPU when it takes < 25% of free memory "
-        "and --workers is not given."))] = "auto",
+        "and --workers is not given."))] = Placement("auto"),
     run: RunOpt = "default",
     runs_dir: RunsDirOpt = None,
     resume: Annotated[bool, typer.Option("--resume", help="Continue from RUN's checkpoint, exactly.")] = False,
@@ -66,21 +75,22 @@ def train(
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
     from trainserve.train import distributed, launch
 
-    if (rc := launch.relaunch(nproc, device)) is not None:  # --nproc: this command again, under torchrun
+    if (rc := launch.relaunch(nproc, device.value)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
     from trainserve.train.config import TrainConfig
     from trainserve.core.runs import run_dir
 
-    devices = [d.strip() for d in device.split(",")]
-    cfg = TrainConfig(model=model, preset=preset, device=devices[0], precision=precision, batch_size=batch_size,
-                      epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale, seed=seed, workers=workers,
-                      compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
-                      sync_timing=sync_timing, find_max_batch=find_max_batch, data_placement=data_placement)
+    devices = device.value.split(",")
+    cfg = TrainConfig(model=model.value, preset=preset.value, device=devices[0], precision=precision.value,
+                      batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale.value, seed=seed,
+                      workers=workers, compile=compile, dataset=dataset, samples=samples,
+                      warmup_steps=warmup_steps, sync_timing=sync_timing, find_max_batch=find_max_batch,
+                      data_placement=data_placement.value)
     root = run_dir(run, runs_dir, writable=True)
     if len(devices) > 1:
-        if sorted(devices) != ["cpu", "cuda"] or resume:
-            raise UserError(f"--device {device!r} is invalid; give one of cpu, cuda, auto, or 'cpu,cuda' "
-                            "(without --resume) to compare the two")
+        if resume:
+            raise UserError(f"--device {device.value} trains a fresh run on both devices to compare them; "
+                            "drop --resume, or resume one device at a time")
         _compare(cfg, root)
         return
     from trainserve.core.card import CHECKPOINT_NAME
@@ -106,16 +116,15 @@ def train(
 SweepOpt = Annotated[bool, typer.Option("--sweep/--no-sweep", help=(
     "Sweep batch sizes and precisions on each device (one line per point) and report the GPU speedup at the same "
     "configuration and with each device at its best; --no-sweep trains once per device at --batch-size and "
-    "--precision, as before."))]
+    "--precision."))]
 SweepBudgetOpt = Annotated[float, typer.Option("--sweep-budget-s", help=(
     "Seconds the sweep may take on each device; the point that would overrun it is skipped and recorded."))]
 
 
-@cli_errors
 def compare(
-    model: ModelOpt = "cnn",
-    preset: PresetOpt = "tiny",
-    precision: PrecisionOpt = "fp32",
+    model: ModelOpt = Family("cnn"),
+    preset: PresetOpt = Preset("tiny"),
+    precision: PrecisionOpt = Precision("fp32"),
     batch_size: BatchOpt = 64,
     epochs: EpochsOpt = 1,
     steps: StepsOpt = None,
@@ -130,8 +139,8 @@ def compare(
     runs_dir: RunsDirOpt = None,
     sweep: SweepOpt = True,
     sweep_budget_s: SweepBudgetOpt = 60.0,
-    device: Annotated[str, typer.Option(help=(
-        "With --sweep: auto (the CPU, plus the GPU when there is one), cpu, cuda, or 'cpu,cuda'."))] = "auto",
+    device: Annotated[SweepDevice, typer.Option(help=(
+        "With --sweep: auto (the CPU, plus the GPU when there is one), or the devices named."))] = SweepDevice("auto"),
 ) -> None:
     """Train the same model on CPU and on CUDA and compare them.
 
@@ -142,16 +151,17 @@ def compare(
     from trainserve.train.config import TrainConfig
     from trainserve.core.runs import run_dir
 
-    cfg = TrainConfig(model=model, preset=preset, device="cpu", precision=precision, batch_size=batch_size,
-                      epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers, compile=compile,
-                      dataset=dataset, samples=samples, warmup_steps=warmup_steps)
+    cfg = TrainConfig(model=model.value, preset=preset.value, device="cpu", precision=precision.value,
+                      batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers,
+                      compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps)
     if sweep:
         from trainserve.commands._sweep_view import run_sweeps
 
-        run_sweeps(cfg, device, sweep_budget_s, run_dir(run, runs_dir, writable=True))
+        run_sweeps(cfg, device.value, sweep_budget_s, run_dir(run, runs_dir, writable=True))
         return
-    if device != "auto":
-        raise UserError(f"--device {device!r} needs --sweep; without it compare trains on both the CPU and the GPU")
+    if device.value != "auto":
+        raise UserError(f"--device {device.value!r} needs --sweep; without it compare trains on both the CPU and "
+                        "the GPU")
     _compare(cfg, run_dir(run, runs_dir, writable=True))
 
 

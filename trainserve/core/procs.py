@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import trainserve
+
 log = logging.getLogger(__name__)
 
 STOP_GRACE_S = 10.0  # SIGTERM, then this long to exit, then SIGKILL
@@ -107,20 +109,40 @@ def _tee(proc: subprocess.Popen, logf, lines: list[str]) -> None:
 
 def stop(child: Child, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM the child's whole process group, wait, then SIGKILL what is left."""
-    proc = child.proc
+    stop_group(child.proc, child.name, grace_s=grace_s)
+
+
+def stop_group(proc: subprocess.Popen, name: str, sig: int = signal.SIGTERM, grace_s: float = STOP_GRACE_S) -> None:
+    """Stop a process started with start_new_session=True and everything in its process group: `sig`
+    to the group while the leader runs, up to `grace_s` for it to exit, then SIGKILL to the group.
+    Safe to call on a process that has already exited (it then only clears what it left behind)."""
     pgid = proc.pid  # start_new_session: the child leads its own group
     if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, signal.SIGTERM)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
         try:
             proc.wait(timeout=grace_s)
         except subprocess.TimeoutExpired:
-            log.warning("%s did not stop within %.0f s of SIGTERM; killing it", child.name, grace_s)
+            log.warning("%s did not stop within %.0f s of %s; killing it", name, grace_s, signal.Signals(sig).name)
     # the leader may be gone while helpers it started (workers) still run in its group
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signal.SIGKILL)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
+
+
+def source_root() -> Path:
+    """The folder that holds this trainserve package and its stages (train/, serve/, loadtest/)."""
+    return Path(trainserve.__file__).resolve().parents[1]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment for a child Python process that must import this same source tree, even when
+    it is not installed (or another copy is): os.environ with the tree first on PYTHONPATH, plus `extra`."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(source_root()), env.get("PYTHONPATH", "")) if p)
+    env.update(extra)
+    return env
 
 
 def wait_ready(child: Child, timeout_s: float) -> dict[str, str]:

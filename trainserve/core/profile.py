@@ -1,4 +1,4 @@
-"""The one profile record that training and inference both write (DESIGN.md, "One record").
+"""The one profile record that training and inference both write (docs/architecture.md: artifacts).
 
 A run's records live as JSON files (`runs/<run>/train/profile.json`, `runs/<run>/load/<target>.json`)
 and the report lines them up field by field. Units are in the field names: `_ms`, `_bytes`, `_w`,
@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
+from trainserve.core.version import version as trainserve_version
 
 SCHEMA_VERSION = 1
 
@@ -232,7 +233,7 @@ def package_versions(*names: str) -> dict[str, str]:
     """Installed versions of the named distributions (missing ones are left out)."""
     from importlib import metadata
 
-    out = {"trainserve": _own_version()}
+    out = {"trainserve": trainserve_version()}
     for n in names:
         try:
             out[n] = metadata.version(n)
@@ -240,8 +241,3 @@ def package_versions(*names: str) -> dict[str, str]:
             continue
     return out
 
-
-def _own_version() -> str:
-    from trainserve import __version__
-
-    return __version__

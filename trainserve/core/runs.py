@@ -8,8 +8,14 @@ from pathlib import Path
 
 from trainserve.core.errors import UserError
 
-DEFAULT_RUNS_DIR = Path(os.environ.get("TRAINSERVE_RUNS", "runs"))
+RUNS_ENV = "TRAINSERVE_RUNS"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
+
+
+def default_runs_dir() -> Path:
+    """Where runs live unless a command is given --runs-dir: $TRAINSERVE_RUNS, else ./runs (read at each
+    call, so every command, and a test that sets the variable, sees the same folder)."""
+    return Path(os.environ.get(RUNS_ENV, "runs"))
 
 
 def run_dir(run: str, runs_dir: Path | None = None, writable: bool = False) -> Path:
@@ -17,7 +23,7 @@ def run_dir(run: str, runs_dir: Path | None = None, writable: bool = False) -> P
     checked before any work, so a bad --runs-dir never fails only after an epoch of training."""
     if not _NAME.fullmatch(run):  # fullmatch: `$` alone would let a trailing newline through
         raise UserError(f"run name {run!r} is invalid; use letters, digits, '.', '_' and '-' (max 100 characters)")
-    d = Path(runs_dir if runs_dir is not None else DEFAULT_RUNS_DIR) / run
+    d = Path(runs_dir if runs_dir is not None else default_runs_dir()) / run
     if writable:
         _check_writable(d)
     return d

@@ -8,12 +8,13 @@ NVML or without readable RAPL gives nulls, never an error.
         train()
     s.apply(record, samples=n)   # fills record.utilization and record.energy
 
-Cost: one tick makes three NVML calls (utilization, memory, the energy counter; power comes from
-the counter's delta) and reads the CPU times (os.times for this process, /proc/stat, statm), and
-the child-process list is refreshed every 5 s. A first H200 host measured 3.8 ms of CPU per tick
-with four NVML calls and psutil per-process reads; `read_costs()` times each call separately
-(benchmarks/telemetry_check.py records it). The sampler measures its own CPU time (`overhead_*`
-in summary()), so every profile says what measuring cost.
+Cost: one tick makes three NVML calls (utilization, memory, power) and reads the CPU times
+(os.times for this process, /proc/stat, statm). Two reads that can cost milliseconds each are kept
+off most ticks: the NVML energy counter is read at a window's ends and every ENERGY_EVERY_S (10 s),
+and the child-process list is refreshed every CHILDREN_REFRESH_S (5 s). `read_costs()` times each
+call separately (benchmarks/telemetry_check.py records it; the per-call figures are in
+docs/BENCHMARKS.md, "Training resource profile"). The sampler measures its own CPU time
+(`overhead_*` in summary()), so every profile says what measuring cost.
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ GPU_MEM_IN_USE_BYTES = 1 << 30
 # How often the list of child processes (data-loader workers) is refreshed, seconds.
 CHILDREN_REFRESH_S = 5.0
 # Seconds between reads of the NVML energy counter besides window ends (start, mark, stop), which
-# alone give a window's joules. One read took 4.2 ms of CPU on the H200 machine, against ~0.04 ms
-# for everything else a tick reads; at 1 s the sampler cost ~1% of a core, at 10 s ~0.1%.
+# alone give a window's joules. On virtualised GPUs one read can cost milliseconds of CPU, a hundred
+# times the rest of a tick (docs/BENCHMARKS.md, "Training resource profile"), so it is read rarely.
 ENERGY_EVERY_S = 10.0
 
 
@@ -63,8 +64,11 @@ class Sample:
 # ---------------------------------------------------------------- GPU (NVML)
 
 
-class _Nvml:
-    """NVML handle for one device; every read degrades to None instead of raising."""
+class Nvml:
+    """NVML handle for one device; every read degrades to None instead of raising.
+
+    The one wrapper of NVML: the sampler reads through it, and so does the server's /metrics page.
+    """
 
     def __init__(self, index: int) -> None:
         self.handle: Any = None
@@ -96,8 +100,8 @@ class _Nvml:
         """(utilization %, memory used bytes, power W, energy counter J or None when not read).
 
         The energy counter is read only when `energy_due`: on some virtualised GPUs one read costs
-        ~4 ms of CPU (seen on a lent H200, against ~0.01 ms for the other NVML reads), so the sampler
-        reads it at the window's ends and about once a second, not at every tick.
+        milliseconds of CPU, against microseconds for the other NVML reads, so the sampler reads it
+        at the window's ends and every ENERGY_EVERY_S, not at every tick.
         """
         if self.handle is None:
             return None, None, None, None
@@ -123,6 +127,32 @@ class _Nvml:
                 self._energy_ok = False
         return util, mem, power, energy
 
+    def _call(self, fn: str) -> Any:
+        if self.handle is None:
+            return None
+        try:
+            return getattr(self._nv, fn)(self.handle)
+        except Exception:
+            return None
+
+    def memory_bytes(self) -> tuple[int | None, int | None]:
+        """(total, used) device memory in bytes; None where unknown."""
+        info = self._call("nvmlDeviceGetMemoryInfo")
+        return (None, None) if info is None else (int(info.total), int(info.used))
+
+    def power_limit_w(self) -> float | None:
+        limit = self._call("nvmlDeviceGetPowerManagementLimit")
+        return None if limit is None else limit / 1000.0  # mW -> W
+
+    def energy_j(self) -> float | None:
+        """The total-energy counter in joules since the driver loaded (Volta and newer), or None."""
+        energy = self._call("nvmlDeviceGetTotalEnergyConsumption")
+        return None if energy is None else energy / 1000.0  # mJ -> J
+
+    def uuid(self) -> str | None:
+        uuid = self._call("nvmlDeviceGetUUID")
+        return uuid.decode() if isinstance(uuid, bytes) else uuid
+
     def close(self) -> None:
         try:
             self._nv.nvmlShutdown()
@@ -132,7 +162,7 @@ class _Nvml:
 
 def gpu_memory_used_bytes(index: int = 0) -> int | None:
     """Device memory in use by all processes (NVML), or None without NVML/GPU."""
-    nv = _Nvml(index)
+    nv = Nvml(index)
     try:
         return nv.read()[1]
     finally:
@@ -142,7 +172,7 @@ def gpu_memory_used_bytes(index: int = 0) -> int | None:
 
 def gpu_process_memory_bytes(index: int = 0, pid: int | None = None) -> int | None:
     """Device memory held by one process (NVML's per-process accounting), or None if unknown."""
-    nv = _Nvml(index)
+    nv = Nvml(index)
     if not nv.ok:
         return None
     pid = os.getpid() if pid is None else pid
@@ -160,7 +190,7 @@ def gpu_process_memory_bytes(index: int = 0, pid: int | None = None) -> int | No
 
 def gpu_name(index: int = 0) -> str | None:
     """The device's marketing name as NVML reports it (e.g. "NVIDIA H200"), or None."""
-    nv = _Nvml(index)
+    nv = Nvml(index)
     if nv.ok:
         nv.close()
     return nv.name
@@ -306,7 +336,7 @@ def read_costs(gpu_index: int = 0, repeats: int = 20, wall: dict[str, float | No
         "psutil_memory_info": cost("psutil_memory_info", proc.memory_info),
         "rapl_read": cost("rapl_read", _Rapl().read),
     }
-    nv = _Nvml(gpu_index)
+    nv = Nvml(gpu_index)
     if nv.ok:
         m, h = nv._nv, nv.handle
         out |= {"nvml_utilization": cost("nvml_utilization", lambda: m.nvmlDeviceGetUtilizationRates(h)),
@@ -373,7 +403,7 @@ class Sampler:
         self._tick_lock = threading.RLock()  # one reading at a time, so readings stay in counter order
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._gpu: _Nvml | None = None
+        self._gpu: Nvml | None = None
         self._cpu: _Cpu | None = None
         self._rapl: _Rapl | None = None
         self._latest: Sample | None = None
@@ -388,7 +418,7 @@ class Sampler:
     def start(self) -> Sampler:
         if self._thread is not None:
             raise RuntimeError("Sampler.start() called twice; use a new Sampler")
-        self._gpu = _Nvml(self.gpu_index)
+        self._gpu = Nvml(self.gpu_index)
         self._cpu = _Cpu(self.pid, self.include_children)
         self._rapl = _Rapl()
         self._t0 = time.monotonic()

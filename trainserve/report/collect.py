@@ -1,4 +1,4 @@
-"""Find every profile record of a run (DESIGN.md: a JSON object with "schema_version" and "phase").
+"""Find every profile record of a run (docs/architecture.md: a JSON object with "schema_version" and "phase").
 
 Records are read from `train/`, `compare/`, `load/`, `limits/` and `sweep/` of the run folder, recursively.
 A file that is not a record (Locust CSV stats, history.json, speedup.json, a sweep's index.json) is skipped
