@@ -98,7 +98,7 @@ def test_a_body_in_pieces_and_errors_keep_the_connection(server):
         assert json.loads(body)["error"].startswith(f"{HEADER} must be an integer")
         c.sock.sendall(_infer_request(x, "/v2/models/nope/infer"))
         status, _, body = c.answer()
-        assert status == 404 and json.loads(body) == {"error": "Request for unknown model: 'nope' is not found"}
+        assert status == 400 and json.loads(body) == {"error": "Request for unknown model: 'nope' is not found"}
         c.sock.sendall(_infer_request(x))
         assert c.answer()[0] == 200
     finally:
