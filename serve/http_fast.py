@@ -272,6 +272,9 @@ class FastConnection(asyncio.BufferedProtocol):
 
     def _parse_head(self, head: bytes) -> tuple[str, str, str | None, int] | None:
         """(model, version, Inference-Header-Content-Length, Content-Length) of a request this path answers."""
+        # Hand-written, not httptools: llhttp driven through its Python callbacks took 1.24-1.42x as long per
+        # head (docs/BENCHMARKS.md, "Request-head parsing: hand-written vs httptools"). Anything this
+        # parser is unsure of goes to aiohttp, whose own parser answers it.
         lines = head.split(b"\r\n")
         request_line = lines[0].split(b" ")
         if len(request_line) != 3 or request_line[0] != b"POST" or request_line[2] != b"HTTP/1.1":
