@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 # The extension name trainserve's embedded server lists in its server metadata, besides the name "triton"
 # it shares with NVIDIA Triton: part of the protocol between the stages (serve/core.py sends it; a test

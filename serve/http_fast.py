@@ -27,8 +27,8 @@ from typing import Protocol
 import numpy as np
 from aiohttp.http import SERVER_SOFTWARE
 
-from serve import heap
-from serve.errors import RequestTimeout, ServeError, TooManyConnections
+from trainserve.serve import heap
+from trainserve.serve.errors import RequestTimeout, ServeError, TooManyConnections
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from loadtest.model_info import EMBEDDED_EXTENSION, ModelInfo, fetch_model_info
+from trainserve.loadtest.model_info import EMBEDDED_EXTENSION, ModelInfo, fetch_model_info
 from tests.serve.conftest import ThreadServer
 from tests.serve.tiny_models import make_repository
 
