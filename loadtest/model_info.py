@@ -15,6 +15,11 @@ import numpy as np
 
 from trainserve.core.errors import UserError
 
+# The extension name trainserve's embedded server lists in its server metadata, besides the name "triton"
+# it shares with NVIDIA Triton: part of the protocol between the stages (serve/core.py sends it; a test
+# checks both sides agree).
+EMBEDDED_EXTENSION = "trainserve"
+
 DYNAMIC_DIM = 16  # size given to a variable non-batch dimension (e.g. a sequence length)
 
 
@@ -34,12 +39,27 @@ class ModelInfo:
     device: str = "cpu"  # "cuda" when the first instance_group is KIND_GPU
     server_name: str = ""
     server_version: str = ""
+    server_extensions: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)
 
     @property
     def backend(self) -> str:
-        """'triton' for NVIDIA Triton, 'onnxruntime' for the embedded server (and stand-ins)."""
-        return "triton" if self.server_name == "triton" else "onnxruntime"
+        """'triton' for NVIDIA Triton, 'onnxruntime' for the embedded server (and stand-ins).
+
+        The embedded server also calls itself "triton" (for programs written against Triton); it lists the
+        extension "trainserve", which Triton never does.
+        """
+        return "triton" if self.server_name == "triton" and not self.embedded else "onnxruntime"
+
+    @property
+    def embedded(self) -> bool:
+        """True for trainserve's embedded server."""
+        return EMBEDDED_EXTENSION in self.server_extensions
+
+    @property
+    def server_label(self) -> str:
+        """The server as a report names it: 'trainserve' for the embedded one, else what it calls itself."""
+        return "trainserve" if self.embedded else self.server_name
 
     def request_shape(self, spec: TensorSpec, batch: int) -> list[int]:
         dims = list(spec.shape)
@@ -107,6 +127,7 @@ def fetch_model_info(url: str, model: str, protocol: str, timeout_s: float = 5.0
         device="cuda" if groups[0].get("kind") == "KIND_GPU" else "cpu",
         server_name=str(server.get("name", "")),
         server_version=str(server.get("version", "")),
+        server_extensions=[str(e) for e in server.get("extensions", []) or []],
         config=config,
     )
 

@@ -222,7 +222,7 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
                        "metrics_url": config.metrics_url, "locust_exit_code": returncode}
     cpu = gen.get("cpu_s")
     record.extra = {
-        "server": {"name": info.server_name, "version": info.server_version, "metrics": server,
+        "server": {"name": info.server_label, "version": info.server_version, "metrics": server,
                    "instance_group": info.config.get("instance_group"),
                    "max_batch_size": info.max_batch_size},
         "load_generator": {**gen, "requests_per_cpu_s": round(ok / cpu, 1) if cpu else None},

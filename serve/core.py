@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -34,10 +35,15 @@ from trainserve.core.version import version as trainserve_version
 
 log = logging.getLogger(__name__)
 
-SERVER_NAME = "trainserve"
-SERVER_VERSION = trainserve_version()  # reported by server metadata
-# Triton's extension names that this server implements (reported by server metadata)
-EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "model_repository")
+# Programs written for Triton check the server metadata's name; trainserve's own version goes in `version`.
+SERVER_NAME = "triton"
+SERVER_VERSION = trainserve_version()
+# Tells this server apart from NVIDIA Triton (loadtest/model_info.py reads it): an extension name that
+# Triton never reports and its clients ignore.
+EMBEDDED_EXTENSION = "trainserve"
+# Triton's extension names that this server implements (reported by server metadata), then the marker above
+EXTENSIONS = ("binary_tensor_data", "statistics", "model_configuration", "model_repository", EMBEDDED_EXTENSION)
+_VERSION_PREFIX = re.compile(r"\s*[+-]?\d+")  # what C's strtol (Triton's std::stol) reads of a version string
 
 
 @dataclass(frozen=True)
@@ -200,15 +206,16 @@ class ServerCore:
 
     def entry(self, name: str, version: str = "") -> ModelEntry:
         """The registry entry; version "" means the latest ready one. NotFound when unknown."""
+        # Status codes and wording as Triton's (docs/serving.md, "Errors as Triton words them")
         versions = self._entries.get(name)
         if versions is None:
-            raise NotFound(f"Request for unknown model: '{name}' is not found")
+            raise InvalidArgument(f"Request for unknown model: '{name}' is not found")
         if not version:
             latest = self._latest.get(name)
             if latest is None:
-                reason = "; ".join(e.reason for e in versions.values() if e.reason)
-                raise Unavailable(f"Request for unknown model: '{name}' has no available versions" + (f": {reason}" if reason else ""))
+                raise NotFound(f"Request for unknown model: '{name}' has no available versions")
             return versions[latest]
+        version = parse_version(version)
         entry = versions.get(version)
         if entry is None:
             raise NotFound(f"Request for unknown model: '{name}' version {version} is not found")
@@ -224,7 +231,7 @@ class ServerCore:
         """The ready LoadedModel; NotFound for unknown, Unavailable (with the load error) for not ready."""
         entry = self.entry(name, version)
         if entry.model is None:
-            raise Unavailable(f"Request for unknown model: '{name}' version {version} is not at ready state: {entry.reason}")
+            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
         return entry.model
 
     def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
@@ -267,7 +274,7 @@ class ServerCore:
         entry = self.entry(name, version)
         model = entry.model
         if model is None or entry.batcher is None:
-            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state: {entry.reason}")
+            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
         if not self._accepting:
             raise Unavailable("Server is not ready: it is shutting down")
         try:
@@ -307,6 +314,24 @@ def _read_model(model_dir: Path) -> tuple[object, list[str]]:
     return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]
 
 
+def parse_version(text: str) -> str:
+    """A requested version string as Triton reads it (std::stol: leading digits count, the rest is ignored),
+    as the version folder name; InvalidArgument with Triton's wording when it is not a number >= 0."""
+    m = _VERSION_PREFIX.match(text)
+    if m is None or abs(int(m.group())) >= 2**63:
+        raise InvalidArgument(f"failed to get model version from specified version string '{text}' (details: stol), "
+                              "version should be an integral value > 0")
+    number = int(m.group())
+    if number < 0:
+        raise InvalidArgument(f"invalid model version specified '{text}' , version should be an integral value > 0")
+    return str(number)
+
+
+def _names(names: Iterable[str]) -> str:
+    """A list of names as Triton prints it: ['a','b']."""
+    return "[" + ",".join(f"'{n}'" for n in names) + "]"
+
+
 def _shape_str(shape: Iterable[int]) -> str:
     return "[" + ",".join(str(d) for d in shape) + "]"
 
@@ -321,7 +346,7 @@ def _validate(model: LoadedModel, inputs: dict[str, np.ndarray], outputs: list[s
         missing = [t.name for t in model.inputs if t.name not in inputs]
         raise InvalidArgument(
             f"expected {len(model.inputs)} inputs but got {len(inputs)} inputs for model '{name}'. "
-            f"Got input(s) {sorted(inputs)}, but missing required input(s) {missing}. "
+            f"Got input(s) {_names(sorted(inputs))}, but missing required input(s) {_names(missing)}. "
             "Please provide all required input(s)."
         )
     rows = 1

@@ -25,7 +25,8 @@ class InvalidArgument(ServeError):
 
 
 class NotFound(ServeError):
-    """Unknown model or version (HTTP 404, gRPC NOT_FOUND)."""
+    """Unknown version, or no version available (HTTP 404, gRPC NOT_FOUND); an unknown model is an
+    InvalidArgument, as in Triton."""
 
     http_status = 404
     grpc_code = "NOT_FOUND"
@@ -50,11 +51,46 @@ class Unavailable(ServeError):
 
 
 class Unsupported(ServeError):
-    """A protocol feature this server does not implement (HTTP 400, gRPC UNIMPLEMENTED)."""
+    """A protocol feature this server does not implement (HTTP 501 and gRPC UNIMPLEMENTED, as Triton maps
+    its UNSUPPORTED errors: src/http_server.cc HttpCodeFromError)."""
 
-    http_status = 400
+    http_status = 501
     grpc_code = "UNIMPLEMENTED"
 
 
 class Internal(ServeError):
     """The model failed while running (HTTP 500, gRPC INTERNAL)."""
+
+
+class RequestTimeout(ServeError):
+    """A request's head or body did not arrive in time: HTTP 408, and the connection is closed (its rest
+    would be read as the next request)."""
+
+    http_status = 408
+    grpc_code = "DEADLINE_EXCEEDED"
+
+    def __init__(self, timeout_s: float) -> None:
+        super().__init__(f"the request body did not arrive within {timeout_s:g} s; send it whole, or raise "
+                         "--body-timeout-s")
+
+
+class TooLarge(ServeError):
+    """A request body over --max-body-bytes (HTTP 413)."""
+
+    http_status = 413
+    grpc_code = "RESOURCE_EXHAUSTED"
+
+    def __init__(self, size: int | None, limit: int) -> None:
+        what = f"{size} bytes" if size is not None else "more bytes"
+        super().__init__(f"request body of {what} exceeds the server's limit of {limit} bytes (--max-body-bytes)")
+
+
+class TooManyConnections(ServeError):
+    """The HTTP server already holds --max-connections connections (HTTP 503, then the connection closes)."""
+
+    http_status = 503
+    grpc_code = "UNAVAILABLE"
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"the server already holds its limit of {limit} connections (--max-connections); "
+                         "retry later, or close idle connections")

@@ -93,7 +93,9 @@ def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
         shape = list(tensor.shape)
         if raw:
             if tensor.HasField("contents"):
-                raise CodecError(f"input '{name}' has both typed contents and raw_input_contents; send one")
+                # Triton's wording (src/grpc/infer_handler.cc)
+                raise CodecError(f"contents field must not be specified when using raw_input_contents for '{name}' "
+                                 f"for model '{request.model_name}'")
             inputs[name] = decode_raw(raw[i], tensor.datatype, shape, name)
         else:
             inputs[name] = decode_contents(tensor.contents, tensor.datatype, shape, name)

@@ -17,8 +17,8 @@ from aiohttp import web
 
 from trainserve.serve import kserve
 from trainserve.serve.core import ServerCore
-from trainserve.serve.errors import InvalidArgument, MethodNotAllowed, NotFound, ServeError, Unsupported
-from trainserve.serve.http_fast import KEEPALIVE_S, FastConnection
+from trainserve.serve.errors import InvalidArgument, MethodNotAllowed, NotFound, RequestTimeout, ServeError, TooLarge, Unsupported
+from trainserve.serve.http_fast import KEEPALIVE_S, ConnectionTable, FastConnection
 from trainserve.serve.server import ServerOptions
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,8 @@ _INT64_CONFIG_KEYS = {"dims", "max_queue_delay_microseconds", "default_timeout_m
 
 def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> HttpFrontEnd:
     """The hook serve/server.py calls (see its module docstring)."""
-    return HttpFrontEnd(core, host, port, options.max_body_bytes, options.drain_timeout_s, options.body_timeout_s)
+    return HttpFrontEnd(core, host, port, options.max_body_bytes, options.drain_timeout_s, options.body_timeout_s,
+                        options.max_connections)
 
 
 def _json(obj, status: int = 200) -> web.Response:
@@ -43,7 +44,7 @@ def _json(obj, status: int = 200) -> web.Response:
 def _error(e: ServeError) -> web.Response:
     headers = {"Allow": e.allow} if isinstance(e, MethodNotAllowed) else None
     response = web.Response(body=kserve.error_body(e.message), status=e.http_status, content_type=JSON, headers=headers)
-    if isinstance(e, _BodyTimeout):
+    if isinstance(e, RequestTimeout):
         response.force_close()  # the rest of that body may still come: the connection cannot be reused
     return response
 
@@ -81,8 +82,8 @@ class HttpFrontEnd:
     name = "http"
 
     def __init__(self, core: ServerCore, host: str, port: int, max_body_bytes: int, drain_timeout_s: float = 30.0,
-                 body_timeout_s: float = 30.0) -> None:
-        self.body_timeout_s = body_timeout_s  # a body still arriving this long after its head: 408
+                 body_timeout_s: float = 30.0, max_connections: int = 1024) -> None:
+        self.body_timeout_s = body_timeout_s  # a head or body still arriving this long after it began: 408
         self.core = core
         self.drain_timeout_s = drain_timeout_s
         self.host = host
@@ -91,7 +92,7 @@ class HttpFrontEnd:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task | None = None
-        self.connections: set[FastConnection] = set()  # open connections on the lean infer path
+        self.connections = ConnectionTable(max_connections, body_timeout_s, KEEPALIVE_S)
 
     async def start(self) -> int:
         app = web.Application(client_max_size=self.max_body_bytes)
@@ -106,17 +107,18 @@ class HttpFrontEnd:
         # to aiohttp's handler (what TCPSite would have listened with).
         aiohttp_handler = self._runner.server
         loop = asyncio.get_running_loop()
+        table = self.connections
         self._server = await loop.create_server(
-            lambda: FastConnection(self, aiohttp_handler), self.host, self.port, reuse_address=True, backlog=128
+            lambda: FastConnection(self, table, aiohttp_handler), self.host, self.port, reuse_address=True, backlog=128
         )
-        self._sweeper = loop.create_task(self._close_idle_connections())
+        self._sweeper = loop.create_task(table.sweep())
         return self._server.sockets[0].getsockname()[1]  # the bound socket tells the ephemeral port
 
     async def stop(self, grace_s: float) -> None:
         if self._server is not None:
             self._server.close()  # stop listening
             self._sweeper.cancel()
-        for conn in list(self.connections):
+        for conn in list(self.connections.fast):
             conn.close_when_idle()
         # aiohttp's connections: waits up to shutdown_timeout (drain_timeout_s) for running handlers, then closes
         cleanup = self._runner.cleanup() if self._runner is not None else asyncio.sleep(0)
@@ -125,21 +127,11 @@ class HttpFrontEnd:
     async def _drain_fast_connections(self) -> None:
         """Wait (up to drain_timeout_s) for the lean path's answers in flight, then close what is left."""
         deadline = time.monotonic() + self.drain_timeout_s
-        while any(c.busy for c in self.connections) and time.monotonic() < deadline:
+        while any(c.busy for c in self.connections.fast) and time.monotonic() < deadline:
             await asyncio.sleep(0.01)
-        for conn in list(self.connections):
+        for conn in list(self.connections.fast):
             if conn.transport is not None:
                 conn.transport.close()
-
-    async def _close_idle_connections(self) -> None:
-        """Close lean-path keep-alive connections idle for longer than KEEPALIVE_S, as aiohttp does its own."""
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(KEEPALIVE_S / 4)
-            idle_since = loop.time() - KEEPALIVE_S
-            for conn in list(self.connections):
-                if not conn.busy and conn.last_active < idle_since:
-                    conn.close_when_idle()
 
     def error_body(self, e: ServeError) -> bytes:
         return kserve.error_body(e.message)
@@ -243,13 +235,14 @@ class HttpFrontEnd:
 
     async def _read_body(self, request: web.Request) -> bytes:
         if request.content_length is not None and request.content_length > self.max_body_bytes:
-            raise _TooLarge(request.content_length, self.max_body_bytes)
+            raise TooLarge(request.content_length, self.max_body_bytes)
         try:
             body = await asyncio.wait_for(request.read(), self.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
-            raise _TooLarge(None, self.max_body_bytes) from None
+            raise TooLarge(None, self.max_body_bytes) from None
         except asyncio.TimeoutError:
-            raise _BodyTimeout(self.body_timeout_s) from None
+            self.connections.trim_due = True  # what arrived of the body is freed; the sweeper trims the heap
+            raise RequestTimeout(self.body_timeout_s) from None
         # aiohttp already undid a gzip/deflate Content-Encoding, and counted the limit on the inflated bytes
         return body
 
@@ -265,22 +258,3 @@ class HttpFrontEnd:
         # compressing costs more CPU than loopback bytes.
         return web.Response(body=payload, status=200, headers=headers, content_type=content_type)
 
-
-class _BodyTimeout(ServeError):
-    """The body did not arrive in time: 408, and the connection is closed (its rest would be garbage)."""
-
-    http_status = 408
-    grpc_code = "DEADLINE_EXCEEDED"
-
-    def __init__(self, timeout_s: float) -> None:
-        super().__init__(f"the request body did not arrive within {timeout_s:g} s; send it whole, or raise "
-                         "--body-timeout-s")
-
-
-class _TooLarge(ServeError):
-    http_status = 413
-    grpc_code = "RESOURCE_EXHAUSTED"
-
-    def __init__(self, size: int | None, limit: int) -> None:
-        what = f"{size} bytes" if size is not None else "more bytes"
-        super().__init__(f"request body of {what} exceeds the server's limit of {limit} bytes (--max-body-bytes)")

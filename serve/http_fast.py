@@ -22,25 +22,13 @@ import time
 from collections.abc import Callable
 from email.utils import formatdate
 from http import HTTPStatus
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from aiohttp.http import SERVER_SOFTWARE
 
-from trainserve.serve.errors import ServeError
-
-
-
-class InferFrontEnd(Protocol):
-    """What this protocol needs of the HTTP front end (serve/http.py's HttpFrontEnd), which imports this module."""
-
-    connections: set[Any]
-    max_body_bytes: int
-
-    async def infer_payload(self, model: str, version: str, header_length: str | None,
-                            body: bytes | bytearray | memoryview) -> tuple[bytes, int | None]: ...
-
-    def error_body(self, error: ServeError) -> bytes: ...
+from trainserve.serve import heap
+from trainserve.serve.errors import RequestTimeout, ServeError, TooManyConnections
 
 log = logging.getLogger(__name__)
 
@@ -48,9 +36,88 @@ MAX_HEAD_BYTES = 16384  # a request head longer than this goes to aiohttp (which
 SCRATCH_BYTES = 16384  # per-connection receive buffer for heads and the small bodies that arrive with them, bytes
 PAUSE_BYTES = 1 << 20  # stop reading a connection that sends this much ahead of its answers, bytes
 KEEPALIVE_S = 75.0  # an idle keep-alive connection is closed after this long, seconds (aiohttp's default)
+REFUSED_LOG_EVERY_S = 10.0  # at most one log line per this many seconds about refused connections
 _HANDOVER_HEADERS = (b"transfer-encoding", b"expect", b"upgrade")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _INTERNAL_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
+_CLOSE = b"Connection: close\r\n"
+
+
+class InferFrontEnd(Protocol):
+    """What the lean path needs from the HTTP front end (serve/http.py's HttpFrontEnd)."""
+
+    max_body_bytes: int
+
+    def error_body(self, e: ServeError) -> bytes: ...
+
+    async def infer_payload(self, model: str, version: str, header_length: str | None,
+                            body: bytes | bytearray | memoryview) -> tuple[bytes, int | None]: ...
+
+
+class ConnectionTable:
+    """Every open HTTP connection of one server: the cap on how many, and the deadlines of those on the lean path.
+
+    Connections handed over to aiohttp leave `fast` but stay counted in `_open` (by transport) until they
+    close: after a hand-over their connection_lost goes to aiohttp, so closed ones are pruned when the
+    cap is reached instead.
+    """
+
+    def __init__(self, max_connections: int, request_timeout_s: float, keepalive_s: float = KEEPALIVE_S) -> None:
+        self.max_connections = max_connections
+        self.request_timeout_s = request_timeout_s  # a request head + body not received within this: 408, close
+        self.keepalive_s = keepalive_s  # an idle connection between requests is closed after this, silently
+        self.fast: set[FastConnection] = set()  # open connections on the lean infer path
+        self._open: set[asyncio.BaseTransport] = set()
+        self.trim_due = False  # a timed-out request dropped a body: give the heap's free memory back
+        self.refused = 0  # connections refused because the cap was reached, since start
+        self._refused_logged = 0
+        self._refused_log_at = 0.0
+
+    def __len__(self) -> int:
+        return sum(1 for t in self._open if not t.is_closing())
+
+    def admit(self, transport: asyncio.BaseTransport) -> bool:
+        """Count a new connection in, or refuse it (False) when the server already holds max_connections."""
+        if len(self._open) >= self.max_connections:
+            self._open = {t for t in self._open if not t.is_closing()}
+            if len(self._open) >= self.max_connections:
+                self.refused += 1
+                now = time.monotonic()
+                if now >= self._refused_log_at:
+                    log.warning("refused %d connection(s): the server holds its limit of %d (--max-connections)",
+                                self.refused - self._refused_logged, self.max_connections)
+                    self._refused_logged, self._refused_log_at = self.refused, now + REFUSED_LOG_EVERY_S
+                return False
+        self._open.add(transport)
+        return True
+
+    def release(self, transport: asyncio.BaseTransport) -> None:
+        self._open.discard(transport)
+
+    async def sweep(self) -> None:
+        """Forever: close lean-path connections past their request deadline (408) or idle past keep-alive (silently)."""
+        loop = asyncio.get_running_loop()
+        # a deadline is enforced within a quarter of itself: one pass over the connections, not a timer per request
+        every = max(0.05, min(self.request_timeout_s, self.keepalive_s) / 4)
+        while True:
+            await asyncio.sleep(every)
+            now = loop.time()
+            late, idle_since = now - self.request_timeout_s, now - self.keepalive_s
+            for conn in list(self.fast):
+                if conn.busy:
+                    continue
+                if conn.waiting_since is not None:
+                    if conn.waiting_since < late:
+                        conn.timed_out(self.request_timeout_s)
+                        self.trim_due = True
+                elif conn.last_active < idle_since:
+                    conn.close_when_idle()
+            if self.trim_due:
+                # bodies of many MiB that never finished would otherwise stay in RSS (glibc keeps freed heap)
+                self.trim_due = False
+                await asyncio.sleep(0)  # let the closes run first
+                heap.trim()
+
 
 _date = [0, b""]
 
@@ -94,8 +161,10 @@ def _infer_target(target: bytes) -> tuple[str, str] | None:
 class FastConnection(asyncio.BufferedProtocol):
     """One client connection: answers infer requests itself until a request needs aiohttp."""
 
-    def __init__(self, frontend: InferFrontEnd, aiohttp_handler: Callable[[], asyncio.Protocol]) -> None:
+    def __init__(self, frontend: InferFrontEnd, table: ConnectionTable,
+                 aiohttp_handler: Callable[[], asyncio.Protocol]) -> None:
         self.frontend = frontend
+        self.table = table
         self._aiohttp_handler = aiohttp_handler
         self.transport: asyncio.Transport | None = None
         self._scratch = bytearray(SCRATCH_BYTES)
@@ -106,17 +175,28 @@ class FastConnection(asyncio.BufferedProtocol):
         self.busy = False  # a request is being answered
         self.closing = False  # close once the answer in flight is written
         self.last_active = 0.0  # loop.time() of the last answer
+        self.waiting_since: float | None = None  # loop.time() since a request (or a new connection) waits for bytes
         self._read_paused = False
         self._write_paused = False
 
     # ------------------------------------------------------------- asyncio callbacks
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
-        self.last_active = asyncio.get_running_loop().time()
-        self.frontend.connections.add(self)
+        if not self.table.admit(transport):
+            # answered before any request is read: a client sees why, not only a reset
+            self.closing = True
+            e = TooManyConnections(self.table.max_connections)
+            transport.write(response_bytes(e.http_status, self.frontend.error_body(e), b"application/json", _CLOSE))
+            transport.close()
+            return
+        # the first request's head is due within the request deadline of the connection's opening
+        self.last_active = self.waiting_since = asyncio.get_running_loop().time()
+        self.table.fast.add(self)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.frontend.connections.discard(self)
+        self.table.fast.discard(self)
+        self.table.release(self.transport)
+        self._body = None
         self.closing = True
 
     def get_buffer(self, sizehint: int) -> memoryview:
@@ -164,6 +244,8 @@ class FastConnection(asyncio.BufferedProtocol):
         if end < 0:
             if len(pending) >= MAX_HEAD_BYTES:
                 self._handover()
+            elif self.waiting_since is None:
+                self.waiting_since = asyncio.get_running_loop().time()  # the head's deadline starts
             return
         request = self._parse_head(bytes(pending[:end]))
         if request is None:
@@ -185,9 +267,14 @@ class FastConnection(asyncio.BufferedProtocol):
             self._body[:have] = memoryview(pending)[start:]
             self._body_got = have
             pending.clear()
+            if self.waiting_since is None:
+                self.waiting_since = asyncio.get_running_loop().time()  # the body's deadline starts
 
     def _parse_head(self, head: bytes) -> tuple[str, str, str | None, int] | None:
         """(model, version, Inference-Header-Content-Length, Content-Length) of a request this path answers."""
+        # Hand-written, not httptools: llhttp driven through its Python callbacks took 1.24-1.42x as long per
+        # head (docs/BENCHMARKS.md, "Request-head parsing: hand-written vs httptools"). Anything this
+        # parser is unsure of goes to aiohttp, whose own parser answers it.
         lines = head.split(b"\r\n")
         request_line = lines[0].split(b" ")
         if len(request_line) != 3 or request_line[0] != b"POST" or request_line[2] != b"HTTP/1.1":
@@ -224,6 +311,7 @@ class FastConnection(asyncio.BufferedProtocol):
 
     def _start(self, body: bytearray | memoryview) -> None:
         self.busy = True
+        self.waiting_since = None
         model, version, header_length = self._request
         asyncio.get_running_loop().create_task(self._answer(model, version, header_length, body))
 
@@ -254,8 +342,13 @@ class FastConnection(asyncio.BufferedProtocol):
             self._next()
 
     def _handover(self) -> None:
-        """From now on aiohttp serves this connection, starting with the bytes not yet parsed."""
-        self.frontend.connections.discard(self)
+        """From now on aiohttp serves this connection, starting with the bytes not yet parsed.
+
+        Relies on asyncio's Transport.set_protocol and on aiohttp's web.Server being a factory of
+        asyncio.Protocol objects (connection_made / data_received); tests/serve/test_http_fast.py pins both.
+        """
+        self.table.fast.discard(self)
+        self.waiting_since = None  # aiohttp's own deadlines take over
         handler = self._aiohttp_handler()
         self.transport.set_protocol(handler)
         handler.connection_made(self.transport)
@@ -266,6 +359,20 @@ class FastConnection(asyncio.BufferedProtocol):
         if pending:
             handler.data_received(pending)
         self.transport = None
+
+    def timed_out(self, timeout_s: float) -> None:
+        """The request deadline passed: 408 if any of the request came, then close; nothing if none came."""
+        transport = self.transport
+        if transport is None or self.closing:
+            return
+        started = self._body is not None or bool(self._pending)
+        self._body = None  # give a partly received body's memory back now
+        self._pending.clear()
+        self.closing = True
+        if started:
+            e = RequestTimeout(timeout_s)
+            transport.write(response_bytes(e.http_status, self.frontend.error_body(e), b"application/json", _CLOSE))
+        transport.close()
 
     def close_when_idle(self) -> None:
         """Shutdown: close now if idle, else right after the answer in flight."""

@@ -131,10 +131,12 @@ def parse_infer_request(body: bytes | bytearray | memoryview, header_length: int
         header = header.tobytes()
     try:
         req = json.loads(header)
+    except json.JSONDecodeError as e:  # Triton's wording (src/http_server.cc); the detail is Python's, not rapidjson's
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {e.msg} at {e.pos}") from None
     except (UnicodeDecodeError, ValueError) as e:
-        raise InvalidArgument(f"failed to parse the request JSON: {e}") from None
+        raise InvalidArgument(f"failed to parse the request JSON buffer: {e}") from None
     except RecursionError:  # arrays or objects nested thousands deep: a request error, not a server fault
-        raise InvalidArgument("failed to parse the request JSON: it is nested too deeply") from None
+        raise InvalidArgument("failed to parse the request JSON buffer: it is nested too deeply") from None
     if not isinstance(req, dict) or not isinstance(req.get("inputs"), list):
         raise InvalidArgument("failed to parse the request JSON: expected an object with an 'inputs' array")
     binary = memoryview(body)[header_length:] if header_length is not None else memoryview(b"")

@@ -57,7 +57,8 @@ class ServerOptions:
     metrics_port: int = 8002  # 0 = ephemeral, -1 = off
     max_body_bytes: int = 64 * 1024 * 1024  # largest request body a front end accepts, bytes
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish, seconds
-    body_timeout_s: float = 30.0  # a request body not fully received this long after its head: 408, seconds
+    body_timeout_s: float = 30.0  # a request head or body not fully received this long after it began: 408, seconds
+    max_connections: int = 1024  # open HTTP connections at most; more are answered 503 and closed
 
     def __post_init__(self) -> None:
         for field_name in ("http_port", "grpc_port", "metrics_port"):
@@ -70,6 +71,8 @@ class ServerOptions:
             raise UserError(f"drain_timeout_s={self.drain_timeout_s} must be >= 0")
         if not self.body_timeout_s > 0:
             raise UserError(f"body_timeout_s={self.body_timeout_s} must be > 0")
+        if self.max_connections < 1:
+            raise UserError(f"max_connections={self.max_connections} must be >= 1")
 
     def port(self, frontend: str) -> int:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}[frontend]
@@ -168,6 +171,7 @@ def run_server(
     max_queue_bytes: int = 256 << 20,
     queue_timeout_s: float = 10.0,
     body_timeout_s: float = 30.0,
+    max_connections: int = 1024,
     spin: bool = False,
     busy_poll_us: int = 1000,
     on_ready: Callable[[str], None] = print,
@@ -180,7 +184,8 @@ def run_server(
             Path(model_repository), device, threads, 1, max_queue_size, max_queue_bytes, queue_timeout_s,
             allow_spinning=spin, busy_poll_us=busy_poll_us,
         )
-        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes, body_timeout_s=body_timeout_s)
+        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes, body_timeout_s=body_timeout_s,
+                                max_connections=max_connections)
     except ValueError as e:
         raise StartError(f"invalid server option: {e}") from None
     core = ServerCore(core_options)

@@ -71,9 +71,9 @@ def test_infer_returns_requested_outputs_of_the_requested_version(core):
 @pytest.mark.parametrize(
     ("model", "version", "inputs", "outputs", "error", "message"),
     [
-        ("nope", "", {}, None, NotFound, "Request for unknown model: 'nope' is not found"),
+        ("nope", "", {}, None, InvalidArgument, "Request for unknown model: 'nope' is not found"),
         ("classifier", "7", {}, None, NotFound, "'classifier' version 7 is not found"),
-        ("broken", "", {}, None, Unavailable, "has no available versions"),
+        ("broken", "", {}, None, NotFound, "has no available versions"),
         ("classifier", "", {"x": np.zeros((1, 4), np.float32)}, None, InvalidArgument, "unexpected inference input 'x'"),
         ("classifier", "", {}, None, InvalidArgument, "expected 1 inputs but got 0 inputs"),
         ("classifier", "", {"input": np.zeros((1, 4), np.float64)}, None, InvalidArgument,

@@ -57,7 +57,7 @@ def x_rows(n: int, seed: int = 0) -> np.ndarray:
 def test_health_and_server_metadata(client):
     assert client.is_server_live() and client.is_server_ready()
     meta = client.get_server_metadata()
-    assert meta.name == "trainserve" and "statistics" in meta.extensions and meta.version
+    assert meta.name == "triton" and "statistics" in meta.extensions and "trainserve" in meta.extensions and meta.version
 
 
 def test_model_ready_and_metadata(client):
@@ -67,10 +67,10 @@ def test_model_ready_and_metadata(client):
     assert meta.versions == ["1", "2"] and meta.platform == "onnxruntime_onnx"
     assert [(t.name, t.datatype, list(t.shape)) for t in meta.inputs] == [("input", "FP32", [-1, 4])]
     assert [t.name for t in meta.outputs] == ["logits", "probs"]
-    assert status_of(lambda: client.get_model_metadata("nope"))[0] == "StatusCode.NOT_FOUND"
+    assert status_of(lambda: client.get_model_metadata("nope"))[0] == "StatusCode.INVALID_ARGUMENT"
     assert status_of(lambda: client.get_model_metadata("classifier", "7"))[0] == "StatusCode.NOT_FOUND"
     code, message = status_of(lambda: client.get_model_metadata("broken"))
-    assert code == "StatusCode.UNAVAILABLE" and "broken" in message
+    assert code == "StatusCode.NOT_FOUND" and "'broken' has no available versions" in message
 
 
 def test_model_config_and_repository_index(client, stub):
@@ -127,8 +127,8 @@ def test_infer_int64_and_bytes(client, stub):
     (lambda: ("classifier", [infer_input("input", x_rows(9))], None), "INVALID_ARGUMENT", "batch-size must be <= 8"),
     (lambda: ("classifier", [infer_input("input", x_rows(1))], [grpcclient.InferRequestedOutput("nope")]),
      "INVALID_ARGUMENT", "unexpected inference output 'nope'"),
-    (lambda: ("nope", [infer_input("input", x_rows(1))], None), "NOT_FOUND", "unknown model: 'nope'"),
-    (lambda: ("broken", [infer_input("input", x_rows(1))], None), "UNAVAILABLE", "broken"),
+    (lambda: ("nope", [infer_input("input", x_rows(1))], None), "INVALID_ARGUMENT", "unknown model: 'nope'"),
+    (lambda: ("broken", [infer_input("input", x_rows(1))], None), "NOT_FOUND", "broken"),
 ])
 def test_bad_requests_get_status_codes_and_server_keeps_serving(client, build, code, fragment):
     model, inputs, outputs = build()
@@ -172,7 +172,7 @@ def test_statistics_count_requests(client):
     assert after.inference_stats.compute_infer.ns > before.inference_stats.compute_infer.ns
     all_stats = client.get_inference_statistics().model_stats
     assert {(s.name, s.version) for s in all_stats} >= {("classifier", "1"), ("classifier", "2"), ("ints", "1")}
-    assert status_of(lambda: client.get_inference_statistics("nope"))[0] == "StatusCode.NOT_FOUND"
+    assert status_of(lambda: client.get_inference_statistics("nope"))[0] == "StatusCode.INVALID_ARGUMENT"
 
 
 def test_stream_infer_answers_every_request_and_reports_errors_in_stream(server):
@@ -211,7 +211,7 @@ def test_asyncio_client_concurrent_requests_each_get_their_rows(server):
             assert after.inference_count - before.inference_count == sum(len(x) for x in xs)
             with pytest.raises(InferenceServerException) as info:
                 await c.get_model_config("nope")
-            assert info.value.status() == "StatusCode.NOT_FOUND"
+            assert info.value.status() == "StatusCode.INVALID_ARGUMENT"
 
     asyncio.run(scenario())
 

@@ -43,7 +43,7 @@ def _raw(server, method: str, path: str, body: bytes = b"", headers: dict | None
 def test_health_and_server_metadata(client):
     assert client.is_server_live() and client.is_server_ready()
     md = client.get_server_metadata()
-    assert md["name"] == "trainserve" and "binary_tensor_data" in md["extensions"]
+    assert md["name"] == "triton" and "binary_tensor_data" in md["extensions"] and "trainserve" in md["extensions"]
 
 
 def test_model_endpoints(client):
@@ -97,13 +97,13 @@ def test_statistics_endpoint(client):
 @pytest.mark.parametrize(
     ("call", "status", "message"),
     [
-        (lambda c: c.infer("nope", [_input(np.ones((1, 4), np.float32))]), "404", "unknown model: 'nope'"),
+        (lambda c: c.infer("nope", [_input(np.ones((1, 4), np.float32))]), "400", "unknown model: 'nope'"),
         (lambda c: c.infer("classifier", [_input(np.ones((1, 4), np.float32))], model_version="9"), "404", "version 9 is not found"),
-        (lambda c: c.infer("broken", [_input(np.ones((1, 4), np.float32))]), "503", "has no available versions"),
+        (lambda c: c.infer("broken", [_input(np.ones((1, 4), np.float32))]), "404", "has no available versions"),
         (lambda c: c.infer("classifier", [_input(np.ones((1, 5), np.float32))]), "400", "unexpected shape for input 'input'"),
         (lambda c: c.infer("classifier", [_input(np.ones((9, 4), np.float32))]), "400", "batch-size must be <= 8"),
-        (lambda c: c.get_model_metadata("nope"), "404", "unknown model"),
-        (lambda c: c.unload_model("classifier"), "400", "not supported"),
+        (lambda c: c.get_model_metadata("nope"), "400", "unknown model"),
+        (lambda c: c.unload_model("classifier"), "501", "not supported"),
     ],
 )
 def test_errors_have_triton_status_and_message(client, call, status, message):
@@ -135,7 +135,7 @@ def test_malformed_and_truncated_bodies_get_400_and_the_server_keeps_serving(ser
     status, body = _raw(server, "GET", "/v2/nothing/here")
     assert status == 404 and "error" in json.loads(body)
     status, body = _raw(server, "POST", "/v2/models/classifier/infer", b'{"inputs": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
-    assert (status, json.loads(body)["error"]) == (400, "failed to parse the request JSON: it is nested too deeply")
+    assert (status, json.loads(body)["error"]) == (400, "failed to parse the request JSON buffer: it is nested too deeply")
     assert client.infer("classifier", [_input(np.ones((1, 4), np.float32))]).as_numpy("logits").shape == (1, 3)
 
 

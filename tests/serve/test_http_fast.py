@@ -98,7 +98,7 @@ def test_a_body_in_pieces_and_errors_keep_the_connection(server):
         assert json.loads(body)["error"].startswith(f"{HEADER} must be an integer")
         c.sock.sendall(_infer_request(x, "/v2/models/nope/infer"))
         status, _, body = c.answer()
-        assert status == 404 and json.loads(body) == {"error": "Request for unknown model: 'nope' is not found"}
+        assert status == 400 and json.loads(body) == {"error": "Request for unknown model: 'nope' is not found"}
         c.sock.sendall(_infer_request(x))
         assert c.answer()[0] == 200
     finally:
@@ -145,3 +145,31 @@ def test_declared_bodies_take_no_memory_before_they_arrive(server):
         _expect_logits(c, x)
     finally:
         c.close()
+
+
+def test_the_aiohttp_interfaces_the_hand_over_relies_on_are_there():
+    """serve/http_fast.py hands a connection to aiohttp by calling, on the object aiohttp's web.Server makes per
+    connection, connection_made(transport) and data_received(bytes), after asyncio's Transport.set_protocol.
+    An aiohttp that changes this fails here with a clear message (pyproject pins the tested range)."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    async def check() -> None:
+        runner = web.AppRunner(web.Application(), handle_signals=False)
+        await runner.setup()
+        try:
+            factory = runner.server
+            assert callable(factory), f"aiohttp {aiohttp.__version__}: AppRunner.server is no longer a protocol factory"
+            handler = factory()
+            assert isinstance(handler, asyncio.Protocol), (
+                f"aiohttp {aiohttp.__version__}: its per-connection handler is no longer an asyncio.Protocol")
+            for name in ("connection_made", "data_received", "connection_lost"):
+                assert callable(getattr(handler, name, None)), (
+                    f"aiohttp {aiohttp.__version__}: its handler lacks {name}(), which the lean path's hand-over calls")
+        finally:
+            await runner.cleanup()
+
+    asyncio.run(check())
+    assert hasattr(asyncio.Transport, "set_protocol")

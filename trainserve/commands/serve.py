@@ -26,8 +26,10 @@ def serve(
     max_queue_size: Annotated[int, typer.Option(help="Requests waiting per model before the server answers 503 / UNAVAILABLE.")] = 1024,
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted, in bytes (413 beyond).")] = 64 * 1024 * 1024,
     body_timeout_s: Annotated[float, typer.Option(help=(
-        "A request body (on aiohttp's path) not fully received this many seconds after its head is answered "
-        "408 and its connection closed."))] = 30.0,
+        "An HTTP request head or body not fully received this many seconds after it began is answered 408 and "
+        "its connection closed."))] = 30.0,
+    max_connections: Annotated[int, typer.Option(help=(
+        "Open HTTP connections at most; a connection beyond it is answered 503 and closed at once."))] = 1024,
     max_queue_bytes: Annotated[int, typer.Option(help="Input bytes waiting per model before the server answers 503 / UNAVAILABLE.")] = 256 << 20,
     queue_timeout_s: Annotated[float, typer.Option(help=(
         "A request still queued after this many seconds is answered 503 / UNAVAILABLE 'Request timeout expired' "
@@ -50,5 +52,5 @@ def serve(
         model_repository=model_repository, device=device.value, host=host, http_port=http_port, grpc_port=grpc_port,
         metrics_port=metrics_port, threads=threads, max_queue_size=max_queue_size, max_body_bytes=max_body_bytes,
         max_queue_bytes=max_queue_bytes, queue_timeout_s=queue_timeout_s, body_timeout_s=body_timeout_s,
-        spin=spin, busy_poll_us=busy_poll_us, on_ready=lambda line: typer.echo(line),
+        max_connections=max_connections, spin=spin, busy_poll_us=busy_poll_us, on_ready=lambda line: typer.echo(line),
     )
