@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from trainserve.errors import UserError
-
-Device = Literal["cpu", "cuda", "auto"]
-Precision = Literal["fp32", "bf16", "fp16"]
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALES = ("none", "linear")
 PLACEMENTS = ("auto", "host", "device")
-LR_REFERENCE_BATCH = 256  # linear scaling rule: lr * batch_size / 256 (Goyal et al.)
+LR_REFERENCE_BATCH = 256  # linear scaling rule: lr * global batch / 256 (Goyal et al.)
+
+
+def scaled_lr(lr: float, per_rank_batch: int, world_size: int, rule: str) -> float:
+    """The learning rate after `rule`: "linear" scales by the GLOBAL batch (per_rank_batch * world_size) / 256."""
+    if rule in ("none", "", None):
+        return lr
+    if rule != "linear":
+        raise UserError(f"--lr-scale {rule!r} is unknown; choose none or linear")
+    return lr * per_rank_batch * world_size / LR_REFERENCE_BATCH
 
 
 def _check(cond: bool, field: str, value: Any, allowed: str) -> None:
@@ -69,10 +75,8 @@ class TrainConfig:
 
     @property
     def effective_lr(self) -> float:
-        """The learning rate the optimizer gets, after the scaling rule."""
-        if self.lr_scale == "linear":
-            return self.lr * self.batch_size / LR_REFERENCE_BATCH
-        return self.lr
+        """The learning rate the optimizer gets in a 1-process run (under DDP: distributed.finish)."""
+        return scaled_lr(self.lr, self.batch_size, 1, self.lr_scale)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

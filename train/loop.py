@@ -23,7 +23,8 @@ from train.data import Splits, load_splits
 from train.gc_control import StepGC
 from train.device import autocast, check_precision, grad_scaler, resolve_device
 from train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
-from train.measure import MemoryTracker, StepTimer, tensor_bytes
+from train.measure import StepTimer
+from train.memory import MemoryTracker, tensor_bytes
 from train.step import train_step
 from train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.errors import UserError

@@ -9,7 +9,8 @@ from typing import Any
 from train.config import TrainConfig
 from train.data import Splits
 from train.device import device_name
-from train.measure import MemoryTracker, StepTimes
+from train.measure import StepTimes
+from train.memory import MemoryTracker, analytic_estimate
 from trainserve import bounds
 from trainserve.profile import LatencyStats, ProfileRecord, host_info, package_versions
 
@@ -135,8 +136,6 @@ def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) 
 
 
 def _add_estimate(rec: ProfileRecord, n_params: int, precision: str) -> None:
-    from train.memory import analytic_estimate
-
     est = analytic_estimate(n_params, precision, optimizer="adamw")
     measured = [rec.memory.weights_bytes, rec.memory.gradients_bytes, rec.memory.optimizer_bytes]
     if None not in measured and sum(measured) > 0:

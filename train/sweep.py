@@ -248,7 +248,8 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
     import torch
 
     from train.device import grad_scaler
-    from train.measure import MemoryTracker, StepTimer, tensor_bytes
+    from train.measure import StepTimer
+    from train.memory import MemoryTracker, tensor_bytes
     from train.models import build_model
     from train.record import build_record
     from train.step import train_step

@@ -65,7 +65,7 @@ def test_cuda_tracker_parts_are_tensor_sizes_and_sum_to_the_peak(monkeypatch):
     """The CUDA path of MemoryTracker without a GPU: the allocator's counters are faked."""
     import torch
 
-    from train.measure import MemoryTracker
+    from train.memory import MemoryTracker
     from trainserve.profile import Memory
 
     mib = 2**20

@@ -106,7 +106,7 @@ def train(
 SweepOpt = Annotated[bool, typer.Option("--sweep/--no-sweep", help=(
     "Sweep batch sizes and precisions on each device (one line per point) and report the GPU speedup at the same "
     "configuration and with each device at its best; --no-sweep trains once per device at --batch-size and "
-    "--precision, as before."))]
+    "--precision."))]
 SweepBudgetOpt = Annotated[float, typer.Option("--sweep-budget-s", help=(
     "Seconds the sweep may take on each device; the point that would overrun it is skipped and recorded."))]
 
