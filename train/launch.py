@@ -1,10 +1,11 @@
 """`trainserve train --nproc N`: re-launch the same command under torchrun on this machine.
 
-The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m train.launch`
-and waits; each worker runs `trainserve train ...` with the given arguments (without --nproc), handed
-over in TRAINSERVE_ARGV (JSON) because torchrun's own parser would read `--run` as an abbreviation
-of its `--run-path`. On Ctrl-C or SIGTERM it asks torchrun
-to stop its workers, waits, and kills whatever is left, so no process outlives the run.
+The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m WORKER_MODULE`
+and waits; the caller (the CLI) names the worker module, which runs `trainserve train ...` with the
+given arguments (without --nproc), handed over in TRAINSERVE_ARGV (JSON) because torchrun's own parser
+would read `--run` as an abbreviation of its `--run-path`. The worker lives in the CLI layer so that
+this stage never imports the command line. On Ctrl-C or SIGTERM it asks torchrun to stop its
+workers, waits, and kills whatever is left, so no process outlives the run.
 """
 
 from __future__ import annotations
@@ -42,12 +43,12 @@ def strip_nproc(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def torchrun_command(nproc: int, python: str | None = None) -> list[str]:
-    """torchrun on this machine only (standalone rendezvous on a free port), workers run this module."""
+def torchrun_command(nproc: int, worker_module: str, python: str | None = None) -> list[str]:
+    """torchrun on this machine only (standalone rendezvous on a free port); workers run `worker_module`."""
     if nproc < 1:
         raise UserError(f"--nproc {nproc} is invalid; use 1 or more processes")
     return [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(nproc), "-m", "train.launch"]
+            "--nproc-per-node", str(nproc), "-m", worker_module]
 
 
 def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, str]:
@@ -64,9 +65,9 @@ def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, st
     return env
 
 
-def run_torchrun(nproc: int, args: Sequence[str], device: str = "auto") -> int:
+def run_torchrun(nproc: int, args: Sequence[str], worker_module: str, device: str = "auto") -> int:
     """Run the command under torchrun and return its exit code; stops every process on interrupt."""
-    cmd = torchrun_command(nproc)
+    cmd = torchrun_command(nproc, worker_module)
     env = child_env(device, nproc, args)
     log.info("launching %d processes: %s (trainserve %s)", nproc, " ".join(cmd[1:]), " ".join(args))
     proc = subprocess.Popen(cmd, env=env)
@@ -111,9 +112,10 @@ def stop(proc: subprocess.Popen) -> None:
     psutil.wait_procs(alive, timeout=5.0)
 
 
-def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) -> int | None:
+def relaunch(nproc: int | None, device: str, worker_module: str, argv: Sequence[str] | None = None) -> int | None:
     """For `trainserve train --nproc N`: run this command line under torchrun and return its exit code.
 
+    Each worker runs `python -m worker_module`, which reads TRAINSERVE_ARGV (see `worker_args`).
     None means "train in this process": no --nproc, or we already are a torchrun worker.
     """
     from train.distributed import launched_by_torchrun
@@ -124,20 +126,12 @@ def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) 
     if "train" not in args:
         raise UserError("--nproc re-launches the command line under torchrun; run `trainserve train --nproc N ...` "
                         "from a shell, or start torchrun yourself (docs/distributed.md)")
-    return run_torchrun(nproc, strip_nproc(args), device)
+    return run_torchrun(nproc, strip_nproc(args), worker_module, device)
 
 
-def worker_main() -> None:
-    """A torchrun worker: run `trainserve <TRAINSERVE_ARGV>` in this process."""
+def worker_args() -> list[str]:
+    """A torchrun worker's trainserve arguments, from TRAINSERVE_ARGV."""
     try:
-        args = json.loads(os.environ[ARGV_ENV])
+        return list(json.loads(os.environ[ARGV_ENV]))
     except (KeyError, json.JSONDecodeError) as e:
-        raise SystemExit(f"train.launch is started by `trainserve train --nproc N`, which sets {ARGV_ENV} ({e})")
-    sys.argv = ["trainserve", *args]
-    from trainserve.cli import main
-
-    main()
-
-
-if __name__ == "__main__":
-    worker_main()
+        raise SystemExit(f"this worker is started by `trainserve train --nproc N`, which sets {ARGV_ENV} ({e})")

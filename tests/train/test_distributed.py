@@ -96,10 +96,10 @@ def test_summary_aggregates_and_scaling_efficiency():
 def test_launch_command_strips_nproc_and_shares_cores(monkeypatch):
     args = launch.strip_nproc(["train", "--nproc", "2", "--model", "cnn", "--nproc=3", "--steps", "4"])
     assert args == ["train", "--model", "cnn", "--steps", "4"]
-    cmd = launch.torchrun_command(2, python="py")
-    assert cmd == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "train.launch"]
+    cmd = launch.torchrun_command(2, "worker.mod", python="py")
+    assert cmd == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "worker.mod"]
     with pytest.raises(UserError, match="--nproc 0"):
-        launch.torchrun_command(0)
+        launch.torchrun_command(0, "worker.mod")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     env = launch.child_env("cuda", 2, args)

@@ -26,6 +26,7 @@ WarmupOpt = Annotated[int, typer.Option(help="Steps left out of step-time statis
 SyncOpt = Annotated[bool, typer.Option("--sync-timing/--event-timing",
                                        help="CUDA: synchronise after every step instead of timing with CUDA events.")]
 RunOpt = Annotated[str, typer.Option(help="Run name: artifacts go to RUNS_DIR/RUN/train.")]
+WORKER_MODULE = "trainserve.commands.train_worker"  # what each torchrun worker of --nproc runs
 RunsDirOpt = Annotated[Path | None, typer.Option(help="Folder of runs (default: ./runs, or $TRAINSERVE_RUNS).")]
 
 
@@ -66,7 +67,7 @@ def train(
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
     from train import distributed, launch
 
-    if (rc := launch.relaunch(nproc, device)) is not None:  # --nproc: this command again, under torchrun
+    if (rc := launch.relaunch(nproc, device, WORKER_MODULE)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
     from train.config import TrainConfig
     from trainserve.runs import run_dir
