@@ -160,7 +160,7 @@ def _compare(cfg, root: Path) -> None:
     from train.compare import compare_devices
     from trainserve.commands._train_view import live_progress, print_compare
     from trainserve.fsutil import write_json_atomic
-    from trainserve.report.analysis import speedups_of_records
+    from trainserve.speedup import speedups_of_records
 
     with live_progress() as on_progress:
         records = compare_devices(cfg, root / "compare", on_progress=on_progress)
