@@ -55,6 +55,7 @@ class TrainConfig:
     find_max_batch: bool = False  # CUDA: after training, search the largest train and inference batch
     data_placement: str = "auto"  # auto | host (DataLoader, pinned, async copy) | device (split kept on the device)
     telemetry: bool = True  # the background resource sampler (utilization, energy); off only to measure its cost
+    target_accuracy: float | None = None  # stop at the first end-of-epoch test accuracy >= this (0 < A <= 1)
 
     def __post_init__(self) -> None:
         _check(self.device in DEVICES, "device", self.device, " | ".join(DEVICES))
@@ -72,6 +73,10 @@ class TrainConfig:
         _check(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "an integer >= 0")
         _check(self.data_placement in PLACEMENTS, "data_placement", self.data_placement, " | ".join(PLACEMENTS))
         _check(bool(self.dataset), "dataset", self.dataset, "synthetic | digits | a path to an .npz file")
+        if self.target_accuracy is not None and not (isinstance(self.target_accuracy, (int, float))
+                                                     and 0 < self.target_accuracy <= 1):
+            raise UserError(f"--target-accuracy {self.target_accuracy!r} is out of range; give a held-out "
+                            "accuracy A with 0 < A <= 1, e.g. 0.95")
 
     @property
     def effective_lr(self) -> float:

@@ -26,6 +26,9 @@ WarmupOpt = Annotated[int, typer.Option(help="Steps left out of step-time statis
 SyncOpt = Annotated[bool, typer.Option("--sync-timing/--event-timing",
                                        help="CUDA: synchronise after every step instead of timing with CUDA events.")]
 RunOpt = Annotated[str, typer.Option(help="Run name: artifacts go to RUNS_DIR/RUN/train.")]
+TargetOpt = Annotated[float | None, typer.Option("--target-accuracy", help=(
+    "Stop as soon as the held-out (test split) accuracy after an epoch reaches A (0 < A <= 1); the profile "
+    "records the time, epochs and energy it took (docs/training.md)."))]
 WORKER_MODULE = "trainserve.commands.train_worker"  # what each torchrun worker of --nproc runs
 RunsDirOpt = Annotated[Path | None, typer.Option(help="Folder of runs (default: ./runs, or $TRAINSERVE_RUNS).")]
 
@@ -63,6 +66,7 @@ def train(
                                               "gloo on CPU). See docs/distributed.md.")] = None,
     scaling_baseline: Annotated[Path | None, typer.Option(help="DDP: a 1-process run's profile.json (or its train "
                                                           "folder) to compute scaling efficiency against.")] = None,
+    target_accuracy: TargetOpt = None,
 ) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
     from train import distributed, launch
@@ -76,7 +80,8 @@ def train(
     cfg = TrainConfig(model=model, preset=preset, device=devices[0], precision=precision, batch_size=batch_size,
                       epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale, seed=seed, workers=workers,
                       compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
-                      sync_timing=sync_timing, find_max_batch=find_max_batch, data_placement=data_placement)
+                      sync_timing=sync_timing, find_max_batch=find_max_batch, data_placement=data_placement,
+                      target_accuracy=target_accuracy)
     root = run_dir(run, runs_dir, writable=True)
     if len(devices) > 1:
         if sorted(devices) != ["cpu", "cuda"] or resume:
@@ -133,6 +138,7 @@ def compare(
     sweep_budget_s: SweepBudgetOpt = 60.0,
     device: Annotated[str, typer.Option(help=(
         "With --sweep: auto (the CPU, plus the GPU when there is one), cpu, cuda, or 'cpu,cuda'."))] = "auto",
+    target_accuracy: TargetOpt = None,
 ) -> None:
     """Train the same model on CPU and on CUDA and compare them.
 
@@ -145,7 +151,10 @@ def compare(
 
     cfg = TrainConfig(model=model, preset=preset, device="cpu", precision=precision, batch_size=batch_size,
                       epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers, compile=compile,
-                      dataset=dataset, samples=samples, warmup_steps=warmup_steps)
+                      dataset=dataset, samples=samples, warmup_steps=warmup_steps, target_accuracy=target_accuracy)
+    if sweep and target_accuracy is not None:
+        raise UserError("--target-accuracy trains each device until it reaches the accuracy, which a sweep does not "
+                        "do; add --no-sweep")
     if sweep:
         from trainserve.commands._sweep_view import run_sweeps
 
