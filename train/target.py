@@ -36,10 +36,12 @@ class AccuracyTarget:
     def check(self, epoch: int, step: int, accuracy: float | None) -> bool:
         """After epoch `epoch` (1-based) at optimizer step `step`: True the first time `accuracy` >= target."""
         r = self._out
+        if r.reached:  # the figures stay those of the eval that reached it
+            return False
         r.epochs_run = epoch
         if accuracy is not None:
             r.test_accuracy = accuracy
-        if r.reached or accuracy is None or accuracy < self.target:
+        if accuracy is None or accuracy < self.target:
             return False
         r.reached = True
         r.time_to_accuracy_s = round(time.perf_counter() - self._t0, 4)
