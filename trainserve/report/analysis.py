@@ -138,6 +138,7 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
         "operating_points": operating_points(train_pairs),
         "train_vs_infer": _train_vs_infer(train, infer),
         "max_batch": _max_batch(entries),
+        "time_to_accuracy": time_to_accuracy(entries, infer),
         "ramps": _ramps(infer_entries),
         "devices_measured": sorted({e.record.device for e in entries}, key=DEVICES.index),
     }
@@ -266,6 +267,26 @@ def _train_vs_infer(train: dict, infer: dict) -> dict[str, Any]:
             "infer_energy_per_sample_j": i and i["energy_per_sample_j"],
             "energy_ratio": _div(t and t["energy_per_sample_j"], i and i["energy_per_sample_j"]),
         }
+    return out
+
+
+def time_to_accuracy(entries: list[Entry], infer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per device, the training run made with --target-accuracy (compare/ first, else the newest), beside
+    the batch-1 latency and energy per inference of the served model on that device when measured."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in DEVICES:
+        picked = pick_train([(e.source, e.record) for e in entries if e.record.phase == "train"
+                             and e.record.device == d and e.record.time_to_accuracy is not None])
+        if picked is None:
+            continue
+        source, r = picked
+        backend = next((b for b in infer if infer[b][d]), None)
+        served = infer[backend][d] if backend else {"batch1": None, "saturated": None}
+        b1, sat = served["batch1"], served["saturated"]
+        out[d] = {**dataclasses.asdict(r.time_to_accuracy), "source": source, "batch_size": r.batch_size,
+                  "precision": r.precision, "infer_backend": backend,
+                  "infer_batch1_p50_ms": b1["latency"].get("p50_ms") if b1 else None,
+                  "infer_energy_per_sample_j": sat["energy_per_sample_j"] if sat else None}
     return out
 
 
