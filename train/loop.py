@@ -99,14 +99,14 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
 
     The steps, in order: check the inputs (`prepare`), build the run (`_Training.__init__`), the
     epochs (`train`: the step loop, then each epoch's eval and checkpoint), the profile record
-    (`record`), the max-batch search and GPU release (`release`), and the artifacts (`write`).
+    (`record`), the max-batch search and GPU release (`finish`), and the artifacts (`write`).
     """
     gpu_before = release.before(cfg.device)  # NVML, before this run touches the GPU
     setup = prepare(cfg, Path(out_dir), resume)
     run = _Training(setup, Path(out_dir), rank, world_size, on_progress)
     run.train()
     record = run.record()
-    run.release(record, gpu_before)
+    run.finish(record, gpu_before)
     run.write(record)
     return FitResult(run.out_dir, run.card, run.history, record, resumed_from_step=run.start_step)
 
@@ -323,7 +323,7 @@ class _Training:
         distributed.finish(rec, self.dist_ctx, self.timer.times, self.cfg)
         return rec
 
-    def release(self, rec: Any, gpu_before: int | None) -> None:
+    def finish(self, rec: Any, gpu_before: int | None) -> None:
         """Free what training held; then the max-batch search (it needs the memory a fresh run has) and,
         on a single GPU, whether the run gave the device's memory back."""
         self.forward = self.optimizer = self.scaler = self.loader = self.resident = self.shown = None
