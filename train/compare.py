@@ -7,20 +7,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from train.config import TrainConfig
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir
+from trainserve.train.config import TrainConfig
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir
 
 
 def compare_devices(cfg: TrainConfig, out_dir: Path, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """Train `cfg` on cpu, then on cuda; write profile-cpu.json and profile-cuda.json; return both records.
 
-    The speedup is computed from these records by trainserve.speedup.speedups_of_records, the
+    The speedup is computed from these records by trainserve.core.speedup.speedups_of_records, the
     function the report uses, so the command line, speedup.json and the report agree.
     """
     import torch
 
-    from train.loop import fit, prepare
+    from trainserve.train.loop import fit, prepare
 
     if not torch.cuda.is_available():
         raise UserError("compare --no-sweep needs a CUDA GPU and none is visible to PyTorch; run it on a GPU "

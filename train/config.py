@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "bf16", "fp16")

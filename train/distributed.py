@@ -31,8 +31,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from train.config import scaled_lr
-from trainserve.errors import UserError
+from trainserve.train.config import scaled_lr
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +359,7 @@ def baseline_throughput_from(path: Any) -> float:
     """The headline throughput of a 1-process run's profile.json (or its run's train folder)."""
     from pathlib import Path
 
-    from trainserve.profile import ProfileRecord
+    from trainserve.core.profile import ProfileRecord
 
     p = Path(path)
     if p.is_dir():

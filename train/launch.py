@@ -18,7 +18,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ def torchrun_command(nproc: int, worker_module: str, python: str | None = None) 
 
 def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, str]:
     """The workers' environment: their arguments, NVLink multicast off for GPU runs, cores shared."""
-    from train.distributed import GPU_ENV
+    from trainserve.train.distributed import GPU_ENV
 
     env = dict(os.environ)
     env[ARGV_ENV] = json.dumps(list(args))
@@ -118,7 +118,7 @@ def relaunch(nproc: int | None, device: str, worker_module: str, argv: Sequence[
     Each worker runs `python -m worker_module`, which reads TRAINSERVE_ARGV (see `worker_args`).
     None means "train in this process": no --nproc, or we already are a torchrun worker.
     """
-    from train.distributed import launched_by_torchrun
+    from trainserve.train.distributed import launched_by_torchrun
 
     if nproc is None or launched_by_torchrun():
         return None

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainserve.profile import Memory
+from trainserve.core.profile import Memory
 
 # Bytes per element of the optimizer state per parameter (fp32 moments).
 _OPTIMIZER_STATE = {
@@ -180,7 +180,7 @@ class MemoryTracker:
         return self._proc.memory_info().rss
 
     def fill(self, memory: Any) -> dict[str, Any]:
-        """Write the peaks and breakdown into a trainserve.profile.Memory; returns the breakdown details."""
+        """Write the peaks and breakdown into a trainserve.core.profile.Memory; returns the breakdown details."""
         self.sample()
         memory.rss_peak_bytes = self.rss_peak
         memory.rss_growth_bytes = max(0, self.rss_peak - self.rss_base)

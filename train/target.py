@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from trainserve.profile import TimeToAccuracy
+from trainserve.core.profile import TimeToAccuracy
 
 
 class AccuracyTarget:

@@ -1,7 +1,7 @@
-"""The CPU-vs-GPU training speedup `trainserve compare` prints and the report shows (trainserve.speedup)."""
+"""The CPU-vs-GPU training speedup `trainserve compare` prints and the report shows (trainserve.core.speedup)."""
 
-from trainserve.profile import ProfileRecord
-from trainserve.speedup import speedups_of_records
+from trainserve.core.profile import ProfileRecord
+from trainserve.core.speedup import speedups_of_records
 
 
 def _rec(device, samples_s, batch=512, precision="fp32", sweep=False):

@@ -1,4 +1,4 @@
-"""train.distributed and train.launch: unit checks in process, then real 2-process gloo runs."""
+"""trainserve.train.distributed and train.launch: unit checks in process, then real 2-process gloo runs."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 from tests.conftest import subprocess_env, trainserve_cmd
-from train import distributed, launch
-from train.distributed import DistContext
-from trainserve.errors import UserError
+from trainserve.train import distributed, launch
+from trainserve.train.distributed import DistContext
+from trainserve.core.errors import UserError
 
 # --- in process -----------------------------------------------------------------------------------
 

@@ -7,12 +7,12 @@ import math
 import pytest
 from typer.testing import CliRunner
 
-from train.config import TrainConfig
-from train.loop import fit
-from train.target import AccuracyTarget
+from trainserve.train.config import TrainConfig
+from trainserve.train.loop import fit
+from trainserve.train.target import AccuracyTarget
 from trainserve.cli import app
-from trainserve.errors import UserError
-from trainserve.profile import ProfileRecord, TimeToAccuracy
+from trainserve.core.errors import UserError
+from trainserve.core.profile import ProfileRecord, TimeToAccuracy
 
 BUDGET = 12  # epochs: far more than the mlp needs for 85% on digits (about 2 at this learning rate)
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from tests.trainserve.test_report import make_run
-from trainserve.profile import ProfileRecord, TimeToAccuracy
+from trainserve.core.profile import ProfileRecord, TimeToAccuracy
 from trainserve.report import build_report
 
 

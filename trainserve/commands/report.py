@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from trainserve.errors import cli_errors
-from trainserve.runs import DEFAULT_RUNS_DIR
+from trainserve.core.errors import cli_errors
+from trainserve.core.runs import DEFAULT_RUNS_DIR
 
 
 @cli_errors
@@ -23,7 +23,7 @@ def report(
     speedups, and conclusions drawn from the numbers.
     """
     from trainserve.report import build_report
-    from trainserve.runs import existing_run_dir
+    from trainserve.core.runs import existing_run_dir
 
     html = build_report(existing_run_dir(run, runs_dir))
     typer.echo(f"report: {html}")

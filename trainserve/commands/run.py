@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainserve.errors import cli_errors
+from trainserve.core.errors import cli_errors
 
 
 @cli_errors

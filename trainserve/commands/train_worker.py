@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-from train.launch import worker_args
+from trainserve.train.launch import worker_args
 from trainserve.cli import main
 
 if __name__ == "__main__":

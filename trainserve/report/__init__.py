@@ -9,8 +9,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_json_atomic, write_text_atomic
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
 
 log = logging.getLogger(__name__)
 

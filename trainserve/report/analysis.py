@@ -11,14 +11,14 @@ import dataclasses
 import datetime as _dt
 from typing import Any
 
-from trainserve import bounds
-from trainserve.profile import ProfileRecord
+from trainserve.core import bounds
+from trainserve.core.profile import ProfileRecord
 from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.limits import in_process_batch1, is_limit, limit_conclusions, limits_section
-from trainserve.speedup import DEVICE_LABEL, DEVICES, operating_points, pick_train, speedups_of_records
-from trainserve.speedup import ratio as _div
+from trainserve.core.speedup import DEVICE_LABEL, DEVICES, operating_points, pick_train, speedups_of_records
+from trainserve.core.speedup import ratio as _div
 
 SUMMARY_SCHEMA_VERSION = 1
 # Which inference backend the headline speedups use when several were measured on both devices.
@@ -152,7 +152,7 @@ def _backend_rank(b: str) -> tuple[int, str]:
 
 
 def _pick_train(entries: list[Entry]) -> dict[str, Any] | None:
-    """The view of the record trainserve.speedup.pick_train picks for the device."""
+    """The view of the record trainserve.core.speedup.pick_train picks for the device."""
     picked = pick_train([(e.source, e.record) for e in entries])
     return None if picked is None else view(Entry(*picked), "train")
 
@@ -209,7 +209,7 @@ def _speedup(kind: str, cpu: dict | None, gpu: dict | None, metric: str) -> dict
 
 
 def _speedups(infer: dict) -> dict[str, Any]:
-    """The inference speedups; the training ones come from trainserve.speedup."""
+    """The inference speedups; the training ones come from trainserve.core.speedup."""
     out: dict[str, Any] = {}
     backend = next((b for b in infer if infer[b]["cpu"] and infer[b]["cuda"]), next(iter(infer), None))
     cpu = infer[backend]["cpu"] if backend else None

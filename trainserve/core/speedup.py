@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainserve.profile import ProfileRecord
+from trainserve.core.profile import ProfileRecord
 
 DEVICES = ("cpu", "cuda")
 DEVICE_LABEL = {"cpu": "CPU", "cuda": "GPU"}
