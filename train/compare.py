@@ -15,8 +15,8 @@ from trainserve.core.fsutil import staged_dir
 def compare_devices(cfg: TrainConfig, out_dir: Path, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
     """Train `cfg` on cpu, then on cuda; write profile-cpu.json and profile-cuda.json; return both records.
 
-    The speedup is the report's to compute (trainserve.report.analysis.train_speedups), so the
-    command line, speedup.json and the report agree.
+    The speedup is computed from these records by trainserve.core.speedup.speedups_of_records, the
+    function the report uses, so the command line, speedup.json and the report agree.
     """
     import torch
 

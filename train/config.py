@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from trainserve.core.errors import UserError
-
-Device = Literal["cpu", "cuda", "auto"]
-Precision = Literal["fp32", "bf16", "fp16"]
 
 DEVICES = ("cpu", "cuda", "auto")
 PRECISIONS = ("fp32", "bf16", "fp16")
 LR_SCALES = ("none", "linear")
 PLACEMENTS = ("auto", "host", "device")
-LR_REFERENCE_BATCH = 256  # linear scaling rule: lr * batch_size / 256 (Goyal et al.)
+LR_REFERENCE_BATCH = 256  # linear scaling rule: lr * global batch / 256 (Goyal et al.)
+
+
+def scaled_lr(lr: float, per_rank_batch: int, world_size: int, rule: str) -> float:
+    """The learning rate after `rule`: "linear" scales by the GLOBAL batch (per_rank_batch * world_size) / 256."""
+    if rule in ("none", "", None):
+        return lr
+    if rule != "linear":
+        raise UserError(f"--lr-scale {rule!r} is unknown; choose none or linear")
+    return lr * per_rank_batch * world_size / LR_REFERENCE_BATCH
 
 
 def _check(cond: bool, field: str, value: Any, allowed: str) -> None:
@@ -49,6 +55,7 @@ class TrainConfig:
     find_max_batch: bool = False  # CUDA: after training, search the largest train and inference batch
     data_placement: str = "auto"  # auto | host (DataLoader, pinned, async copy) | device (split kept on the device)
     telemetry: bool = True  # the background resource sampler (utilization, energy); off only to measure its cost
+    target_accuracy: float | None = None  # stop at the first end-of-epoch test accuracy >= this (0 < A <= 1)
 
     def __post_init__(self) -> None:
         _check(self.device in DEVICES, "device", self.device, " | ".join(DEVICES))
@@ -66,13 +73,15 @@ class TrainConfig:
         _check(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "an integer >= 0")
         _check(self.data_placement in PLACEMENTS, "data_placement", self.data_placement, " | ".join(PLACEMENTS))
         _check(bool(self.dataset), "dataset", self.dataset, "synthetic | digits | a path to an .npz file")
+        if self.target_accuracy is not None and not (isinstance(self.target_accuracy, (int, float))
+                                                     and 0 < self.target_accuracy <= 1):
+            raise UserError(f"--target-accuracy {self.target_accuracy!r} is out of range; give a held-out "
+                            "accuracy A with 0 < A <= 1, e.g. 0.95")
 
     @property
     def effective_lr(self) -> float:
-        """The learning rate the optimizer gets, after the scaling rule."""
-        if self.lr_scale == "linear":
-            return self.lr * self.batch_size / LR_REFERENCE_BATCH
-        return self.lr
+        """The learning rate the optimizer gets in a 1-process run (under DDP: distributed.finish)."""
+        return scaled_lr(self.lr, self.batch_size, 1, self.lr_scale)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -1,13 +1,18 @@
 """Data-parallel training with torchrun and DistributedDataParallel (DDP).
 
-The training loop stays single-process code; it calls a few functions here:
+The training loop stays single-process code; the CLI and train.loop.fit call a few functions here:
 
-    with distributed.session(device) as dist_ctx:     # process group up, torn down on any exit
-        device = dist_ctx.device                       # cpu, or cuda:<local rank>
-        sampler = distributed.make_sampler(dataset, dist_ctx, seed)
-        model = distributed.wrap(model, dist_ctx)      # DDP when world_size > 1
-        for epoch ...: distributed.set_epoch(sampler, epoch)
-        if dist_ctx.is_writer: save checkpoint, card, history, profile
+    with distributed.session(device) as dist_ctx:      # trainserve train: process group up, torn down on any exit
+        fit(cfg, out_dir)                               # ranks > 0 train silently; only rank 0 writes
+    # inside fit:
+    dist_ctx = distributed.current()                    # rank and world size; batches sharded by train.loader
+    forward = distributed.wrap(model, dist_ctx)         # DDP when world_size > 1
+    distributed.after_step(model, dist_ctx, step)       # only with the sync-check debug hook on
+    entry.update(distributed.epoch_means(dist_ctx, entry, keys))  # rank-mean train loss and accuracy
+    distributed.finish(record, dist_ctx, timer.times, cfg)       # every rank's throughput into the record
+
+`make_sampler`/`set_epoch` shard a map-style dataset the same way for callers that use a DataLoader
+sampler instead of train.loader's index batches.
 
 Without torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK) everything here is a no-op and the
 context says rank 0 of 1. gloo serves CPU runs, NCCL CUDA runs; NCCL's NVLink multicast (NVLS)
@@ -26,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainserve.train.config import scaled_lr
 from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
@@ -34,7 +40,6 @@ log = logging.getLogger(__name__)
 GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 # Debug hook: when "1", every rank checksums its parameters after each step and rank 0 compares.
 CHECK_SYNC_ENV = "TRAINSERVE_DDP_CHECK_SYNC"
-LR_SCALE_REFERENCE_BATCH = 256  # the linear scaling rule: lr * global_batch / 256
 
 
 @dataclass
@@ -212,15 +217,6 @@ def unwrap(model: Any) -> Any:
     if inner is not None and type(model).__name__ == "DistributedDataParallel":
         model = inner
     return getattr(model, "_orig_mod", model)
-
-
-def scaled_lr(lr: float, per_rank_batch: int, world_size: int, rule: str) -> float:
-    """The linear scaling rule on the GLOBAL batch: lr * (per_rank_batch * world_size) / 256."""
-    if rule in ("none", "", None):
-        return lr
-    if rule != "linear":
-        raise UserError(f"--lr-scale {rule!r} is unknown; choose none or linear")
-    return lr * per_rank_batch * world_size / LR_SCALE_REFERENCE_BATCH
 
 
 # --- cross-rank checks and statistics -----------------------------------------------------------

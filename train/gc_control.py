@@ -1,17 +1,16 @@
 """Garbage collection around the training steps, the way large training loops handle it.
 
 Python's cyclic collector runs when allocations pile up, wherever the program is. A full (gen-2)
-collection walks every tracked object; after importing torch and building a run that is ~300k
-objects, ~240 ms a collection on the 2-core VM. One landing inside a step idles the GPU for that
-long. How often that happens: in `fit` on that VM (mlp tiny, 600 steps, automatic collection), 3
-full collections ran during setup, eval and teardown, and inside the steps only 2 gen-0 collections
-(1.8 ms in all); a longer run crosses the full-collection threshold inside the steps too. So, for
-the steps only (torchtitan does much the same):
+collection walks every tracked object, and with torch imported and a run built that is hundreds of
+thousands of objects: one landing inside a step idles the GPU for the whole collection. Short runs
+mostly collect during setup, eval and teardown; a longer run crosses the full-collection threshold
+inside the steps too (figures: docs/BENCHMARKS.md, "GC pauses in fit"). So, for the steps only
+(torchtitan does much the same):
 
 - everything alive when training starts is moved out of the collector's view (`gc.freeze`), so a
   later collection never walks it;
-- automatic collection is off; the young generations are collected every `every` steps (0.1-0.4 ms
-  each on that VM), counted in the step they delay;
+- automatic collection is off; the young generations are collected every `every` steps (a fraction of a
+  millisecond each), counted in the step they delay;
 - on the way out the frozen objects are handed back and the previous state restored.
 
 Reference cycles made during training live until the next periodic collection; nothing is leaked.
@@ -39,8 +38,8 @@ class StepGC:
 
     def start(self) -> None:
         self._was_enabled = gc.isenabled()
-        # The young generations only (~0.1 ms): a full collection here costs 130-300 ms with torch loaded,
-        # a lot for a short run; old garbage that gets frozen is only held until stop().
+        # The young generations only: a full collection here would walk everything torch loaded, a
+        # noticeable pause for a short run; old garbage that gets frozen is only held until stop().
         gc.collect(1)
         gc.freeze()
         gc.disable()

@@ -114,6 +114,7 @@ def stop(proc: subprocess.Popen) -> None:
 def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) -> int | None:
     """For `trainserve train --nproc N`: run this command line under torchrun and return its exit code.
 
+    Each worker runs `python -m trainserve`, which reads TRAINSERVE_ARGV (trainserve.cli.main).
     None means "train in this process": no --nproc, or we already are a torchrun worker.
     """
     from trainserve.train.distributed import launched_by_torchrun

@@ -18,13 +18,15 @@ from typing import Any
 from trainserve.train import checkpoint as ckpt
 from trainserve.train import distributed, release
 from trainserve.core.card import CHECKPOINT_NAME, ModelCard, TensorSpec
-from trainserve.train.config import TrainConfig
+from trainserve.train.config import TrainConfig, scaled_lr
 from trainserve.train.data import Splits, load_splits
 from trainserve.train.gc_control import StepGC
 from trainserve.train.device import autocast, check_precision, grad_scaler, resolve_device
 from trainserve.train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
-from trainserve.train.measure import MemoryTracker, StepTimer, tensor_bytes
+from trainserve.train.measure import StepTimer
+from trainserve.train.memory import MemoryTracker, tensor_bytes
 from trainserve.train.step import train_step
+from trainserve.train.target import AccuracyTarget
 from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
@@ -33,6 +35,7 @@ log = logging.getLogger(__name__)
 
 HISTORY_NAME, PROFILE_NAME = "history.json", "profile.json"
 PROGRESS_EVERY_S = 0.25  # how often the progress callback (and its loss sync) runs
+RSS_EVERY_STEPS = 16  # CPU: read the RSS every few steps (a /proc read, ~20 us)
 
 
 @dataclass
@@ -92,169 +95,252 @@ def prepare(cfg: TrainConfig, out_dir: Path, resume: bool) -> _Setup:
 
 def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
         on_progress: Callable[[Progress], None] | None = None, rank: int = 0, world_size: int = 1) -> FitResult:
-    """Train `cfg` and write checkpoint.pt, model.json, history.json, profile.json into `out_dir`."""
-    import torch
+    """Train `cfg` and write checkpoint.pt, model.json, history.json, profile.json into `out_dir`.
 
+    The steps, in order: check the inputs (`prepare`), build the run (`_Training.__init__`), the
+    epochs (`train`: the step loop, then each epoch's eval and checkpoint), the profile record
+    (`record`), the max-batch search and GPU release (`finish`), and the artifacts (`write`).
+    """
     gpu_before = release.before(cfg.device)  # NVML, before this run touches the GPU
     setup = prepare(cfg, Path(out_dir), resume)
-    device, splits, state = setup.device, setup.splits, setup.state
-    dist_ctx = distributed.current()  # rank 0 of 1 unless launched by torchrun (see train/distributed.py)
-    if dist_ctx.distributed:
-        rank, world_size = dist_ctx.rank, dist_ctx.world_size
-    is_main = rank == 0
-    out_dir = Path(out_dir)
-    if is_main and state is None:
-        for name in (CHECKPOINT_NAME, HISTORY_NAME, PROFILE_NAME, "model.json"):  # a fresh run replaces the old one
-            (out_dir / name).unlink(missing_ok=True)
+    run = _Training(setup, Path(out_dir), rank, world_size, on_progress)
+    run.train()
+    record = run.record()
+    run.finish(record, gpu_before)
+    run.write(record)
+    return FitResult(run.out_dir, run.card, run.history, record, resumed_from_step=run.start_step)
 
-    family = cfg.model
-    channels_last = family == "cnn" and device == "cuda"
-    batches = EpochBatches(len(splits.x_train), cfg.batch_size, cfg.seed, rank, world_size)
-    data_bytes = splits.x_train.nbytes + splits.y_train.nbytes
-    placement = choose_placement(cfg.data_placement, device, data_bytes, cfg.workers is not None)
-    workers = pin = resident = None
-    if placement == "device":  # before the memory baseline: the resident split is not training memory
-        resident = ResidentBatches(splits.x_train, splits.y_train, batches, device, channels_last)
-    else:
-        workers = cfg.workers if cfg.workers is not None else (min(4, _cpus() // 2) if device == "cuda" else 0)
-        pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
-    memory = MemoryTracker(device)
-    torch.manual_seed(cfg.seed)
-    model = build_model(splits.config)
-    if channels_last:
-        torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
-    model = model.to(device, memory_format=torch.channels_last) if channels_last else model.to(device)
-    memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
-    memory.moment("weights")
-    n_params = sum(p.numel() for p in model.parameters())
-    lr = distributed.scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # global batch under DDP
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
-                                  fused=device == "cuda")
-    scaler = grad_scaler(device, cfg.precision)
-    scaling = scaler.is_enabled()  # fp16 only: otherwise the scaler's calls are skipped, not just no-ops
-    history: list[dict[str, Any]] = []
-    start_step = 0
-    if state is not None:
-        memory.use_moments = False
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scaler.load_state_dict(state["scaler"])
-        history, start_step = list(state["history"]), int(state["step"])
-    forward = distributed.wrap(model, dist_ctx)  # DDP when world_size > 1; `model` stays the plain module
-    forward = torch.compile(forward) if cfg.compile else forward
 
-    spe = len(batches)  # steps per epoch
-    total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * spe
-    n_epochs = math.ceil(total_steps / spe)
-    if start_step >= total_steps:
-        raise UserError(f"--resume: the checkpoint already has {start_step} steps ({start_step // spe} epochs); "
-                        "raise --epochs or --steps to train further")
-    if state is not None:
-        ckpt.set_rng_state(state["rng"])  # last: nothing above may draw random numbers after this
-    loader = make_loader(splits.x_train, splits.y_train, batches, workers, pin) if placement == "host" else None
-    card = _card(cfg, splits, n_params)
-    timer = StepTimer(device, cfg.warmup_steps, sync=cfg.sync_timing)
-    sampler = _telemetry_sampler(device) if cfg.telemetry else None
-    step, first = start_step, True
-    t_last = time.perf_counter()
-    t_start = t_last
-    loss_fn = torch.nn.functional.cross_entropy
-    shown = _LazyLoss(device)
-    x = y = logits = loss = feed = loss_sum = correct = None  # freed by name after training
-    rss_every = 16  # CPU: read the RSS every few steps (a /proc read, ~20 us)
-    step_gc = StepGC()
+class _Training:
+    """One training run of `fit`: the model, its optimizer, the data feed and the meters they share."""
 
-    try:
-        step_gc.start()
-        for epoch in range(start_step // spe, n_epochs):
-            model.train()
-            batches.set_epoch(epoch, skip=step - epoch * spe)
-            feed = iter(resident) if loader is None else iter(DeviceFeed(iter(loader), device, channels_last))
-            loss_sum = torch.zeros((), device=device)
-            correct = torch.zeros((), device=device, dtype=torch.long)
-            seen, t_epoch = 0, time.perf_counter()
-            while step < min(total_steps, (epoch + 1) * spe):
-                timer.begin()
-                try:
-                    x, y = next(feed)
-                except StopIteration:
+    def __init__(self, setup: _Setup, out_dir: Path, rank: int, world_size: int,
+                 on_progress: Callable[[Progress], None] | None) -> None:
+        import torch
+
+        cfg, device, splits, state = setup.cfg, setup.device, setup.splits, setup.state
+        self.cfg, self.device, self.splits, self.out_dir, self.on_progress = cfg, device, splits, out_dir, on_progress
+        self.dist_ctx = distributed.current()  # rank 0 of 1 unless launched by torchrun (see train/distributed.py)
+        if self.dist_ctx.distributed:
+            rank, world_size = self.dist_ctx.rank, self.dist_ctx.world_size
+        self.is_main = rank == 0
+        if self.is_main and state is None:
+            for name in (CHECKPOINT_NAME, HISTORY_NAME, PROFILE_NAME, "model.json"):  # a fresh run replaces the old one
+                (out_dir / name).unlink(missing_ok=True)
+
+        # data: where the training split lives decides how batches reach the device
+        self.channels_last = cfg.model == "cnn" and device == "cuda"
+        self.batches = EpochBatches(len(splits.x_train), cfg.batch_size, cfg.seed, rank, world_size)
+        data_bytes = splits.x_train.nbytes + splits.y_train.nbytes
+        self.placement = choose_placement(cfg.data_placement, device, data_bytes, cfg.workers is not None)
+        self.workers: int | None = None
+        self.pin: bool | None = None
+        self.resident: ResidentBatches | None = None
+        if self.placement == "device":  # before the memory baseline: the resident split is not training memory
+            self.resident = ResidentBatches(splits.x_train, splits.y_train, self.batches, device, self.channels_last)
+        else:
+            self.workers = (cfg.workers if cfg.workers is not None
+                            else (min(4, _cpus() // 2) if device == "cuda" else 0))
+            self.pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
+
+        # model and optimizer, with their memory counted as they appear
+        self.memory = MemoryTracker(device)
+        torch.manual_seed(cfg.seed)
+        model = build_model(splits.config)
+        if self.channels_last:
+            torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
+        model = model.to(device, memory_format=torch.channels_last) if self.channels_last else model.to(device)
+        self.memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
+        self.memory.moment("weights")
+        self.n_params = sum(p.numel() for p in model.parameters())
+        lr = scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # the global batch under DDP
+        self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
+                                           fused=device == "cuda")
+        self.scaler = grad_scaler(device, cfg.precision)
+        self.scaling = self.scaler.is_enabled()  # fp16 only: otherwise the scaler's calls are skipped, not just no-ops
+        self.history: list[dict[str, Any]] = []
+        self.start_step = 0
+        if state is not None:
+            self.memory.use_moments = False
+            model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            self.scaler.load_state_dict(state["scaler"])
+            self.history, self.start_step = list(state["history"]), int(state["step"])
+        self.model = model  # the plain module: state_dict, max-batch search
+        forward = distributed.wrap(model, self.dist_ctx)  # DDP when world_size > 1
+        self.forward = torch.compile(forward) if cfg.compile else forward
+
+        # schedule
+        self.spe = len(self.batches)  # steps per epoch
+        self.total_steps = cfg.steps if cfg.steps is not None else cfg.epochs * self.spe
+        self.n_epochs = math.ceil(self.total_steps / self.spe)
+        if self.start_step >= self.total_steps:
+            raise UserError(f"--resume: the checkpoint already has {self.start_step} steps "
+                            f"({self.start_step // self.spe} epochs); raise --epochs or --steps to train further")
+        if state is not None:
+            ckpt.set_rng_state(state["rng"])  # last: nothing above may draw random numbers after this
+
+        # meters
+        self.loader = (make_loader(splits.x_train, splits.y_train, self.batches, self.workers, self.pin)
+                       if self.placement == "host" else None)
+        self.card = _card(cfg, splits, self.n_params)
+        self.timer = StepTimer(device, cfg.warmup_steps, sync=cfg.sync_timing)
+        self.sampler = _telemetry_sampler(device) if cfg.telemetry else None
+        self.target = (AccuracyTarget(cfg.target_accuracy, device, self.sampler)
+                       if cfg.target_accuracy is not None else None)
+        self.step, self.first = self.start_step, True
+        self.t_last = self.t_start = time.perf_counter()
+        self.shown: Any = _LazyLoss(device)
+        self.step_gc = StepGC()
+        self.wall_s = 0.0
+
+    # --- the epochs -------------------------------------------------------------------------------
+
+    def train(self) -> None:
+        """Every epoch left: the step loop, then its eval and checkpoint; stops early at --target-accuracy."""
+        import torch
+
+        try:
+            self.step_gc.start()
+            if self.target is not None:
+                self.target.start()
+            for epoch in range(self.start_step // self.spe, self.n_epochs):
+                sums = self._train_epoch(epoch)
+                entry = self._end_epoch(epoch, *sums)
+                if self._target_reached(epoch, entry):
                     break
-                timer.fetched()
-                logits, loss = train_step(model, forward, loss_fn, x, y, optimizer, scaler, scaling, device,
-                                          cfg.precision, memory if first else None)
-                first = False
-                optimizer.zero_grad(set_to_none=True)
-                n = len(y)
-                # running sums stay on the device: no host sync inside the step
-                loss_sum.add_(loss.detach(), alpha=n)
-                correct.add_((logits.detach().argmax(-1) == y).sum())
-                timer.end(n)
-                step += 1
-                seen += n
-                step_gc.after_step(step)
-                if sampler is not None and step - start_step == cfg.warmup_steps:
-                    sampler.mark()  # utilization and energy cover the measured steps only
-                if dist_ctx.sync_check:
-                    distributed.after_step(model, dist_ctx, step)
-                if device == "cpu" and step % rss_every == 0:
-                    memory.sample()
-                if on_progress is not None:
-                    now = time.perf_counter()
-                    if now - t_last >= PROGRESS_EVERY_S:
-                        t_last = now
-                        on_progress(Progress(epoch + 1, n_epochs, step, total_steps, shown.read(loss_sum, seen),
-                                             seen / (now - t_epoch), memory.current_bytes()))
-            timer.flush()
-            train_s = time.perf_counter() - t_epoch
-            entry = {"epoch": epoch + 1, "step": step, "train_loss": _r((loss_sum / max(seen, 1)).item()),
-                     "train_accuracy": _r(correct.item() / max(seen, 1)), "train_seconds": _r(train_s),
-                     "samples_s": _r(seen / train_s) if train_s > 0 else None}
-            if cfg.eval_each_epoch or step >= total_steps:
-                if on_progress is not None:
-                    on_progress(Progress(epoch + 1, n_epochs, step, total_steps, entry["train_loss"], None,
-                                         memory.current_bytes(), phase="eval"))
-                entry.update(evaluate(forward, splits, device, cfg, channels_last))
-            entry.update(distributed.epoch_means(dist_ctx, entry, ("train_loss", "train_accuracy")))
-            history.append(entry)
-            log.debug("epoch %d/%d: %s", epoch + 1, n_epochs, entry)
-            card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
-            if is_main:
-                ckpt.save(out_dir / CHECKPOINT_NAME, {
-                    "model": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-                    "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                    "epoch": step // spe, "step": step, "card": card.to_dict(), "rng": ckpt.rng_state(),
-                    "train_config": cfg.to_dict(), "history": history})
-    except torch.OutOfMemoryError:
-        done = f"; the checkpoint of epoch {history[-1]['epoch']} is kept" if history else ""
-        raise UserError(f"out of memory on {device} at batch size {cfg.batch_size}{done}; "
-                        "lower --batch-size (or use --precision bf16)") from None
-    finally:
-        step_gc.stop()
-        if sampler is not None:
-            sampler.stop()
-    wall_s = time.perf_counter() - t_start
+        except torch.OutOfMemoryError:
+            done = f"; the checkpoint of epoch {self.history[-1]['epoch']} is kept" if self.history else ""
+            raise UserError(f"out of memory on {self.device} at batch size {self.cfg.batch_size}{done}; "
+                            "lower --batch-size (or use --precision bf16)") from None
+        finally:
+            self.step_gc.stop()
+            if self.sampler is not None:
+                self.sampler.stop()
+        self.wall_s = time.perf_counter() - self.t_start
 
-    from trainserve.train.record import build_record
+    def _train_epoch(self, epoch: int) -> tuple[Any, Any, int, float]:
+        """The optimizer steps of one epoch; (loss sum, correct count, samples seen, seconds)."""
+        import torch
 
-    record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
-                          channels_last, wall_s)
-    record.settings["data_placement"] = placement
-    record.extra["gc"] = step_gc.summary()
-    record.extra["data_on_device_bytes"] = resident.nbytes if placement == "device" and device == "cuda" else 0
-    distributed.finish(record, dist_ctx, timer.times, cfg)
-    # free what training held, so the search sees the memory a fresh run has
-    del forward, optimizer, scaler, loader, feed, resident, x, y, logits, loss, loss_sum, correct, shown
-    if cfg.find_max_batch:
-        record.memory.max_batch = search_max_batch(model, splits, cfg, device)
-    del model
-    if device == "cuda" and not dist_ctx.distributed:
-        release.finish(record, gpu_before)
-    if is_main:
-        card.save(out_dir)
-        write_json_atomic(out_dir / HISTORY_NAME, {"epochs": history, "steps_per_epoch": spe,
-                                                    "batch_size": cfg.batch_size})
-        record.save(out_dir / PROFILE_NAME)
-    return FitResult(out_dir, card, history, record, resumed_from_step=start_step)
+        cfg, device, timer, memory = self.cfg, self.device, self.timer, self.memory
+        self.model.train()
+        self.batches.set_epoch(epoch, skip=self.step - epoch * self.spe)
+        feed = (iter(self.resident) if self.loader is None
+                else iter(DeviceFeed(iter(self.loader), device, self.channels_last)))
+        loss_fn = torch.nn.functional.cross_entropy
+        # running sums stay on the device: no host sync inside the step
+        loss_sum = torch.zeros((), device=device)
+        correct = torch.zeros((), device=device, dtype=torch.long)
+        seen, t_epoch = 0, time.perf_counter()
+        while self.step < min(self.total_steps, (epoch + 1) * self.spe):
+            timer.begin()
+            try:
+                x, y = next(feed)
+            except StopIteration:
+                break
+            timer.fetched()
+            logits, loss = train_step(self.model, self.forward, loss_fn, x, y, self.optimizer, self.scaler,
+                                      self.scaling, device, cfg.precision, memory if self.first else None)
+            self.first = False
+            self.optimizer.zero_grad(set_to_none=True)
+            n = len(y)
+            loss_sum.add_(loss.detach(), alpha=n)
+            correct.add_((logits.detach().argmax(-1) == y).sum())
+            timer.end(n)
+            self.step += 1
+            seen += n
+            self._after_step(epoch, loss_sum, seen, t_epoch)
+        timer.flush()
+        return loss_sum, correct, seen, time.perf_counter() - t_epoch
+
+    def _after_step(self, epoch: int, loss_sum: Any, seen: int, t_epoch: float) -> None:
+        """Per-step bookkeeping outside the step itself: GC, telemetry window, DDP check, RSS, progress."""
+        step = self.step
+        self.step_gc.after_step(step)
+        if self.sampler is not None and step - self.start_step == self.cfg.warmup_steps:
+            self.sampler.mark()  # utilization and energy cover the measured steps only
+        if self.dist_ctx.sync_check:
+            distributed.after_step(self.model, self.dist_ctx, step)
+        if self.device == "cpu" and step % RSS_EVERY_STEPS == 0:
+            self.memory.sample()
+        if self.on_progress is not None:
+            now = time.perf_counter()
+            if now - self.t_last >= PROGRESS_EVERY_S:
+                self.t_last = now
+                self.on_progress(Progress(epoch + 1, self.n_epochs, step, self.total_steps,
+                                          self.shown.read(loss_sum, seen), seen / (now - t_epoch),
+                                          self.memory.current_bytes()))
+
+    def _end_epoch(self, epoch: int, loss_sum: Any, correct: Any, seen: int, train_s: float) -> dict[str, Any]:
+        """The epoch's history entry (train figures, eval on the test split), and the checkpoint."""
+        cfg, step = self.cfg, self.step
+        entry = {"epoch": epoch + 1, "step": step, "train_loss": _r((loss_sum / max(seen, 1)).item()),
+                 "train_accuracy": _r(correct.item() / max(seen, 1)), "train_seconds": _r(train_s),
+                 "samples_s": _r(seen / train_s) if train_s > 0 else None}
+        # --target-accuracy needs the held-out accuracy of every epoch to know when to stop
+        if cfg.eval_each_epoch or self.target is not None or step >= self.total_steps:
+            if self.on_progress is not None:
+                self.on_progress(Progress(epoch + 1, self.n_epochs, step, self.total_steps, entry["train_loss"],
+                                          None, self.memory.current_bytes(), phase="eval"))
+            entry.update(evaluate(self.forward, self.splits, self.device, cfg, self.channels_last))
+        entry.update(distributed.epoch_means(self.dist_ctx, entry, ("train_loss", "train_accuracy")))
+        self.history.append(entry)
+        log.debug("epoch %d/%d: %s", epoch + 1, self.n_epochs, entry)
+        self.card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
+        if self.is_main:
+            ckpt.save(self.out_dir / CHECKPOINT_NAME, {
+                "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
+                "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+                "epoch": step // self.spe, "step": step, "card": self.card.to_dict(), "rng": ckpt.rng_state(),
+                "train_config": cfg.to_dict(), "history": self.history})
+        return entry
+
+    def _target_reached(self, epoch: int, entry: dict[str, Any]) -> bool:
+        """Whether --target-accuracy was reached at this epoch's eval; every rank follows rank 0's answer."""
+        if self.target is None:
+            return False
+        reached = self.target.check(epoch + 1, self.step, entry.get("test_accuracy"))
+        return bool(distributed.all_gather(self.dist_ctx, reached)[0])
+
+    # --- after training ---------------------------------------------------------------------------
+
+    def record(self) -> Any:
+        """The run's ProfileRecord (phase "train"), with every rank's throughput under DDP."""
+        from trainserve.train.record import build_record
+
+        rec = build_record(self.cfg, self.device, self.model, self.splits, self.timer.times, self.memory,
+                           self.n_params, self.sampler, self.workers, self.pin, self.channels_last, self.wall_s)
+        rec.settings["data_placement"] = self.placement
+        rec.extra["gc"] = self.step_gc.summary()
+        rec.extra["data_on_device_bytes"] = (self.resident.nbytes if self.resident is not None and self.device == "cuda"
+                                             else 0)
+        if self.target is not None:
+            rec.time_to_accuracy = self.target.result()
+            if self.start_step:
+                rec.validity.warnings.append(f"time to accuracy counts from step {self.start_step}, where this "
+                                             "resumed run started, not from the first step of training")
+        distributed.finish(rec, self.dist_ctx, self.timer.times, self.cfg)
+        return rec
+
+    def finish(self, rec: Any, gpu_before: int | None) -> None:
+        """Free what training held; then the max-batch search (it needs the memory a fresh run has) and,
+        on a single GPU, whether the run gave the device's memory back."""
+        self.forward = self.optimizer = self.scaler = self.loader = self.resident = self.shown = None
+        if self.cfg.find_max_batch:
+            rec.memory.max_batch = search_max_batch(self.model, self.splits, self.cfg, self.device)
+        self.model = None
+        if self.device == "cuda" and not self.dist_ctx.distributed:
+            release.finish(rec, gpu_before)
+
+    def write(self, rec: Any) -> None:
+        """Rank 0 writes the model card, history and profile (the checkpoint is written each epoch)."""
+        if not self.is_main:
+            return
+        self.card.save(self.out_dir)
+        write_json_atomic(self.out_dir / HISTORY_NAME, {"epochs": self.history, "steps_per_epoch": self.spe,
+                                                        "batch_size": self.cfg.batch_size})
+        rec.save(self.out_dir / PROFILE_NAME)
 
 
 def search_max_batch(model: Any, splits: Splits, cfg: TrainConfig, device: str) -> dict[str, Any]:

@@ -1,8 +1,10 @@
-"""Training memory: an analytic estimate from the parameter count, and the measured breakdown.
+"""Training memory: measuring it during a run (MemoryTracker), the measured breakdown, and an
+analytic estimate from the parameter count.
 
-The measured breakdown comes from torch.cuda.memory_allocated read at fixed moments of the first
-training steps (after moving the model, after the first backward, after the first optimizer step)
-and the steady-state peak; activations and temporaries are what the peak holds beyond the rest.
+The tracker counts weights, gradients and optimizer state from tensor sizes and reads the peak
+(the CUDA allocator's, or the process RSS growth on CPU); activations and temporaries are what the
+peak holds beyond the rest. torch and psutil are imported inside the tracker's methods, so the
+arithmetic below stays importable without them.
 """
 
 from __future__ import annotations
@@ -115,3 +117,103 @@ def fill_memory(memory: Memory, breakdown: dict[str, Any]) -> None:
     for key, value in breakdown.items():
         if key in names:
             setattr(memory, key, value)
+
+
+# --- measuring during a run -------------------------------------------------------------------
+
+def tensor_bytes(tensors: Any) -> int:
+    """Bytes held by an iterable of tensors (None entries skipped)."""
+    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+
+
+def optimizer_state_bytes(optimizer: Any) -> int:
+    import torch
+
+    return sum(tensor_bytes(v for v in st.values() if isinstance(v, torch.Tensor)) for st in optimizer.state.values())
+
+
+class MemoryTracker:
+    """Peak memory of training: CUDA allocator peaks, or growth of the process RSS on CPU.
+
+    On CUDA the breakdown comes from allocated bytes at four moments (after model.to, after the
+    first backward, after the first optimizer step, and the peak), see breakdown_from_measurements; on CPU, where
+    RSS also holds library caches, weights/gradients/optimizer state are counted from tensor sizes.
+    Activations and temporaries are the peak minus those three.
+    """
+
+    def __init__(self, device: str) -> None:
+        import psutil
+
+        self.device = device
+        self._proc = psutil.Process()
+        self.rss_base = self._proc.memory_info().rss  # bytes, before the model exists
+        self.rss_peak = self.rss_base
+        self.weights = self.gradients = self.optimizer = None  # bytes, from tensor sizes
+        self._cuda_at: dict[str, int] = {}  # allocated bytes at moments, relative to the baseline
+        self.use_moments = True  # False on resume: the optimizer state is loaded before the first step
+        self._cuda_base = 0
+        if device == "cuda":
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+            self._cuda_base = torch.cuda.memory_allocated()
+
+    def moment(self, name: str) -> None:
+        """Record allocated CUDA bytes now ("weights", "after_backward", "after_step"); no-op on CPU."""
+        if self.device == "cuda":
+            import torch
+
+            self._cuda_at[name] = torch.cuda.memory_allocated() - self._cuda_base
+
+    def sample(self) -> None:
+        """CPU only: one RSS reading (~20 us); CUDA peaks come from the allocator for free."""
+        if self.device == "cpu":
+            rss = self._proc.memory_info().rss
+            if rss > self.rss_peak:
+                self.rss_peak = rss
+
+    def current_bytes(self) -> int:
+        if self.device == "cuda":
+            import torch
+
+            return torch.cuda.memory_allocated()
+        return self._proc.memory_info().rss
+
+    def fill(self, memory: Any) -> dict[str, Any]:
+        """Write the peaks and breakdown into a trainserve.core.profile.Memory; returns the breakdown details."""
+        self.sample()
+        memory.rss_peak_bytes = self.rss_peak
+        memory.rss_growth_bytes = max(0, self.rss_peak - self.rss_base)
+        parts_known = None not in (self.weights, self.gradients, self.optimizer)
+        if self.device == "cuda" and parts_known:
+            import torch
+
+            # Parts from tensor sizes (exact); the allocator's readings at the first step's moments also
+            # hold the input batches, logits and loss, so they only cross-check. Activations and
+            # temporaries = peak - parts, so the parts sum to torch's measured peak.
+            w, g, o = self.weights, self.gradients, self.optimizer
+            peak = torch.cuda.max_memory_allocated() - self._cuda_base
+            b = breakdown_from_measurements(w, w + g, w + g + o, peak, torch.cuda.max_memory_reserved())
+            fill_memory(memory, b)
+            at = self._cuda_at if self.use_moments else {}
+            other = {name: at[name] - expected for name, expected in
+                     (("weights", w), ("after_backward", w + g), ("after_step", w + g + o)) if name in at}
+            return {"source": "cuda_allocator_peak_and_tensor_sizes", "consistent": b["consistent"],
+                    "sum_bytes": b["sum_bytes"], "peak_bytes": b["peak_bytes"], "notes": b["notes"],
+                    "allocated_at_moments_bytes": dict(at),
+                    # live bytes beyond the parts at each moment: batches on the device, logits, loss
+                    "other_live_at_moments_bytes": other}
+        memory.weights_bytes, memory.gradients_bytes, memory.optimizer_bytes = self.weights, self.gradients, self.optimizer
+        known = sum(b for b in (self.weights, self.gradients, self.optimizer) if b is not None)
+        if self.device == "cuda":
+            import torch
+
+            memory.cuda_allocated_peak_bytes = torch.cuda.max_memory_allocated() - self._cuda_base
+            memory.cuda_reserved_peak_bytes = torch.cuda.max_memory_reserved()
+            memory.peak_bytes = memory.cuda_allocated_peak_bytes
+            memory.activations_bytes = max(0, memory.peak_bytes - known)
+            return {"source": "cuda_allocator_peak_and_tensor_sizes", "notes": []}
+        memory.peak_bytes = memory.rss_growth_bytes
+        memory.activations_bytes = max(0, memory.peak_bytes - known)
+        return {"source": "rss_growth_and_tensor_sizes",
+                "notes": ["CPU peak is the process RSS growth over training; it includes allocator and library caches"]}

@@ -9,7 +9,8 @@ from typing import Any
 from trainserve.train.config import TrainConfig
 from trainserve.train.data import Splits
 from trainserve.train.device import device_name
-from trainserve.train.measure import MemoryTracker, StepTimes
+from trainserve.train.measure import StepTimes
+from trainserve.train.memory import MemoryTracker, analytic_estimate
 from trainserve.core import bounds
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 
@@ -135,8 +136,6 @@ def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) 
 
 
 def _add_estimate(rec: ProfileRecord, n_params: int, precision: str) -> None:
-    from trainserve.train.memory import analytic_estimate
-
     est = analytic_estimate(n_params, precision, optimizer="adamw")
     measured = [rec.memory.weights_bytes, rec.memory.gradients_bytes, rec.memory.optimizer_bytes]
     if None not in measured and sum(measured) > 0:

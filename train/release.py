@@ -1,4 +1,4 @@
-"""Whether a training run gave the GPU's memory back (issue: "GPU release"), measured with NVML.
+"""Whether a training run gave the GPU's memory back, measured with NVML.
 
 `before()` reads the device's used memory before the run touches the GPU; `finish()` runs after
 the model, optimizer and batches are freed: it empties torch's caching allocator and reads again.

@@ -248,7 +248,8 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
     import torch
 
     from trainserve.train.device import grad_scaler
-    from trainserve.train.measure import MemoryTracker, StepTimer, tensor_bytes
+    from trainserve.train.measure import StepTimer
+    from trainserve.train.memory import MemoryTracker, tensor_bytes
     from trainserve.train.models import build_model
     from trainserve.train.record import build_record
     from trainserve.train.step import train_step

@@ -1,7 +1,7 @@
-"""The CPU-vs-GPU training speedup `trainserve compare` prints: the report's own computation."""
+"""The CPU-vs-GPU training speedup `trainserve compare` prints and the report shows (trainserve.core.speedup)."""
 
 from trainserve.core.profile import ProfileRecord
-from trainserve.report.analysis import speedups_of_records
+from trainserve.core.speedup import speedups_of_records
 
 
 def _rec(device, samples_s, batch=512, precision="fp32", sweep=False):

@@ -99,7 +99,7 @@ def test_launch_command_strips_nproc_and_shares_cores(monkeypatch):
     cmd = launch.torchrun_command(2, python="py")
     assert cmd == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "trainserve"]
     with pytest.raises(UserError, match="--nproc 0"):
-        launch.torchrun_command(0)
+        launch.torchrun_command(0, "worker.mod")
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.delenv("NCCL_NVLS_ENABLE", raising=False)
     env = launch.child_env("cuda", 2, args)

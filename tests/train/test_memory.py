@@ -65,7 +65,7 @@ def test_cuda_tracker_parts_are_tensor_sizes_and_sum_to_the_peak(monkeypatch):
     """The CUDA path of MemoryTracker without a GPU: the allocator's counters are faked."""
     import torch
 
-    from trainserve.train.measure import MemoryTracker
+    from trainserve.train.memory import MemoryTracker
     from trainserve.core.profile import Memory
 
     mib = 2**20

@@ -49,7 +49,8 @@ def run_sweeps(cfg: Any, device: str, budget_s: float, root: Path) -> dict[str, 
     """Sweep each device in turn; write sweep/<device>/; print both training speedups when both ran."""
     from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
     from trainserve.report import units as u
-    from trainserve.report.analysis import speedups_of_records, train_speedup_text
+    from trainserve.report.analysis import train_speedup_text
+    from trainserve.core.speedup import speedups_of_records
 
     check_budget(budget_s)
     devices = devices_of(device)

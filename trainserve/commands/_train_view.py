@@ -84,6 +84,23 @@ def print_summary(result: Any) -> None:
         console.print(f"[bold red]error:[/] {e}")
     for w in rec.validity.warnings:
         console.print(f"[yellow]warning:[/] {w}")
+    if rec.time_to_accuracy is not None:
+        console.print(target_line(rec))
+
+
+def target_line(rec: Any) -> str:
+    """One line on --target-accuracy: reached (time, epochs, energy) or the budget ended first."""
+    t = rec.time_to_accuracy
+    where = f"on {rec.device}"
+    if not t.reached:
+        best = "" if t.test_accuracy is None else f"; the last eval gave {t.test_accuracy:.2%}"
+        return (f"target accuracy {t.target_accuracy:.2%} not reached {where} within {_epochs(t.epochs_run)}{best}; "
+                "raise --epochs (or --lr) to train further")
+    energy = ("energy not measured" if t.energy_to_accuracy_j is None
+              else f"{t.energy_to_accuracy_j:,.1f} J ({t.energy_source})")
+    return (f"target accuracy {t.target_accuracy:.2%} reached {where} after {_epochs(t.epochs_to_accuracy)} "
+            f"({t.steps_to_accuracy} steps) in {t.time_to_accuracy_s:.2f} s, {energy}; test accuracy "
+            f"{t.test_accuracy:.2%}")
 
 
 def print_compare(records: dict[str, Any], speedups: dict[str, Any], out_dir: Path) -> None:
@@ -100,6 +117,13 @@ def print_compare(records: dict[str, Any], speedups: dict[str, Any], out_dir: Pa
     value = speedups["train"]["value"]
     console.print(f"GPU speed-up at the same configuration: [bold]{_fmt(value, '{:.3g}x')}[/] samples/s; "
                   f"written to {out_dir}")
+    for rec in (c, g):
+        if rec.time_to_accuracy is not None:
+            console.print(target_line(rec))
+
+
+def _epochs(n: int | None) -> str:
+    return f"{n} epoch" if n == 1 else f"{n} epochs"
 
 
 def _fmt(v: Any, pattern: str) -> str:

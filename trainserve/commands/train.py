@@ -36,6 +36,9 @@ WarmupOpt = Annotated[int, typer.Option(help="Steps left out of step-time statis
 SyncOpt = Annotated[bool, typer.Option("--sync-timing/--event-timing",
                                        help="CUDA: synchronise after every step instead of timing with CUDA events.")]
 RunOpt = Annotated[str, typer.Option(help="Run name: artifacts go to RUNS_DIR/RUN/train.")]
+TargetOpt = Annotated[float | None, typer.Option("--target-accuracy", help=(
+    "Stop as soon as the held-out (test split) accuracy after an epoch reaches A (0 < A <= 1); the profile "
+    "records the time, epochs and energy it took (docs/training.md)."))]
 
 
 def train(
@@ -71,6 +74,7 @@ def train(
                                               "gloo on CPU). See docs/distributed.md.")] = None,
     scaling_baseline: Annotated[Path | None, typer.Option(help="DDP: a 1-process run's profile.json (or its train "
                                                           "folder) to compute scaling efficiency against.")] = None,
+    target_accuracy: TargetOpt = None,
 ) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
     from trainserve.train import distributed, launch
@@ -85,7 +89,7 @@ def train(
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale.value, seed=seed,
                       workers=workers, compile=compile, dataset=dataset, samples=samples,
                       warmup_steps=warmup_steps, sync_timing=sync_timing, find_max_batch=find_max_batch,
-                      data_placement=data_placement.value)
+                      data_placement=data_placement.value, target_accuracy=target_accuracy)
     root = run_dir(run, runs_dir, writable=True)
     if len(devices) > 1:
         if resume:
@@ -141,6 +145,7 @@ def compare(
     sweep_budget_s: SweepBudgetOpt = 60.0,
     device: Annotated[SweepDevice, typer.Option(help=(
         "With --sweep: auto (the CPU, plus the GPU when there is one), or the devices named."))] = SweepDevice("auto"),
+    target_accuracy: TargetOpt = None,
 ) -> None:
     """Train the same model on CPU and on CUDA and compare them.
 
@@ -153,7 +158,11 @@ def compare(
 
     cfg = TrainConfig(model=model.value, preset=preset.value, device="cpu", precision=precision.value,
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers,
-                      compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps)
+                      compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
+                      target_accuracy=target_accuracy)
+    if sweep and target_accuracy is not None:
+        raise UserError("--target-accuracy trains each device until it reaches the accuracy, which a sweep does not "
+                        "do; add --no-sweep")
     if sweep:
         from trainserve.commands._sweep_view import run_sweeps
 
@@ -169,7 +178,7 @@ def _compare(cfg, root: Path) -> None:
     from trainserve.train.compare import compare_devices
     from trainserve.commands._train_view import live_progress, print_compare
     from trainserve.core.fsutil import write_json_atomic
-    from trainserve.report.analysis import speedups_of_records
+    from trainserve.core.speedup import speedups_of_records
 
     with live_progress() as on_progress:
         records = compare_devices(cfg, root / "compare", on_progress=on_progress)

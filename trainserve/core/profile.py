@@ -131,6 +131,21 @@ class Validity:
 
 
 @dataclass
+class TimeToAccuracy:
+    """Training toward a held-out accuracy target (`trainserve train --target-accuracy`); null when none was set."""
+
+    target_accuracy: float  # the test-split accuracy asked for, 0 < A <= 1
+    reached: bool = False  # false: the epoch (or step) budget ended first
+    time_to_accuracy_s: float | None = None  # wall time from the first step to the end of the eval that reached it
+    epochs_to_accuracy: int | None = None  # epochs trained when it was reached (counted from epoch 1)
+    steps_to_accuracy: int | None = None  # optimizer steps trained when it was reached
+    energy_to_accuracy_j: float | None = None  # over that same span: NVML (cuda) or RAPL (cpu); null when not measured
+    energy_source: str | None = None  # "nvml" | "rapl" | null
+    test_accuracy: float | None = None  # at the eval that reached it, else at the last eval
+    epochs_run: int | None = None  # epochs trained in all (the budget, when not reached)
+
+
+@dataclass
 class ProfileRecord:
     """One measured phase of one model on one device and backend."""
 
@@ -149,6 +164,7 @@ class ProfileRecord:
     utilization: Utilization = field(default_factory=Utilization)
     energy: Energy = field(default_factory=Energy)
     validity: Validity = field(default_factory=Validity)
+    time_to_accuracy: TimeToAccuracy | None = None  # training with --target-accuracy only
     settings: dict[str, Any] = field(default_factory=dict)  # threads, workers, compile, lr, ...
     extra: dict[str, Any] = field(default_factory=dict)  # stage-specific details
     versions: dict[str, str] = field(default_factory=dict)
@@ -202,6 +218,7 @@ _NESTED: dict[tuple[str, str], type] = {
     ("ProfileRecord", "utilization"): Utilization,
     ("ProfileRecord", "energy"): Energy,
     ("ProfileRecord", "validity"): Validity,
+    ("ProfileRecord", "time_to_accuracy"): TimeToAccuracy,
     ("Speed", "latency"): LatencyStats,
 }
 

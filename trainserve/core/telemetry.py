@@ -464,6 +464,12 @@ class Sampler:
             raise RuntimeError("Sampler.latest() before start()")
         return self._latest
 
+    def reading(self) -> Sample:
+        """A reading taken now, energy counters included (cumulative), e.g. to meter a span of a run."""
+        with self._tick_lock:
+            self._tick(boundary=True)
+            return self.latest()
+
     @property
     def gpu_available(self) -> bool:
         return self._gpu is not None and self._gpu.ok

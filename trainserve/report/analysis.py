@@ -17,10 +17,10 @@ from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.limits import in_process_batch1, is_limit, limit_conclusions, limits_section
+from trainserve.core.speedup import DEVICE_LABEL, DEVICES, operating_points, pick_train, speedups_of_records
+from trainserve.core.speedup import ratio as _div
 
 SUMMARY_SCHEMA_VERSION = 1
-DEVICES = ("cpu", "cuda")
-DEVICE_LABEL = {"cpu": "CPU", "cuda": "GPU"}
 # Which inference backend the headline speedups use when several were measured on both devices.
 BACKEND_PREFERENCE = ("onnxruntime", "triton", "torch")
 
@@ -128,15 +128,17 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
         for d in DEVICES:
             mine = [e for e in infer_entries if e.record.backend == b and e.record.device == d]
             infer[b][d] = _infer_views(mine) if mine else None
-    points = operating_points([e for e in entries if e.record.phase == "train"])
+    train_pairs = [(e.source, e.record) for e in entries if e.record.phase == "train"]
+    trained = speedups_of_records(train_pairs)  # the same function `trainserve compare` prints from
     section = {
         "model": name,
         "train": train,
         "infer": infer,
-        "speedups": _speedups(train, infer) | train_speedups(points, train),
-        "operating_points": points,
+        "speedups": {"train": trained["train"], **_speedups(infer), "train_best": trained["train_best"]},
+        "operating_points": operating_points(train_pairs),
         "train_vs_infer": _train_vs_infer(train, infer),
         "max_batch": _max_batch(entries),
+        "time_to_accuracy": time_to_accuracy(entries, infer),
         "ramps": _ramps(infer_entries),
         "devices_measured": sorted({e.record.device for e in entries}, key=DEVICES.index),
     }
@@ -150,15 +152,9 @@ def _backend_rank(b: str) -> tuple[int, str]:
 
 
 def _pick_train(entries: list[Entry]) -> dict[str, Any] | None:
-    """The compare/ record first (made for the CPU-vs-GPU comparison), else the newest; sweep points
-    only when the device has nothing else, and then its best (the most samples/s)."""
-    if not entries:
-        return None
-    plain = [e for e in entries if not is_sweep(e)]
-    if not plain:
-        return view(max(entries, key=lambda e: e.record.speed.throughput_samples_s or 0.0), "train")
-    best = max(plain, key=lambda e: (e.source.startswith("compare/"), e.record.created, e.source))
-    return view(best, "train")
+    """The view of the record trainserve.core.speedup.pick_train picks for the device."""
+    picked = pick_train([(e.source, e.record) for e in entries])
+    return None if picked is None else view(Entry(*picked), "train")
 
 
 def _infer_views(entries: list[Entry]) -> dict[str, Any]:
@@ -198,12 +194,6 @@ def _ramp(e: Entry) -> list[dict[str, Any]]:
     return [p for p in ramp if isinstance(p, dict)] if isinstance(ramp, list) else []
 
 
-def _div(a: float | None, b: float | None) -> float | None:
-    if a is None or b is None or b == 0:
-        return None
-    return a / b
-
-
 def _speedup(kind: str, cpu: dict | None, gpu: dict | None, metric: str) -> dict[str, Any]:
     """GPU over CPU; for latency the CPU's time over the GPU's (how many times faster it answers)."""
     get = (lambda v: v["latency"].get("p50_ms")) if metric == "p50_ms" else (lambda v: v.get(metric))
@@ -218,8 +208,9 @@ def _speedup(kind: str, cpu: dict | None, gpu: dict | None, metric: str) -> dict
     return {"value": value, "cpu": c, "gpu": g, "metric": metric, "note": note, "error": error}
 
 
-def _speedups(train: dict, infer: dict) -> dict[str, Any]:
-    out = {"train": _speedup("training", train["cpu"], train["cuda"], "throughput_samples_s")}
+def _speedups(infer: dict) -> dict[str, Any]:
+    """The inference speedups; the training ones come from trainserve.core.speedup."""
+    out: dict[str, Any] = {}
     backend = next((b for b in infer if infer[b]["cpu"] and infer[b]["cuda"]), next(iter(infer), None))
     cpu = infer[backend]["cpu"] if backend else None
     gpu = infer[backend]["cuda"] if backend else None
@@ -228,107 +219,6 @@ def _speedups(train: dict, infer: dict) -> dict[str, Any]:
                                       "throughput_samples_s")
     out["infer_backend"] = backend
     return out
-
-
-# --- training operating points (the sweep) and the training speedup on two bases ---------------
-
-def is_sweep(e: Entry) -> bool:
-    """A point of a training sweep (train/sweep.py), not a training run."""
-    return isinstance(e.record.extra, dict) and e.record.extra.get("sweep") is True
-
-
-def train_point(e: Entry) -> dict[str, Any]:
-    """One training operating point: summary.json's models.<m>.operating_points.<device>.train[i]."""
-    r = e.record
-    return {"batch_size": r.batch_size, "precision": r.precision,
-            "throughput_samples_s": r.speed.throughput_samples_s, "p50_ms": r.speed.latency.p50_ms,
-            "p99_ms": r.speed.latency.p99_ms, "peak_bytes": _first(r.memory.peak_bytes, r.memory.rss_peak_bytes),
-            "gpu_util_mean_percent": r.utilization.gpu_util_mean_percent, "partial": r.validity.partial,
-            "source": e.source}
-
-
-def best_point(points: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The most samples/s (ties: the smaller batch, which needs less memory)."""
-    ok = [p for p in points if p["throughput_samples_s"]]
-    return max(ok, key=lambda p: (p["throughput_samples_s"], -p["batch_size"])) if ok else None
-
-
-def operating_points(train_entries: list[Entry]) -> dict[str, dict[str, Any]]:
-    """Per device with sweep points: {"train": [points by precision, batch], "train_best": the best}."""
-    out: dict[str, dict[str, Any]] = {}
-    for d in DEVICES:
-        # a re-run sweep replaces its folder, so each (precision, batch) appears once; keep the newest anyway
-        newest: dict[tuple[str, int], Entry] = {}
-        for e in sorted((e for e in train_entries if is_sweep(e) and e.record.device == d),
-                        key=lambda e: e.record.created):
-            newest[(e.record.precision, e.record.batch_size)] = e
-        if newest:
-            points = [train_point(newest[k]) for k in sorted(newest)]
-            out[d] = {"train": points, "train_best": best_point(points)}
-    return out
-
-
-def train_speedups(points: dict[str, dict[str, Any]], train: dict[str, Any]) -> dict[str, Any]:
-    """GPU over CPU training throughput, labelled by basis: "train" at the same configuration (same
-    batch and precision on both devices), "train_best" with each device at its own best point.
-
-    The same configuration comes from the sweeps when both devices measured one in common (the
-    CPU's best configuration when the GPU has it, else the largest common batch, fp32 first), else
-    from the training records (the compare/ pair) when their batch and precision agree.
-    """
-    cpu_pts = [p for p in points.get("cpu", {}).get("train", []) if not p["partial"]]
-    gpu_pts = [p for p in points.get("cuda", {}).get("train", []) if not p["partial"]]
-    same = None
-    gpu_by_config = {(p["batch_size"], p["precision"]): p for p in gpu_pts}
-    common = [p for p in cpu_pts if (p["batch_size"], p["precision"]) in gpu_by_config]
-    if common:
-        cpu_best = best_point(cpu_pts)
-        chosen = (cpu_best if cpu_best in common
-                  else max(common, key=lambda p: (p["precision"] == "fp32", p["batch_size"])))
-        same = (chosen, gpu_by_config[(chosen["batch_size"], chosen["precision"])])
-    note = None
-    if same is None:
-        c, g = train["cpu"], train["cuda"]
-        if c and g and (c["batch_size"], c["precision"]) == (g["batch_size"], g["precision"]):
-            same = tuple({"batch_size": v["batch_size"], "precision": v["precision"],
-                          "throughput_samples_s": v["throughput_samples_s"], "p50_ms": v["latency"].get("p50_ms"),
-                          "peak_bytes": v["memory"]["peak_bytes"], "source": v["source"]} for v in (c, g))
-        elif c and g:
-            note = (f"not measured: the CPU trained at batch {c['batch_size']} {c['precision']} and the GPU at batch "
-                    f"{g['batch_size']} {g['precision']}, and no sweep measured a configuration on both")
-        else:
-            missing = [DEVICE_LABEL[d] for d in DEVICES if not points.get(d) and not train[d]]
-            note = (f"not measured: no {' or '.join(missing)} training measurement" if missing
-                    else "not measured: the CPU and GPU sweeps share no batch size and precision")
-    best = tuple(points.get(d, {}).get("train_best") for d in DEVICES)
-    return {"train": _train_speedup("same_config", *(same or (None, None)), note),
-            "train_best": _train_speedup("best_vs_best", *best, None)}
-
-
-def speedups_of_records(records: list[tuple[str, ProfileRecord]]) -> dict[str, Any]:
-    """The training speedups on both bases of a few (source, record) pairs, computed as the report
-    computes them; for `trainserve compare`, which has the records in hand."""
-    entries = [Entry(source, r) for source, r in records if r.phase == "train"]
-    train = {d: _pick_train([e for e in entries if e.record.device == d]) for d in DEVICES}
-    return train_speedups(operating_points(entries), train)
-
-
-def _train_speedup(basis: str, cpu: dict[str, Any] | None, gpu: dict[str, Any] | None,
-                   note: str | None) -> dict[str, Any]:
-    c = cpu and cpu["throughput_samples_s"]
-    g = gpu and gpu["throughput_samples_s"]
-    value = _div(g, c)
-    if value is None and note is None:
-        missing = [DEVICE_LABEL[d] for d, v in (("cpu", c), ("cuda", g)) if v is None]
-        what = "training sweep" if basis == "best_vs_best" else "training measurement at a configuration both share"
-        note = f"not measured: no {' or '.join(missing) or 'usable'} {what}"
-
-    def config(p: dict[str, Any] | None) -> dict[str, Any] | None:
-        return None if p is None else {k: p.get(k) for k in ("batch_size", "precision", "throughput_samples_s",
-                                                              "p50_ms", "peak_bytes", "source")}
-
-    return {"basis": basis, "value": value, "cpu": c, "gpu": g, "metric": "throughput_samples_s", "note": note,
-            "cpu_point": config(cpu), "gpu_point": config(gpu)}
 
 
 def _headline(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -377,6 +267,26 @@ def _train_vs_infer(train: dict, infer: dict) -> dict[str, Any]:
             "infer_energy_per_sample_j": i and i["energy_per_sample_j"],
             "energy_ratio": _div(t and t["energy_per_sample_j"], i and i["energy_per_sample_j"]),
         }
+    return out
+
+
+def time_to_accuracy(entries: list[Entry], infer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per device, the training run made with --target-accuracy (compare/ first, else the newest), beside
+    the batch-1 latency and energy per inference of the served model on that device when measured."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in DEVICES:
+        picked = pick_train([(e.source, e.record) for e in entries if e.record.phase == "train"
+                             and e.record.device == d and e.record.time_to_accuracy is not None])
+        if picked is None:
+            continue
+        source, r = picked
+        backend = next((b for b in infer if infer[b][d]), None)
+        served = infer[backend][d] if backend else {"batch1": None, "saturated": None}
+        b1, sat = served["batch1"], served["saturated"]
+        out[d] = {**dataclasses.asdict(r.time_to_accuracy), "source": source, "batch_size": r.batch_size,
+                  "precision": r.precision, "infer_backend": backend,
+                  "infer_batch1_p50_ms": b1["latency"].get("p50_ms") if b1 else None,
+                  "infer_energy_per_sample_j": sat["energy_per_sample_j"] if sat else None}
     return out
 
 

@@ -211,7 +211,8 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     return (f"<section id='model-{name}'><h2>Model <code>{name}</code>: training beside inference</h2>{note}"
             f"<div class='tablewrap'><table><thead><tr><th></th>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>"
-            + _html_limits(model) + _html_max_batch(model) + _html_operating_points(model)
+            + _html_limits(model) + _html_max_batch(model) + _html_time_to_accuracy(model)
+            + _html_operating_points(model)
             + (f"<div class='figs'>{figs}</div>" if figs else "")
             + _html_ramps(model) + "</section>")
 
@@ -260,6 +261,37 @@ def _html_max_batch(model: dict[str, Any]) -> str:
     return ("<h3>Largest batch that fits</h3><div class='tablewrap'><table><thead><tr><th>device</th>"
             f"<th>training</th><th>inference</th><th>inference ÷ training</th></tr></thead><tbody>{rows}</tbody>"
             "</table></div>")
+
+
+TTA_HEADER = ["device", "target", "reached", "time", "epochs", "energy", "test accuracy", "served batch-1 p50",
+              "energy / inference"]
+TTA_NOTE = ("Time and energy run from the first training step to the end of the evaluation that reached the "
+            "target (trainserve train --target-accuracy); energy is null where the device has no energy counter.")
+
+
+def _tta_rows(model: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for d, t in model.get("time_to_accuracy", {}).items():
+        reached = "yes" if t["reached"] else f"no, within {t['epochs_run']} epochs"
+        seconds = f"{u.num(t['time_to_accuracy_s'])} s" if t["reached"] else u.MISSING
+        rows.append([f"{DEVICE_LABEL[d]} ({t['precision']}, batch {t['batch_size']})",
+                     u.fraction(t["target_accuracy"]), reached, seconds, u.num(t["epochs_to_accuracy"]),
+                     u.joules(t["energy_to_accuracy_j"]), u.fraction(t["test_accuracy"]),
+                     u.ms(t["infer_batch1_p50_ms"]), u.joules(t["infer_energy_per_sample_j"])])
+    return rows
+
+
+def _html_time_to_accuracy(model: dict[str, Any]) -> str:
+    rows = _tta_rows(model)
+    if not rows:
+        return ""
+    return ("<h3>Time to accuracy</h3>" + _html_table(TTA_HEADER, rows)
+            + f"<p class='muted'>{escape(TTA_NOTE)}</p>")
+
+
+def _md_time_to_accuracy(model: dict[str, Any]) -> list[str]:
+    rows = _tta_rows(model)
+    return ["### Time to accuracy", ""] + _md_table(TTA_HEADER, rows) + [TTA_NOTE, ""] if rows else []
 
 
 OP_HEADER = ["device", "precision", "batch", "samples/s", "step p50", "step p99", "peak memory", "GPU util"]
@@ -414,6 +446,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
                           u.ratio(v["ratio"])] for d, v in model["max_batch"].items()])
     else:
         md += ["Largest batch that fits: not measured.", ""]
+    md += _md_time_to_accuracy(model)
     if _op_rows(model):
         md += ["### Training sweep: operating points", "",
                "Short runs per batch size and precision (warm-up left out); the best point has the most samples/s.", ""]
