@@ -14,6 +14,7 @@ import typer
 from trainserve.commands import export as _export
 from trainserve.commands import limits as _limits
 from trainserve.commands import load as _load
+from trainserve.commands import plan as _plan
 from trainserve.commands import report as _report
 from trainserve.commands import run as _run
 from trainserve.commands import serve as _serve
@@ -59,6 +60,7 @@ app.command("serve")(_serve.serve)
 app.command("load")(_load.load)
 app.command("limits")(_limits.limits)
 app.command("report")(_report.report)
+app.command("plan")(_plan.plan)
 app.command("run")(_run.run)
 
 
