@@ -61,7 +61,7 @@ def cost_chart(name: str, section: dict[str, Any], costs: dict[str, Any], slo_p9
         ax.axvline(x, color="#c0392b", linestyle=":", linewidth=1.3,
                    label=f"break-even: GPU cheaper above {u.num(be['break_even_req_s'])} req/s")
     elif be.get("note"):
-        ax.text(0.99, 0.02, be["note"], transform=ax.transAxes, ha="right", va="bottom", fontsize=8, color="#555")
+        ax.text(0.01, 0.02, be["note"], transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="#555")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
