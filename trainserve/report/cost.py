@@ -110,7 +110,7 @@ def training_costs(section: dict[str, Any], run_samples: int | None, prices: Pri
         if b1:
             rows.append(_train_row("batch1", d, max(b1, key=lambda p: p["throughput_samples_s"]), run_samples, prices))
         t = section["train"].get(d)
-        if t and t.get("throughput_samples_s"):
+        if t and t.get("throughput_samples_s") and t["source"] not in {r["source"] for r in rows}:
             rows.append(_train_row("as_trained", d, t, run_samples, prices))
         if rows:
             out[d] = rows

@@ -23,6 +23,8 @@ def usd(x: float | None) -> str:
         return u.MISSING
     if x >= 100:
         return f"${x:,.0f}"
+    if x >= 1:
+        return f"${x:,.2f}"
     return "$" + u.num(x, 3)
 
 
@@ -41,8 +43,8 @@ def infer_rows(c: dict[str, Any]) -> list[list[str]]:
     rows = []
     for d, dev in c["infer"].items():
         for r in dev["rows"]:
-            load = (f"{u.num(r['throughput_samples_s'])} samples/s, batch {r['batch_size']} × {r['users']} users "
-                    f"({r['kind']})")
+            users = "? users" if r["users"] is None else f"{r['users']} user" + ("" if r["users"] == 1 else "s")
+            load = f"{u.num(r['throughput_samples_s'])} samples/s, batch {r['batch_size']} × {users} ({r['kind']})"
             rows.append([DEVICE_LABEL[d], BASIS[r["basis"]], load, u.ms(r["p99_ms"]), _held(dev),
                          usd(r["hardware_usd_per_million_inferences"]),
                          kwh(r["kwh_per_million_inferences"]) if r["kwh_per_million_inferences"] is not None
@@ -167,8 +169,14 @@ def html_section(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     return "".join(out)
 
 
-CSS = ".assume { background:#f4f7fb; border-left:4px solid #3b6ea5; padding:6px 12px; margin:6px 0 12px; " \
-      "border-radius:4px; font-size:13px; } .assume ul { margin:4px 0; padding-left:18px; }"
+CSS = """
+.assume { background:#f4f7fb; border-left:4px solid #3b6ea5; padding:6px 12px; margin:6px 0 12px; border-radius:4px;
+          font-size:13px; overflow-wrap:anywhere; }
+.assume ul { margin:4px 0; padding-left:18px; }
+/* cost tables carry sentences (what was held, why energy is missing): they wrap instead of widening the page */
+#cost td, #cost th { white-space:normal; min-width:0; }
+#cost td:first-child { white-space:nowrap; }
+"""
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
