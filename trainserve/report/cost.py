@@ -272,7 +272,8 @@ def servers_needed(load: float, capacity: float) -> int:
     return max(1, math.ceil(load / capacity - 1e-9))
 
 
-def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None, max_load: float) -> dict[str, Any]:
+def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None, max_load: float,
+               why_not: str | None = None) -> dict[str, Any]:
     """Scan (0, max_load] for where the GPU side costs less per hour than the CPU side.
 
     `cpu` and `gpu` are (capacity per server in requests/s within the SLO, USD per server-hour). Both
@@ -281,8 +282,7 @@ def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None,
     stays cheaper up to max_load (None: never, within the scan)."""
     if not cpu or not gpu:
         return {"first_gpu_cheaper_req_s": None, "break_even_req_s": None, "max_load_req_s": max_load,
-                "note": "not computed: " + ("neither server" if not cpu and not gpu else
-                                            f"the {'CPU' if not cpu else 'GPU'} server") + " meets the SLO"}
+                "note": why_not or "not computed: a side has no capacity within the SLO"}
     (cc, cp), (gc, gp) = cpu, gpu
     if gp / gc < cp / cc:  # the GPU is cheaper per request at scale: scan far enough to see where
         max_load = max(max_load, 2 * gp / (cp / cc - gp / gc))
@@ -310,6 +310,15 @@ def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None,
             f"the GPU never becomes cheaper up to {max_load:,.0f} req/s"}
 
 
+def _why_no_break_even(infer: dict[str, Any], caps: dict[str, Any]) -> str | None:
+    for d in ("cpu", "cuda"):
+        if d not in infer:
+            return f"not computed: no {DEVICE_LABEL[d]} server was measured in this run"
+        if d not in caps:
+            return f"not computed: the {DEVICE_LABEL[d]} server has no measured load within the SLO"
+    return None
+
+
 def cost_section(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
     """summary.json's "costs": the prices and SLO used, then per model training, inference, break-even."""
     models = {}
@@ -325,6 +334,7 @@ def cost_section(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
                         "run_samples": run_samples(summary, section),
                         "infer": infer,
                         "capacity_at_slo_req_s": {d: c[0] for d, c in caps.items()},
-                        "break_even": break_even(caps.get("cpu"), caps.get("cuda"), 2 * top)}
+                        "break_even": break_even(caps.get("cpu"), caps.get("cuda"), 2 * top,
+                                                 _why_no_break_even(infer, caps))}
     return {"prices": opts.prices.to_dict(), "slo_p99_ms": opts.slo_p99_ms, "headroom": opts.headroom,
             "models": models}
