@@ -6,6 +6,7 @@ from typing import Any
 
 from trainserve.report import units as u
 from trainserve.report.cost import DEVICE_LABEL, MILLION, frontier, servers_needed
+from trainserve.report.cost_render import usd
 from trainserve.report.plots import COLORS, _figure, _plain_log_ticks, _png, _safe, _style
 
 
@@ -53,21 +54,21 @@ def cost_chart(name: str, section: dict[str, Any], costs: dict[str, Any], slo_p9
         inside = xs <= cap
         unit = "server" if d == "cpu" else "GPU"
         ax.plot(xs[inside], np.array(ys)[inside], "-", color=color, linewidth=1.6,
-                label=f"{DEVICE_LABEL[d]}: one {unit} (${per_hour:,.3g}/h, {u.num(cap)} req/s within SLO)")
+                label=f"{DEVICE_LABEL[d]}: one {unit} ({usd(per_hour)}/h, {u.num(cap)} req/s within SLO)")
         ax.plot(xs[~inside], np.array(ys)[~inside], "--", color=color, linewidth=1.2,
                 label=f"{DEVICE_LABEL[d]}: more {unit}s (linear scaling assumed)")
     if be.get("break_even_req_s") is not None:
         x = max(be["break_even_req_s"], lo)
         ax.axvline(x, color="#c0392b", linestyle=":", linewidth=1.3,
                    label=f"break-even: GPU cheaper above {u.num(be['break_even_req_s'])} req/s")
-    elif be.get("note"):
-        ax.text(0.01, 0.02, be["note"], transform=ax.transAxes, ha="left", va="bottom", fontsize=8, color="#555")
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     _plain_log_ticks(ax.xaxis)
     _plain_log_ticks(ax.yaxis)
-    ax.set_xlabel("load, requests/s (one row each)", fontsize=9)
+    # no break-even: say why under the axis, where it cannot hide a curve
+    note = "" if be.get("break_even_req_s") is not None or not be.get("note") else f"\n{be['note']}"
+    ax.set_xlabel(f"load, requests/s (one row each){note}", fontsize=9)
     ax.set_ylabel("USD per million inferences (hardware)", fontsize=9)
     ax.legend(fontsize=7.5, frameon=False, loc="upper right")
     _style(ax, f"{name}: cost per million inferences vs load, p99 ≤ {slo_p99_ms:g} ms")
