@@ -37,12 +37,12 @@ def main() -> None:
     import onnxruntime as ort
     import torch
 
-    from serve.repository import RepositoryConfig
-    from train.card import ModelCard, TensorSpec
-    from train.export import ExportConfig, example_inputs, export_run
-    from train.models import build_model, config_to_dict, io_spec, preset_config
-    from train.verify import compare, ort_session, torch_outputs
-    from trainserve.errors import UserError
+    from trainserve.serve.repository import RepositoryConfig
+    from trainserve.core.card import ModelCard, TensorSpec
+    from trainserve.train.export import ExportConfig, example_inputs, export_run
+    from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
+    from trainserve.train.verify import compare, ort_session, torch_outputs
+    from trainserve.core.errors import UserError
 
     out = Path(os.environ.get("OUT", "./bench-out"))
     out.mkdir(parents=True, exist_ok=True)

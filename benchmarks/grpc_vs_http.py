@@ -66,10 +66,10 @@ def export_repository(root: Path, preset: str, device: str = "cpu") -> tuple[Pat
     """Random-weight cnn `preset` through the real export stage; (repository, model name, input shape)."""
     import torch
 
-    from serve.repository import RepositoryConfig
-    from train.card import ModelCard, TensorSpec
-    from train.export import ExportConfig, export_run
-    from train.models import build_model, config_to_dict, io_spec, preset_config
+    from trainserve.serve.repository import RepositoryConfig
+    from trainserve.core.card import ModelCard, TensorSpec
+    from trainserve.train.export import ExportConfig, export_run
+    from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
 
     torch.manual_seed(0)
     config = preset_config("cnn", preset)
@@ -232,7 +232,7 @@ def _floor_server(port: int, ready) -> None:
     import grpc
     from tritonclient.grpc import service_pb2 as pb
 
-    from serve.grpc_server import InferenceServicer, _generic_handlers
+    from trainserve.serve.grpc_server import InferenceServicer, _generic_handlers
 
     response = pb.ModelInferResponse(model_name="floor", model_version="1")
     response.outputs.add(name="logits", datatype="FP32", shape=[1, 10])

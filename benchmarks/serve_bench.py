@@ -80,7 +80,7 @@ def exported_repository(root: Path, preset: str, device: str) -> tuple[Path, str
         log(f"trainserve {argv[0]}: {time.perf_counter() - t0:.1f} s")
     repo = root / "bench" / "model_repository"
     name = f"{MODEL}_{'gpu' if device == 'cuda' else 'cpu'}"
-    from serve.repository import parse_config_file
+    from trainserve.serve.repository import parse_config_file
 
     config = parse_config_file(repo / name / "config.pbtxt")
     return repo, name, repo / name / "1" / (config.default_model_filename or "model.onnx"), config.max_batch_size
@@ -115,7 +115,7 @@ def parse_cpus(text: str | None) -> set[int] | None:
 
 
 def input_shape(preset: str) -> tuple[int, int, int]:
-    from train.models import preset_config
+    from trainserve.train.models import preset_config
 
     c = preset_config("cnn", preset)
     return c.in_channels, c.image_size, c.image_size

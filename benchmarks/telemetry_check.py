@@ -24,10 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a check
 import torch
 from torch import nn
 
-from train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup
-from train.maxbatch import max_batches
-from trainserve.profile import ProfileRecord
-from trainserve.telemetry import Sampler, gpu_memory_used_bytes, gpu_name, gpu_process_memory_bytes, read_costs
+from trainserve.train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup
+from trainserve.train.maxbatch import max_batches
+from trainserve.core.profile import ProfileRecord
+from trainserve.core.telemetry import Sampler, gpu_memory_used_bytes, gpu_name, gpu_process_memory_bytes, read_costs
 
 
 def main() -> None:

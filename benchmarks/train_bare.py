@@ -53,7 +53,7 @@ class Case:
 # (TrainConfig overrides, and the sampler the loop starts: None = the loop's own).
 def _sampler(interval_s: float, gpu: bool):
     def start(device: str):
-        from trainserve.telemetry import Sampler
+        from trainserve.core.telemetry import Sampler
 
         # gpu_index 999 matches no device: NVML is never read, psutil and RAPL still are
         return Sampler(interval_s=interval_s, gpu_index=0 if gpu else 999).start()
@@ -141,8 +141,8 @@ def bare(case: Case, device: str, model_cfg) -> dict:
     """The fastest loop: fixed device tensors, AdamW (fused on CUDA), autocast, one sync at each end."""
     import torch
 
-    from train.device import autocast, grad_scaler
-    from train.models import build_model
+    from trainserve.train.device import autocast, grad_scaler
+    from trainserve.train.models import build_model
 
     torch.manual_seed(0)
     model = build_model(model_cfg)
@@ -190,9 +190,9 @@ def bare(case: Case, device: str, model_cfg) -> dict:
 
 
 def pipeline(case: Case, device: str, sampler=None, **overrides) -> dict:
-    import train.loop
-    from train.config import TrainConfig
-    from train.loop import fit
+    import trainserve.train.loop
+    from trainserve.train.config import TrainConfig
+    from trainserve.train.loop import fit
 
     samples = case.batch * min(128, case.steps + case.warmup)  # epochs of <= 128 steps: eval + checkpoint between
     cfg = TrainConfig(model=case.model, preset=case.preset, device=device, precision=case.precision,
@@ -232,9 +232,9 @@ def pipeline(case: Case, device: str, sampler=None, **overrides) -> dict:
 def run_case(case: Case) -> dict:
     import torch
 
-    from train.data import load_splits
-    from train.device import device_name, resolve_device
-    from train.models import preset_config
+    from trainserve.train.data import load_splits
+    from trainserve.train.device import device_name, resolve_device
+    from trainserve.train.models import preset_config
 
     device = resolve_device(case.device)
     model_cfg = load_splits(preset_config(case.model, case.preset), "synthetic", 16, 0).config
@@ -293,7 +293,7 @@ def main() -> None:
     out_dir = Path(os.environ.get("OUT", "bench-out"))
     out_dir.mkdir(parents=True, exist_ok=True)
     out_file = out_dir / f"train_bare-{args.suite or 'custom'}.json"
-    from trainserve.profile import host_info
+    from trainserve.core.profile import host_info
 
     results = {"benchmark": "train_bare", "suite": args.suite, "quick": args.quick, "host": host_info(),
                "results": []}

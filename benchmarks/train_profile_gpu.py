@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from trainserve.telemetry import gpu_memory_used_bytes  # noqa: E402  (NVML only: no torch here)
+from trainserve.core.telemetry import gpu_memory_used_bytes  # noqa: E402  (NVML only: no torch here)
 
 BATCH = {"cnn": 512, "transformer": 128, "mlp": 512}
 

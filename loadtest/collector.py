@@ -25,8 +25,8 @@ import gevent
 from locust.env import Environment
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadtest.histogram import Histogram
-from loadtest.options import LoadOptions
+from trainserve.loadtest.histogram import Histogram
+from trainserve.loadtest.options import LoadOptions
 
 log = logging.getLogger(__name__)
 _KEY = "trainserve_hist"

@@ -32,10 +32,10 @@ _grpc_gevent.init_gevent()
 if __package__ in (None, ""):  # run as a file by Locust: make the `loadtest` package importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from loadtest import options as _options  # noqa: E402
-from loadtest.collector import Collector  # noqa: E402
-from loadtest.shapes import PoissonRate, StepRamp  # noqa: E402
-from loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser  # noqa: E402
+from trainserve.loadtest import options as _options  # noqa: E402
+from trainserve.loadtest.collector import Collector  # noqa: E402
+from trainserve.loadtest.shapes import PoissonRate, StepRamp  # noqa: E402
+from trainserve.loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser  # noqa: E402
 
 _exit_code = 0
 
@@ -72,7 +72,7 @@ def _add_arguments(parser: Any) -> None:
 def _on_init(environment: Any, runner: Any, web_ui: Any = None, **_: Any) -> None:
     environment.trainserve = Collector(environment)
     if web_ui is not None:
-        from loadtest import webui
+        from trainserve.loadtest import webui
 
         webui.install(environment, web_ui)
     # gevent caches the loop's clock; after the slow imports above a --run-time timer would fire early

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 DYNAMIC_DIM = 16  # size given to a variable non-batch dimension (e.g. a sequence length)
 

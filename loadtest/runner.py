@@ -3,7 +3,7 @@
 `run_load(config)` checks that the server and the model are ready, runs
 `python -m locust -f loadtest/locustfile.py --headless ...` in its own process group (so no worker
 outlives the run, also on Ctrl+C), scrapes the server's Prometheus metrics meanwhile, and writes
-`runs/<run>/load/<target>.json` (trainserve.profile.ProfileRecord, phase "infer") with Locust's CSVs
+`runs/<run>/load/<target>.json` (trainserve.core.profile.ProfileRecord, phase "infer") with Locust's CSVs
 beside it. Failed requests or an aborted run still write the record, marked validity.partial, and
 then raise a UserError (exit code 1).
 """
@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadtest.metrics import MetricsScraper
-from loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
-from loadtest.options import strip_scheme
-from trainserve.errors import UserError
-from trainserve.procs import die_with_parent
-from trainserve.profile import LatencyStats, ProfileRecord, host_info, package_versions
-from trainserve.runs import run_dir
+from trainserve.loadtest.metrics import MetricsScraper
+from trainserve.loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
+from trainserve.loadtest.options import strip_scheme
+from trainserve.core.errors import UserError
+from trainserve.core.procs import die_with_parent
+from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
+from trainserve.core.runs import run_dir
 
 log = logging.getLogger(__name__)
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"

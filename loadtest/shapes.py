@@ -18,9 +18,9 @@ from typing import Any
 
 from locust import LoadTestShape
 
-from loadtest.histogram import Histogram
-from loadtest.options import LoadOptions
-from loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser
+from trainserve.loadtest.histogram import Histogram
+from trainserve.loadtest.options import LoadOptions
+from trainserve.loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser
 
 log = logging.getLogger(__name__)
 

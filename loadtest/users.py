@@ -24,9 +24,9 @@ from locust import User, constant, task
 from locust.exception import StopUser
 from locust.user.users import LOCUST_STATE_STOPPING
 
-from loadtest.clients import GrpcInfer, HttpInfer
-from loadtest.model_info import ModelInfo, Validator, build_arrays, describe_error, fetch_model_info
-from loadtest.options import LoadOptions
+from trainserve.loadtest.clients import GrpcInfer, HttpInfer
+from trainserve.loadtest.model_info import ModelInfo, Validator, build_arrays, describe_error, fetch_model_info
+from trainserve.loadtest.options import LoadOptions
 
 log = logging.getLogger(__name__)
 

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from serve.errors import Internal, ServeError, Unavailable
-from serve.model import LoadedModel, config_param
-from serve.stats import ModelStats
+from trainserve.serve.errors import Internal, ServeError, Unavailable
+from trainserve.serve.model import LoadedModel, config_param
+from trainserve.serve.stats import ModelStats
 
 
 @dataclass(frozen=True)

@@ -24,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from serve.batcher import Batcher, BatchingConfig
-from serve.datatypes import kserve_datatype
-from serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
-from serve.model import LoadedModel, SessionOptions, TensorSpec
-from serve.stats import ModelStats
+from trainserve.serve.batcher import Batcher, BatchingConfig
+from trainserve.serve.datatypes import kserve_datatype
+from trainserve.serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
+from trainserve.serve.model import LoadedModel, SessionOptions, TensorSpec
+from trainserve.serve.stats import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -298,7 +298,7 @@ class ServerCore:
 
 def _read_model(model_dir: Path) -> tuple[object, list[str]]:
     """(ModelConfig completed as Triton would, served version names) of one model directory."""
-    from serve import repository
+    from trainserve.serve import repository
 
     config = repository.read_model_config(model_dir)
     on_disk = repository.version_folders(model_dir)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serve.errors import InvalidArgument
+from trainserve.serve.errors import InvalidArgument
 
 # KServe name -> numpy dtype. BYTES tensors are numpy object arrays holding `bytes`.
 KSERVE_TO_NUMPY: dict[str, np.dtype] = {

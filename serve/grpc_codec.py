@@ -18,11 +18,11 @@ from typing import Any
 import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
-from serve.datatypes import KSERVE_TO_NUMPY as DTYPES
-from serve.datatypes import kserve_datatype as datatype_of
-from serve.errors import InvalidArgument
-from serve.kserve import deserialize_bytes as decode_bytes_tensor
-from serve.kserve import serialize_bytes as encode_bytes_tensor
+from trainserve.serve.datatypes import KSERVE_TO_NUMPY as DTYPES
+from trainserve.serve.datatypes import kserve_datatype as datatype_of
+from trainserve.serve.errors import InvalidArgument
+from trainserve.serve.kserve import deserialize_bytes as decode_bytes_tensor
+from trainserve.serve.kserve import serialize_bytes as encode_bytes_tensor
 
 # Which InferTensorContents field holds a datatype's typed elements (FP16 has none: raw only).
 _CONTENTS_FIELD = {

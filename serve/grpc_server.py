@@ -21,8 +21,8 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from serve.errors import ServeError
-from serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
+from trainserve.serve.errors import ServeError
+from trainserve.serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
 
 log = logging.getLogger(__name__)
 

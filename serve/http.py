@@ -15,11 +15,11 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from serve import kserve
-from serve.core import ServerCore
-from serve.errors import InvalidArgument, MethodNotAllowed, NotFound, ServeError, Unsupported
-from serve.http_fast import KEEPALIVE_S, FastConnection
-from serve.server import ServerOptions
+from trainserve.serve import kserve
+from trainserve.serve.core import ServerCore
+from trainserve.serve.errors import InvalidArgument, MethodNotAllowed, NotFound, ServeError, Unsupported
+from trainserve.serve.http_fast import KEEPALIVE_S, FastConnection
+from trainserve.serve.server import ServerOptions
 
 log = logging.getLogger(__name__)
 

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 from aiohttp.http import SERVER_SOFTWARE
 
-from serve.errors import ServeError
+from trainserve.serve.errors import ServeError
 
 if TYPE_CHECKING:
-    from serve.http import HttpFrontEnd
+    from trainserve.serve.http import HttpFrontEnd
 
 log = logging.getLogger(__name__)
 

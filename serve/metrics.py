@@ -184,7 +184,7 @@ class ResourceReader:
 def _start_sampler(gpu_index: int, interval_s: float) -> Any:
     """The shared telemetry sampler, started, or None where it is not part of this install yet."""
     try:
-        from trainserve.telemetry import Sampler
+        from trainserve.core.telemetry import Sampler
     except ImportError:
         return None
     # only machine-wide and GPU readings are served: skip the sampler's walk over child processes,

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from serve import tuning
-from serve.buckets import bucket_for, pad_rows, parse_buckets
-from serve.datatypes import config_to_kserve, numpy_dtype
-from serve.errors import ServeError
-from serve.tuning import ThreadChoice
+from trainserve.serve import tuning
+from trainserve.serve.buckets import bucket_for, pad_rows, parse_buckets
+from trainserve.serve.datatypes import config_to_kserve, numpy_dtype
+from trainserve.serve.errors import ServeError
+from trainserve.serve.tuning import ThreadChoice
 
 log = logging.getLogger(__name__)
 

@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_text_atomic
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_text_atomic
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2
 
-    from train.card import ModelCard
+    from trainserve.core.card import ModelCard
 
 log = logging.getLogger(__name__)
 

@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from serve.core import CoreOptions, ServerCore
+from trainserve.serve.core import CoreOptions, ServerCore
 
 log = logging.getLogger(__name__)
 
 # front end name -> module that provides create_frontend(core, host, port, options)
-FRONTEND_MODULES = {"http": "serve.http", "grpc": "serve.grpc_server", "metrics": "serve.metrics"}
+FRONTEND_MODULES = {"http": "trainserve.serve.http", "grpc": "trainserve.serve.grpc_server", "metrics": "trainserve.serve.metrics"}
 
 
 class StartError(Exception):
@@ -124,7 +124,7 @@ class Server:
 async def _trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
     """Once a second: if requests were served since the last look and nothing is queued or running now,
     give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood."""
-    from serve import heap
+    from trainserve.serve import heap
 
     seen = -1
     while True:
@@ -172,7 +172,7 @@ def run_server(
     on_ready: Callable[[str], None] = print,
 ) -> None:
     """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
-    from serve.model import CudaUnavailable
+    from trainserve.serve.model import CudaUnavailable
 
     try:
         core_options = CoreOptions(

@@ -20,7 +20,7 @@ import pytest
 from ruamel.yaml import YAML  # ships with check-jsonschema (test extra); PyYAML is not a dependency
 
 from tests.conftest import REPO_ROOT, free_port, stop_process, subprocess_env
-from trainserve.runs import run_dir
+from trainserve.core.runs import run_dir
 
 COMPOSE = REPO_ROOT / "compose.yaml"
 SERVERS = ("triton", "triton-cpu", "embedded")

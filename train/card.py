@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainserve.errors import UserError
-from trainserve.fsutil import write_json_atomic
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import write_json_atomic
 
 CARD_SCHEMA_VERSION = 1
 CARD_NAME = "model.json"
@@ -53,7 +53,7 @@ class ModelCard:
         return self.family
 
     def model_config(self):  # -> train.models.ModelConfig
-        from train.models import config_from_dict
+        from trainserve.train.models import config_from_dict
 
         return config_from_dict(self.family, self.config)
 

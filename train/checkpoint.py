@@ -12,8 +12,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from trainserve.errors import UserError
-from trainserve.fsutil import FILE_MODE
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import FILE_MODE
 
 REQUIRED = ("model", "optimizer", "scaler", "epoch", "step", "card", "rng", "train_config", "history")
 

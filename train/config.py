@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 Device = Literal["cpu", "cuda", "auto"]
 Precision = Literal["fp32", "bf16", "fp16"]

@@ -16,8 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from train.models import CNNConfig, MLPConfig, ModelConfig, TransformerConfig, family_of
-from trainserve.errors import UserError
+from trainserve.train.models import CNNConfig, MLPConfig, ModelConfig, TransformerConfig, family_of
+from trainserve.core.errors import UserError
 
 KEYWORDS_PER_CLASS = 2  # transformer synthetic data: token ids reserved per class
 TEST_FRACTION = 0.2  # digits and .npz without x_test/y_test: share held out for evaluation

@@ -6,7 +6,7 @@ import contextlib
 import functools
 from typing import Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 DTYPES = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 
@@ -74,6 +74,6 @@ def device_name(device: str) -> str:
 
     if device == "cuda":
         return torch.cuda.get_device_name(0)
-    from trainserve.profile import host_info
+    from trainserve.core.profile import host_info
 
     return host_info().get("cpu_model") or "cpu"

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -363,7 +363,7 @@ def baseline_throughput_from(path: Any) -> float:
     """The headline throughput of a 1-process run's profile.json (or its run's train folder)."""
     from pathlib import Path
 
-    from trainserve.profile import ProfileRecord
+    from trainserve.core.profile import ProfileRecord
 
     p = Path(path)
     if p.is_dir():

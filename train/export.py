@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.card import CARD_NAME, CHECKPOINT_NAME, ModelCard
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_json_atomic
+from trainserve.core.card import CARD_NAME, CHECKPOINT_NAME, ModelCard
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def load_model(checkpoint: Path, card_path: Path | None) -> tuple[Any, ModelCard
 
     import torch
 
-    from train.models import build_model
+    from trainserve.train.models import build_model
 
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
@@ -260,8 +260,8 @@ def export_run(run_folder: Path, checkpoint: Path, card_path: Path | None, cfg: 
     """
     import secrets
 
-    from serve.repository import model_config_from_card, write_repository
-    from train.verify import verify_variants
+    from trainserve.serve.repository import model_config_from_card, write_repository
+    from trainserve.train.verify import verify_variants
 
     progress("loading checkpoint")
     model, card, meta = load_model(checkpoint, card_path)

@@ -1,6 +1,6 @@
 """`trainserve train --nproc N`: re-launch the same command under torchrun on this machine.
 
-The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m train.launch`
+The launcher runs `python -m torch.distributed.run --standalone --nproc-per-node N -m trainserve.train.launch`
 and waits; each worker runs `trainserve train ...` with the given arguments (without --nproc), handed
 over in TRAINSERVE_ARGV (JSON) because torchrun's own parser would read `--run` as an abbreviation
 of its `--run-path`. On Ctrl-C or SIGTERM it asks torchrun
@@ -17,7 +17,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -47,12 +47,12 @@ def torchrun_command(nproc: int, python: str | None = None) -> list[str]:
     if nproc < 1:
         raise UserError(f"--nproc {nproc} is invalid; use 1 or more processes")
     return [python or sys.executable, "-m", "torch.distributed.run", "--standalone",
-            "--nproc-per-node", str(nproc), "-m", "train.launch"]
+            "--nproc-per-node", str(nproc), "-m", "trainserve.train.launch"]
 
 
 def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, str]:
     """The workers' environment: their arguments, NVLink multicast off for GPU runs, cores shared."""
-    from train.distributed import GPU_ENV
+    from trainserve.train.distributed import GPU_ENV
 
     env = dict(os.environ)
     env[ARGV_ENV] = json.dumps(list(args))
@@ -116,7 +116,7 @@ def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) 
 
     None means "train in this process": no --nproc, or we already are a torchrun worker.
     """
-    from train.distributed import launched_by_torchrun
+    from trainserve.train.distributed import launched_by_torchrun
 
     if nproc is None or launched_by_torchrun():
         return None
@@ -132,7 +132,7 @@ def worker_main() -> None:
     try:
         args = json.loads(os.environ[ARGV_ENV])
     except (KeyError, json.JSONDecodeError) as e:
-        raise SystemExit(f"train.launch is started by `trainserve train --nproc N`, which sets {ARGV_ENV} ({e})")
+        raise SystemExit(f"trainserve.train.launch is started by `trainserve train --nproc N`, which sets {ARGV_ENV} ({e})")
     sys.argv = ["trainserve", *args]
     from trainserve.cli import main
 

@@ -15,19 +15,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train import checkpoint as ckpt
-from train import distributed, release
-from train.card import CHECKPOINT_NAME, ModelCard, TensorSpec
-from train.config import TrainConfig
-from train.data import Splits, load_splits
-from train.gc_control import StepGC
-from train.device import autocast, check_precision, grad_scaler, resolve_device
-from train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
-from train.measure import MemoryTracker, StepTimer, tensor_bytes
-from train.step import train_step
-from train.models import build_model, config_to_dict, io_spec, preset_config
-from trainserve.errors import UserError
-from trainserve.fsutil import write_json_atomic
+from trainserve.train import checkpoint as ckpt
+from trainserve.train import distributed, release
+from trainserve.core.card import CHECKPOINT_NAME, ModelCard, TensorSpec
+from trainserve.train.config import TrainConfig
+from trainserve.train.data import Splits, load_splits
+from trainserve.train.gc_control import StepGC
+from trainserve.train.device import autocast, check_precision, grad_scaler, resolve_device
+from trainserve.train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
+from trainserve.train.measure import MemoryTracker, StepTimer, tensor_bytes
+from trainserve.train.step import train_step
+from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ class FitResult:
     out_dir: Path
     card: ModelCard
     history: list[dict[str, Any]]
-    record: Any  # trainserve.profile.ProfileRecord
+    record: Any  # trainserve.core.profile.ProfileRecord
     resumed_from_step: int = 0
     notes: list[str] = field(default_factory=list)
 
@@ -234,7 +234,7 @@ def fit(cfg: TrainConfig, out_dir: Path, resume: bool = False,
             sampler.stop()
     wall_s = time.perf_counter() - t_start
 
-    from train.record import build_record
+    from trainserve.train.record import build_record
 
     record = build_record(cfg, device, model, splits, timer.times, memory, n_params, sampler, workers, pin,
                           channels_last, wall_s)
@@ -261,7 +261,7 @@ def search_max_batch(model: Any, splits: Splits, cfg: TrainConfig, device: str) 
     """{"train": N, "infer": M, "ratio": M/N} for this model and precision, on synthetic batches."""
     import torch
 
-    from train.maxbatch import max_batches
+    from trainserve.train.maxbatch import max_batches
 
     sample = torch.from_numpy(splits.x_train[:1])
     high = getattr(splits.config, "vocab_size", 0)  # token ids for the transformer
@@ -338,9 +338,9 @@ class _LazyLoss:
 
 
 def _telemetry_sampler(device: str) -> Any:
-    """The shared resource sampler (trainserve.telemetry) when present; None keeps the loop bare."""
+    """The shared resource sampler (trainserve.core.telemetry) when present; None keeps the loop bare."""
     try:
-        from trainserve.telemetry import Sampler
+        from trainserve.core.telemetry import Sampler
     except ImportError:
         return None
     sampler = Sampler(interval_s=0.1, gpu_index=0)

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 

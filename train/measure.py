@@ -166,7 +166,7 @@ class MemoryTracker:
         return self._proc.memory_info().rss
 
     def fill(self, memory: Any) -> dict[str, Any]:
-        """Write the peaks and breakdown into a trainserve.profile.Memory; returns the breakdown details."""
+        """Write the peaks and breakdown into a trainserve.core.profile.Memory; returns the breakdown details."""
         self.sample()
         memory.rss_peak_bytes = self.rss_peak
         memory.rss_growth_bytes = max(0, self.rss_peak - self.rss_base)
@@ -174,7 +174,7 @@ class MemoryTracker:
         if self.device == "cuda" and parts_known:
             import torch
 
-            from train.memory import breakdown_from_measurements, fill_memory
+            from trainserve.train.memory import breakdown_from_measurements, fill_memory
 
             # Parts from tensor sizes (exact); the allocator's readings at the first step's moments also
             # hold the input batches, logits and loss, so they only cross-check. Activations and

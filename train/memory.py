@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from trainserve.profile import Memory
+from trainserve.core.profile import Memory
 
 # Bytes per element of the optimizer state per parameter (fp32 moments).
 _OPTIMIZER_STATE = {

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 
 def _check(cond: bool, field: str, value: Any, allowed: str) -> None:

@@ -6,12 +6,12 @@ import copy
 import logging
 from typing import Any
 
-from train.config import TrainConfig
-from train.data import Splits
-from train.device import device_name
-from train.measure import MemoryTracker, StepTimes
-from trainserve import bounds
-from trainserve.profile import LatencyStats, ProfileRecord, host_info, package_versions
+from trainserve.train.config import TrainConfig
+from trainserve.train.data import Splits
+from trainserve.train.device import device_name
+from trainserve.train.measure import MemoryTracker, StepTimes
+from trainserve.core import bounds
+from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
     """FLOPs per sample (forward + backward, counted by torch), achieved TFLOP/s and MFU."""
     import torch
 
-    from train.flops import achieved_tflops, flops_per_sample
+    from trainserve.train.flops import achieved_tflops, flops_per_sample
 
     try:
         # on a copy, with the RNG put back: counting runs a forward and backward pass
@@ -105,10 +105,10 @@ def add_mfu(rec: ProfileRecord, precision: str) -> None:
     """peak_tflops and MFU of a CUDA record with achieved_tflops, for the math that ran.
 
     The peak is settings["math_mode"]'s (tf32 for fp32 convs on Ampere and later), else
-    `precision`'s. An MFU above 100% is withheld as an error (trainserve.bounds): null in speed.mfu,
+    `precision`'s. An MFU above 100% is withheld as an error (trainserve.core.bounds): null in speed.mfu,
     named in validity.errors, its raw value kept only in extra["out_of_bounds"].
     """
-    from train.flops import mfu, peak_lookup
+    from trainserve.train.flops import mfu, peak_lookup
 
     peak = peak_lookup(rec.device_name, rec.settings.get("math_mode") or precision)
     rec.speed.peak_tflops = peak.tflops
@@ -121,7 +121,7 @@ def add_mfu(rec: ProfileRecord, precision: str) -> None:
 
 def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) -> None:
     """settings["math_mode"] (the math MFU's peak is for) and settings["math"] (per op kind, the switches)."""
-    from train.mathmode import current
+    from trainserve.train.mathmode import current
 
     try:
         math = current(device, precision, model)
@@ -135,7 +135,7 @@ def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) 
 
 
 def _add_estimate(rec: ProfileRecord, n_params: int, precision: str) -> None:
-    from train.memory import analytic_estimate
+    from trainserve.train.memory import analytic_estimate
 
     est = analytic_estimate(n_params, precision, optimizer="adamw")
     measured = [rec.memory.weights_bytes, rec.memory.gradients_bytes, rec.memory.optimizer_bytes]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 from typing import Any
 
-from trainserve.telemetry import gpu_memory_used_bytes
+from trainserve.core.telemetry import gpu_memory_used_bytes
 
 # What a CUDA process holds until exit (context, loaded modules, library handles), bytes. NVML
 # typically shows 0.5 GB for the context of a recent driver and torch; beyond this is a leak.

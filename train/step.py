@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from train.device import autocast
-from train.measure import MemoryTracker, optimizer_state_bytes, tensor_bytes
+from trainserve.train.device import autocast
+from trainserve.train.measure import MemoryTracker, optimizer_state_bytes, tensor_bytes
 
 
 def train_step(model: Any, forward: Any, loss_fn: Any, x: Any, y: Any, optimizer: Any, scaler: Any, scaling: bool,

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from train.config import TrainConfig
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_json_atomic
+from trainserve.train.config import TrainConfig
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ class SweepPoint:
     status: str  # "measured" | "skipped" | "oom"
     reason: str = ""  # why skipped / stopped
     seconds: float = 0.0  # wall time the point took, model build and record included
-    record: Any = None  # trainserve.profile.ProfileRecord when measured
+    record: Any = None  # trainserve.core.profile.ProfileRecord when measured
 
     def row(self) -> dict[str, Any]:
         """The point's line in index.json (and in summary.json's operating points)."""
@@ -128,9 +128,9 @@ def sweep(base: TrainConfig, device: str, config: SweepConfig,
     """Measure `base`'s model on `device` over the grid; `on_point` sees each point as it ends."""
     import torch
 
-    from train.data import load_splits
-    from train.device import check_precision, device_name, precision_supported, resolve_device
-    from train.models import preset_config
+    from trainserve.train.data import load_splits
+    from trainserve.train.device import check_precision, device_name, precision_supported, resolve_device
+    from trainserve.train.models import preset_config
 
     device = resolve_device(device)
     t0 = time.monotonic()
@@ -218,7 +218,7 @@ def measure_point(base: TrainConfig, splits: Any, device: str, precision: str, b
     the next point starts from the same free device memory. Past `deadline` (time.monotonic()) the
     point stops after MIN_TIMED_STEPS timed steps and its record is marked partial.
     """
-    from train.maxbatch import is_oom, release_memory
+    from trainserve.train.maxbatch import is_oom, release_memory
 
     t0 = time.monotonic()
     cfg = base.replace(device=device, precision=precision, batch_size=batch, warmup_steps=config.warmup_steps,
@@ -247,12 +247,12 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
     """The training step of train.loop.fit on one resident batch; returns the point's ProfileRecord."""
     import torch
 
-    from train.device import grad_scaler
-    from train.measure import MemoryTracker, StepTimer, tensor_bytes
-    from train.models import build_model
-    from train.record import build_record
-    from train.step import train_step
-    from trainserve.telemetry import Sampler
+    from trainserve.train.device import grad_scaler
+    from trainserve.train.measure import MemoryTracker, StepTimer, tensor_bytes
+    from trainserve.train.models import build_model
+    from trainserve.train.record import build_record
+    from trainserve.train.step import train_step
+    from trainserve.core.telemetry import Sampler
 
     channels_last = cfg.model == "cnn" and device == "cuda"  # as fit() does
     if device == "cuda":

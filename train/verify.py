@@ -27,8 +27,8 @@ from typing import Any
 
 import numpy as np
 
-from train.card import ModelCard
-from trainserve.errors import UserError
+from trainserve.core.card import ModelCard
+from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -86,16 +86,16 @@ def compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> dict[str
 def eval_set(model: Any, card: ModelCard, limit: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     """(inputs, labels, source): the card's evaluation data, or random inputs labelled by fp32 PyTorch."""
     try:
-        from train.data import eval_arrays
+        from trainserve.train.data import eval_arrays
 
         x, y = eval_arrays(card, limit)
         return x, np.asarray(y, dtype=np.int64), "eval_arrays"
     except ImportError:
-        why = "train.data is not available"
+        why = "trainserve.train.data is not available"
     except UserError as e:
         why = str(e)
     log.warning("no evaluation data (%s); using random inputs labelled by the fp32 PyTorch model", why)
-    from train.export import example_inputs
+    from trainserve.train.export import example_inputs
 
     inputs = example_inputs(card, limit, seed=seed + 1)
     (logits,) = torch_outputs(model, inputs, card).values()
@@ -117,7 +117,7 @@ def verify_variants(model: Any, card: ModelCard, files: dict[str, Path], batches
     """Compare each ONNX variant with PyTorch at each batch size and measure its accuracy (verify.json)."""
     import onnxruntime as ort
 
-    from train.export import example_inputs
+    from trainserve.train.export import example_inputs
 
     tol = {**TOLERANCE_REL, **(tolerances or {})}
     refs = {}

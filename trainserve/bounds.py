@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from trainserve.profile import ProfileRecord
+from trainserve.core.profile import ProfileRecord
 
 
 MFU_MAX = 1.0

@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import trainserve
-from trainserve.errors import UserError
-from trainserve.procs import ChildFailed, Children, interrupts_stop_children, trainserve_argv, wait_ready
-from trainserve.runs import run_dir
+from trainserve.core.errors import UserError
+from trainserve.core.procs import ChildFailed, Children, interrupts_stop_children, trainserve_argv, wait_ready
+from trainserve.core.runs import run_dir
 
 if TYPE_CHECKING:
     from trainserve.report.cost import CostOptions
@@ -120,7 +120,7 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.root = run_dir(self.cfg.run, self.cfg.runs_dir, writable=True)
-        if (self.root / "train" / "checkpoint.pt").exists():  # train.card.CHECKPOINT_NAME (no torch import here)
+        if (self.root / "train" / "checkpoint.pt").exists():  # trainserve.core.card.CHECKPOINT_NAME (no torch import here)
             raise UserError(f"run {self.cfg.run!r} already exists at {self.root}; pass another --run (or none, for "
                             "a new dated one), or delete that folder to redo it")
         self.logs = self.root / "logs"
@@ -305,7 +305,7 @@ class _ServerWatch:
     through its metrics endpoint, whose CPU memory figure is the whole machine's)."""
 
     def __init__(self, pid: int) -> None:
-        from trainserve.telemetry import Sampler
+        from trainserve.core.telemetry import Sampler
 
         self.sampler = Sampler(interval_s=0.2, pid=pid)
 
@@ -318,7 +318,7 @@ class _ServerWatch:
 
     def annotate(self, path: Path) -> None:
         """Fill what the load record left empty; never overwrite what the load stage measured."""
-        from trainserve.profile import ProfileRecord
+        from trainserve.core.profile import ProfileRecord
 
         if not path.is_file():
             return

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from trainserve.errors import UserError
-from trainserve.fsutil import write_json_atomic
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import write_json_atomic
 
 SCHEMA_VERSION = 1
 
@@ -123,7 +123,7 @@ class Validity:
     window_s: float | None = None  # length of the measured window
     samples: int = 0  # samples (rows) inside the window
     warnings: list[str] = field(default_factory=list)
-    # figures beyond a physical bound (trainserve.bounds): each names the broken assumption; the
+    # figures beyond a physical bound (trainserve.core.bounds): each names the broken assumption; the
     # figure itself is moved to extra["out_of_bounds"] and left null here, so it is never shown as a result
     errors: list[str] = field(default_factory=list)
     partial: bool = False  # the run stopped early; numbers cover what finished

@@ -6,7 +6,7 @@ import os
 import re
 from pathlib import Path
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 DEFAULT_RUNS_DIR = Path(os.environ.get("TRAINSERVE_RUNS", "runs"))
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")

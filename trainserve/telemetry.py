@@ -26,10 +26,10 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 if TYPE_CHECKING:
-    from trainserve.profile import ProfileRecord
+    from trainserve.core.profile import ProfileRecord
 
 log = logging.getLogger(__name__)
 

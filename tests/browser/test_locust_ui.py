@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from loadtest.options import FORM_LABELS
-from loadtest.webui import _camel
+from trainserve.loadtest.options import FORM_LABELS
+from trainserve.loadtest.webui import _camel
 from tests.conftest import REPO_ROOT, free_port, stop_process, subprocess_env
 from tests.loadtest.tiny_repo import MODEL
 

@@ -15,7 +15,7 @@ import time  # noqa: E402
 import gevent  # noqa: E402
 from gevent.server import StreamServer  # noqa: E402
 
-from loadtest.rawhttp import RawHttpClient, encode_request, header  # noqa: E402
+from trainserve.loadtest.rawhttp import RawHttpClient, encode_request, header  # noqa: E402
 
 BODY = b'{"x":1}' + bytes(range(200))
 ANSWERS = {

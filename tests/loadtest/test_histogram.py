@@ -3,8 +3,8 @@ import random
 
 import pytest
 
-from loadtest.histogram import Histogram
-from trainserve.profile import percentile
+from trainserve.loadtest.histogram import Histogram
+from trainserve.core.profile import percentile
 
 
 def _exact(values: list[float], q: float) -> float:

@@ -1,4 +1,4 @@
-from loadtest.metrics import MetricsScraper, parse_prometheus
+from trainserve.loadtest.metrics import MetricsScraper, parse_prometheus
 
 TEXT = """# HELP nv_gpu_utilization GPU utilization rate [0.0 - 1.0)
 # TYPE nv_gpu_utilization gauge

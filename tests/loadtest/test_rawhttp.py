@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 
-from loadtest.rawhttp import encode_request, header
+from trainserve.loadtest.rawhttp import encode_request, header
 from tests.conftest import REPO_ROOT, subprocess_env
 
 

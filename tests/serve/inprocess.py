@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from serve.core import CoreOptions, ServerCore
-from serve.server import Server, ServerOptions
+from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.serve.server import Server, ServerOptions
 
 
 @contextlib.contextmanager

@@ -7,9 +7,9 @@ import asyncio
 import numpy as np
 import pytest
 
-from serve.batcher import BatchingConfig
-from serve.core import CoreOptions, ServerCore
-from serve.errors import Unavailable
+from trainserve.serve.batcher import BatchingConfig
+from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.serve.errors import Unavailable
 from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
 
 

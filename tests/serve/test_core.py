@@ -7,8 +7,8 @@ import asyncio
 import numpy as np
 import pytest
 
-from serve.core import CoreOptions, ServerCore
-from serve.errors import InvalidArgument, NotFound, Unavailable
+from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.serve.errors import InvalidArgument, NotFound, Unavailable
 from tests.serve.tiny_models import expected_logits
 
 

@@ -1,11 +1,11 @@
-"""serve.heap.trim gives freed heap memory back to the system (Linux with glibc)."""
+"""trainserve.serve.heap.trim gives freed heap memory back to the system (Linux with glibc)."""
 
 from __future__ import annotations
 
 import psutil
 import pytest
 
-from serve import heap
+from trainserve.serve import heap
 
 
 @pytest.mark.skipif(heap._LIBC is None, reason="malloc_trim is glibc's (Linux)")

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from serve import kserve
-from serve.errors import InvalidArgument, Unsupported
+from trainserve.serve import kserve
+from trainserve.serve.errors import InvalidArgument, Unsupported
 
 
 def _binary_request(header: dict, *blobs: bytes) -> tuple[bytes, int]:

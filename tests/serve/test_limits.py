@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from serve import limits
-from serve.limits import LimitsConfig, measure_repository
+from trainserve.serve import limits
+from trainserve.serve.limits import LimitsConfig, measure_repository
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.loadtest.tiny_repo import build_repository
 from tests.serve.tiny_models import int64_onnx
 from trainserve.cli import app
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 SUMMARY_KEYS = {"batch1_p50_ms", "batch1_threads", "best_batch", "best_throughput_samples_s"}
 

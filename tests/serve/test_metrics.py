@@ -8,7 +8,7 @@ import urllib.request
 
 import pytest
 
-from serve.metrics import METRIC_NAMES, GpuGauges, MetricsServer, ResourceReader, Resources, render
+from trainserve.serve.metrics import METRIC_NAMES, GpuGauges, MetricsServer, ResourceReader, Resources, render
 
 _SAMPLE = re.compile(r'^(?P<name>[a-z_]+)(?P<labels>\{[^}]*\})? (?P<value>-?[0-9.e+-]+)$')
 

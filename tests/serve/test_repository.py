@@ -10,7 +10,7 @@ from google.protobuf import text_format
 from onnx import TensorProto, helper
 from tritonclient.grpc import model_config_pb2 as pb
 
-from serve.repository import (
+from trainserve.serve.repository import (
     RepositoryConfig,
     config_text,
     list_models,
@@ -19,8 +19,8 @@ from serve.repository import (
     read_model_config,
     write_repository,
 )
-from train.card import ModelCard, TensorSpec
-from trainserve.errors import UserError
+from trainserve.core.card import ModelCard, TensorSpec
+from trainserve.core.errors import UserError
 
 
 def _relu_model(path: Path, batch: int | str, features: int = 4, dtype: int = TensorProto.FLOAT) -> Path:

@@ -1,8 +1,8 @@
 import pytest
 import torch
 
-from train import checkpoint as ckpt
-from trainserve.errors import UserError
+from trainserve.train import checkpoint as ckpt
+from trainserve.core.errors import UserError
 
 
 def _state():
@@ -17,7 +17,7 @@ def test_save_is_atomic_and_loads_weights_only(tmp_path):
     assert [f.name for f in tmp_path.iterdir()] == ["c.pt"]
     back = torch.load(p, weights_only=True)
     assert back["step"] == 3 and torch.equal(back["model"]["w"], torch.ones(2))
-    from trainserve.fsutil import FILE_MODE
+    from trainserve.core.fsutil import FILE_MODE
 
     assert p.stat().st_mode & 0o777 == FILE_MODE  # the umask's mode, readable where the umask allows: not 0600
 

@@ -1,6 +1,6 @@
 """The CPU-vs-GPU training speedup `trainserve compare` prints: the report's own computation."""
 
-from trainserve.profile import ProfileRecord
+from trainserve.core.profile import ProfileRecord
 from trainserve.report.analysis import speedups_of_records
 
 

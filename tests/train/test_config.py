@@ -1,7 +1,7 @@
 import pytest
 
-from train.config import TrainConfig
-from trainserve.errors import UserError
+from trainserve.train.config import TrainConfig
+from trainserve.core.errors import UserError
 
 
 @pytest.mark.parametrize("field,value", [("batch_size", 0), ("device", "tpu"), ("precision", "fp8"), ("epochs", 0),

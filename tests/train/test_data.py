@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from train.data import eval_arrays, load_splits
-from train.models import preset_config
-from trainserve.errors import UserError
+from trainserve.train.data import eval_arrays, load_splits
+from trainserve.train.models import preset_config
+from trainserve.core.errors import UserError
 
 
 @pytest.mark.parametrize("family,shape,dtype", [("mlp", (32,), np.float32), ("cnn", (3, 32, 32), np.float32),
@@ -71,7 +71,7 @@ def test_bad_npz_is_a_user_error(tmp_path, family, make, match):
 
 
 def test_eval_arrays_rebuilds_the_test_split():
-    from train.loop import _card
+    from trainserve.train.loop import _card
 
     s = load_splits(preset_config("transformer", "tiny"), "synthetic", 64, seed=5)
     card = _card(_cfg("transformer", samples=64, seed=5), s, 0)
@@ -81,6 +81,6 @@ def test_eval_arrays_rebuilds_the_test_split():
 
 
 def _cfg(model, **kw):
-    from train.config import TrainConfig
+    from trainserve.train.config import TrainConfig
 
     return TrainConfig(model=model, **kw)

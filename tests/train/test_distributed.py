@@ -1,4 +1,4 @@
-"""train.distributed and train.launch: unit checks in process, then real 2-process gloo runs."""
+"""trainserve.train.distributed and train.launch: unit checks in process, then real 2-process gloo runs."""
 
 from __future__ import annotations
 
@@ -12,9 +12,9 @@ import psutil
 import pytest
 
 from tests.conftest import subprocess_env, trainserve_cmd
-from train import distributed, launch
-from train.distributed import DistContext
-from trainserve.errors import UserError
+from trainserve.train import distributed, launch
+from trainserve.train.distributed import DistContext
+from trainserve.core.errors import UserError
 
 # --- in process -----------------------------------------------------------------------------------
 
@@ -97,7 +97,7 @@ def test_launch_command_strips_nproc_and_shares_cores(monkeypatch):
     args = launch.strip_nproc(["train", "--nproc", "2", "--model", "cnn", "--nproc=3", "--steps", "4"])
     assert args == ["train", "--model", "cnn", "--steps", "4"]
     cmd = launch.torchrun_command(2, python="py")
-    assert cmd == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "train.launch"]
+    assert cmd == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", "-m", "trainserve.train.launch"]
     with pytest.raises(UserError, match="--nproc 0"):
         launch.torchrun_command(0)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)

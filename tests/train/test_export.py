@@ -12,14 +12,14 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 from typer.testing import CliRunner
 
-from serve.repository import RepositoryConfig, list_models, read_model_config
-from train import export as export_mod
-from train import verify as verify_mod
-from train.card import ModelCard, TensorSpec
-from train.export import ExportConfig, export_onnx, export_run, load_model
-from train.models import build_model, config_to_dict, io_spec, preset_config
+from trainserve.serve.repository import RepositoryConfig, list_models, read_model_config
+from trainserve.train import export as export_mod
+from trainserve.train import verify as verify_mod
+from trainserve.core.card import ModelCard, TensorSpec
+from trainserve.train.export import ExportConfig, export_onnx, export_run, load_model
+from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.cli import app
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 FAST = ExportConfig(verify_batches=(1, 64), eval_limit=64, seed=0)
 

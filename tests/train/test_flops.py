@@ -6,7 +6,7 @@ import pytest
 import torch
 from torch import nn
 
-from train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup, peak_tflops
+from trainserve.train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup, peak_tflops
 
 B, IN, OUT = 8, 32, 16
 

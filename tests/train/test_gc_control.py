@@ -6,7 +6,7 @@ import gc
 
 import pytest
 
-from train.gc_control import StepGC
+from trainserve.train.gc_control import StepGC
 
 
 def test_disables_and_freezes_during_steps_then_restores():

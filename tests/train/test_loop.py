@@ -3,8 +3,8 @@ import json
 import pytest
 import torch
 
-from train.config import TrainConfig
-from train.loop import fit
+from trainserve.train.config import TrainConfig
+from trainserve.train.loop import fit
 
 
 def _fit(tmp_path, name="r", resume=False, **kw):
@@ -91,7 +91,7 @@ def test_resume_is_exact_with_worker_processes(tmp_path):
 
 
 def test_data_order_is_a_permutation_per_epoch_and_shards_by_rank():
-    from train.loader import EpochBatches
+    from trainserve.train.loader import EpochBatches
 
     b = EpochBatches(n=100, batch_size=10, seed=1)
     b.set_epoch(0)

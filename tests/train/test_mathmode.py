@@ -7,10 +7,10 @@ import pytest
 import torch
 from torch import nn
 
-from train import mathmode
-from train.mathmode import detect, op_kinds, read_flags
-from train.record import add_mfu
-from trainserve.profile import ProfileRecord
+from trainserve.train import mathmode
+from trainserve.train.mathmode import detect, op_kinds, read_flags
+from trainserve.train.record import add_mfu
+from trainserve.core.profile import ProfileRecord
 
 H100 = (9, 0)
 TURING = (7, 5)
@@ -126,8 +126,8 @@ def test_mfu_above_100_percent_is_withheld_as_an_error():
 
 
 def test_a_cpu_training_record_says_fp32_math(tmp_path):
-    from train.config import TrainConfig
-    from train.loop import fit
+    from trainserve.train.config import TrainConfig
+    from trainserve.train.loop import fit
 
     cfg = TrainConfig(device="cpu", model="mlp", samples=64, batch_size=32, steps=3, warmup_steps=1)
     rec = fit(cfg, tmp_path / "r").record

@@ -8,9 +8,9 @@ import pytest
 import torch
 from torch import nn
 
-from train import maxbatch
-from train.maxbatch import find_max_batch, infer_probe, max_batches, train_step_probe
-from trainserve.errors import UserError
+from trainserve.train import maxbatch
+from trainserve.train.maxbatch import find_max_batch, infer_probe, max_batches, train_step_probe
+from trainserve.core.errors import UserError
 
 
 class SimulatedDevice:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from train.memory import analytic_estimate, breakdown_from_measurements, fill_memory
-from trainserve.profile import Memory
+from trainserve.train.memory import analytic_estimate, breakdown_from_measurements, fill_memory
+from trainserve.core.profile import Memory
 
 N = 1_000_000
 
@@ -65,8 +65,8 @@ def test_cuda_tracker_parts_are_tensor_sizes_and_sum_to_the_peak(monkeypatch):
     """The CUDA path of MemoryTracker without a GPU: the allocator's counters are faked."""
     import torch
 
-    from train.measure import MemoryTracker
-    from trainserve.profile import Memory
+    from trainserve.train.measure import MemoryTracker
+    from trainserve.core.profile import Memory
 
     mib = 2**20
     allocated = {"now": 10 * mib}  # 10 MiB resident before the run (e.g. the data split)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from train.models import build_model, preset_config
+from trainserve.train.models import build_model, preset_config
 
 
 @pytest.mark.parametrize("family", ["mlp", "cnn", "transformer"])

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from train import release
-from trainserve.profile import ProfileRecord
+from trainserve.train import release
+from trainserve.core.profile import ProfileRecord
 
 
 def _fake_cuda(monkeypatch, reserved: int) -> list[str]:

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import train.sweep as sw
-from train.config import TrainConfig
-from trainserve.errors import UserError
-from trainserve.profile import ProfileRecord
+import trainserve.train.sweep as sw
+from trainserve.train.config import TrainConfig
+from trainserve.core.errors import UserError
+from trainserve.core.profile import ProfileRecord
 
 BASE = TrainConfig(model="mlp", preset="tiny", samples=256)
 FAST = dict(warmup_steps=1, timed_steps=3, min_batch=4, precisions=("fp32",))

@@ -89,7 +89,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path, case):
 
 
 def test_precision_the_device_cannot_do(tmp_path, monkeypatch):
-    import train.device
+    import trainserve.train.device
 
     monkeypatch.setattr(train.device, "precision_supported", lambda device, precision: False)
     r = _train(tmp_path, "--device", "cpu", "--precision", "fp16")
@@ -139,12 +139,12 @@ def test_a_runs_dir_that_is_a_file_is_one_sentence_before_any_training(tmp_path,
 
 
 def test_a_read_only_runs_dir_is_one_sentence_before_any_training(tmp_path, monkeypatch):
-    import trainserve.runs
+    import trainserve.core.runs
 
     runs = tmp_path / "runs"
     runs.mkdir()
     # as root a 0555 folder is still writable, so ask the check as an ordinary user's access() would answer
-    monkeypatch.setattr(trainserve.runs, "_can_write", lambda folder: False)
+    monkeypatch.setattr(trainserve.core.runs, "_can_write", lambda folder: False)
     r = runner.invoke(app, ["train", "--runs-dir", str(runs), "--run", "R", "--device", "cpu", *FAST])
     _one_error_line(r, f"{runs} is not writable, so the run folder {runs / 'R'} cannot be written")
     assert list(runs.iterdir()) == []

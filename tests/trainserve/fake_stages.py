@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from trainserve.profile import LatencyStats, ProfileRecord  # noqa: E402
+from trainserve.core.profile import LatencyStats, ProfileRecord  # noqa: E402
 
 
 def _opts(argv: list[str]) -> argparse.Namespace:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.trainserve.test_report import _infer, _train, make_run
-from trainserve import bounds
-from trainserve.profile import ProfileRecord
+from trainserve.core import bounds
+from trainserve.core.profile import ProfileRecord
 from trainserve.report import build_report
 
 # --- the checks, on plain numbers ---------------------------------------------------------------

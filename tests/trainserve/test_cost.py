@@ -10,8 +10,8 @@ import pytest
 from typer.testing import CliRunner
 
 from trainserve.cli import app
-from trainserve.errors import UserError
-from trainserve.profile import LatencyStats, ProfileRecord
+from trainserve.core.errors import UserError
+from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.report import build_report
 from trainserve.report.analysis import analyse
 from trainserve.report.collect import collect

@@ -7,9 +7,9 @@ import stat
 
 import pytest
 
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_json_atomic
-from trainserve.runs import run_dir
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_json_atomic
+from trainserve.core.runs import run_dir
 
 
 def _umask() -> int:

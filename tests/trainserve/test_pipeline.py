@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from tests.conftest import REPO_ROOT, subprocess_env
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 from trainserve.pipeline import Pipeline, RunConfig
 
 FAKE = Path(__file__).with_name("fake_stages.py")
@@ -188,7 +188,7 @@ def _alive(p: psutil.Process) -> bool:
 
 
 def test_an_existing_run_is_refused_before_any_stage(tmp_path):
-    from trainserve.errors import UserError
+    from trainserve.core.errors import UserError
 
     ckpt = tmp_path / "done" / "train" / "checkpoint.pt"
     ckpt.parent.mkdir(parents=True)

@@ -30,7 +30,7 @@ def test_a_child_dies_when_its_parent_is_killed_with_sigkill(tmp_path):
     parent_code = textwrap.dedent(f"""
         import sys, time
         from pathlib import Path
-        from trainserve.procs import Children
+        from trainserve.core.procs import Children
         child = Children().start("sleeper", [sys.executable, "-c", "import time; time.sleep(120)"],
                                  Path({str(tmp_path / "sleeper.log")!r}))
         print(child.proc.pid, flush=True)

@@ -2,8 +2,8 @@ import json
 
 import pytest
 
-from trainserve.errors import UserError
-from trainserve.profile import LatencyStats, ProfileRecord, percentile
+from trainserve.core.errors import UserError
+from trainserve.core.profile import LatencyStats, ProfileRecord, percentile
 
 
 def test_percentiles_are_nearest_rank_with_sub_ms_resolution():

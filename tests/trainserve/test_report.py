@@ -11,8 +11,8 @@ import pytest
 from typer.testing import CliRunner
 
 from trainserve.cli import app
-from trainserve.errors import UserError
-from trainserve.profile import LatencyStats, ProfileRecord
+from trainserve.core.errors import UserError
+from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.report import build_report
 
 HOST = {"hostname": "bench-01", "cpu_model": "Test CPU 9000", "logical_cpus": 16, "memory_bytes": 128 * 1024**3,

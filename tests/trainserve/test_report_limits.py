@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainserve.test_report import HOST, make_run
-from trainserve.profile import LatencyStats, ProfileRecord
+from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.report import build_report
 
 

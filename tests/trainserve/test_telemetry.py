@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from trainserve import telemetry
-from trainserve.errors import UserError
-from trainserve.profile import ProfileRecord
-from trainserve.telemetry import Sampler
+from trainserve.core import telemetry
+from trainserve.core.errors import UserError
+from trainserve.core.profile import ProfileRecord
+from trainserve.core.telemetry import Sampler
 
 
 def _busy(seconds: float) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 POINT_PREFIX = "sweep point:"  # `trainserve run` shows the lines that start with this, as they come
 
@@ -47,7 +47,7 @@ def point_line(p: Any) -> str:
 
 def run_sweeps(cfg: Any, device: str, budget_s: float, root: Path) -> dict[str, Any]:
     """Sweep each device in turn; write sweep/<device>/; print both training speedups when both ran."""
-    from train.sweep import SweepConfig, file_name, sweep, write_sweep
+    from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
     from trainserve.report import units as u
     from trainserve.report.analysis import speedups_of_records, train_speedup_text
 

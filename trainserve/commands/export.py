@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainserve.errors import UserError, cli_errors
+from trainserve.core.errors import UserError, cli_errors
 
 
 @cli_errors
@@ -34,9 +34,9 @@ def export(
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the random verification inputs (default: fresh).")] = None,
 ) -> None:
     """Export a trained run to ONNX (fp32, fp16, int8), verify each against PyTorch, and write a Triton model repository."""
-    from serve.repository import RepositoryConfig
-    from train.export import ExportConfig, export_run, resolve_sources
-    from trainserve.runs import existing_run_dir, run_dir
+    from trainserve.serve.repository import RepositoryConfig
+    from trainserve.train.export import ExportConfig, export_run, resolve_sources
+    from trainserve.core.runs import existing_run_dir, run_dir
 
     try:
         sizes = tuple(int(s) for s in preferred_batch_sizes.split(",") if s.strip())

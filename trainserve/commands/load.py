@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainserve.errors import UserError, cli_errors
+from trainserve.core.errors import UserError, cli_errors
 
 
 def parse_duration(text: str) -> float:
@@ -50,7 +50,7 @@ def load(
     Closed loop with --users, open loop (Poisson arrivals, latency from the scheduled send time)
     with --rate, or a step ramp with --ramp. The server's Prometheus metrics are scraped meanwhile.
     """
-    from loadtest.runner import LoadConfig, run_load
+    from trainserve.loadtest.runner import LoadConfig, run_load
 
     config = LoadConfig(url=url, model=model, protocol=protocol, users=users, rate=rate,
                         duration_s=parse_duration(duration), batch=batch, processes=processes, ramp=ramp,

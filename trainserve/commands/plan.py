@@ -9,9 +9,9 @@ from typing import Annotated
 import typer
 
 from trainserve.commands._cost_options import CpuCoreHour, GpuHour, Headroom, Kwh, PricesFile, cost_options
-from trainserve.errors import cli_errors
+from trainserve.core.errors import cli_errors
 from trainserve.report.cost import DEFAULT_HEADROOM
-from trainserve.runs import DEFAULT_RUNS_DIR
+from trainserve.core.runs import DEFAULT_RUNS_DIR
 
 
 @cli_errors
@@ -37,7 +37,7 @@ def plan(
     from trainserve.report.collect import collect
     from trainserve.report.cost import cost_section
     from trainserve.report.plan import capacity_plan, require_feasible
-    from trainserve.runs import existing_run_dir
+    from trainserve.core.runs import existing_run_dir
 
     opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     summary = analyse(collect(existing_run_dir(run, runs_dir)))

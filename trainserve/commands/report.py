@@ -8,9 +8,9 @@ from typing import Annotated
 import typer
 
 from trainserve.commands._cost_options import CpuCoreHour, GpuHour, Headroom, Kwh, PricesFile, SloP99, cost_options
-from trainserve.errors import cli_errors
+from trainserve.core.errors import cli_errors
 from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS
-from trainserve.runs import DEFAULT_RUNS_DIR
+from trainserve.core.runs import DEFAULT_RUNS_DIR
 
 
 @cli_errors
@@ -33,7 +33,7 @@ def report(
     speedups, what it costs at the given prices, and conclusions drawn from the numbers.
     """
     from trainserve.report import build_report, cost_lines_of
-    from trainserve.runs import existing_run_dir
+    from trainserve.core.runs import existing_run_dir
 
     opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     html = build_report(existing_run_dir(run, runs_dir), opts)

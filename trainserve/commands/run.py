@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from trainserve.commands._cost_options import CpuCoreHour, GpuHour, Headroom, Kwh, PricesFile, SloP99, cost_options
-from trainserve.errors import cli_errors
+from trainserve.core.errors import cli_errors
 from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS
 
 

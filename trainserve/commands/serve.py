@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainserve.errors import UserError, cli_errors
+from trainserve.core.errors import UserError, cli_errors
 
 
 @cli_errors
@@ -42,7 +42,7 @@ def serve(
     Prints 'trainserve serve: ready http=HOST:PORT grpc=HOST:PORT metrics=HOST:PORT' once serving;
     SIGTERM or Ctrl-C stops taking requests, finishes those in flight and exits 0.
     """
-    from serve.server import StartError, run_server
+    from trainserve.serve.server import StartError, run_server
 
     try:
         run_server(

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from trainserve.errors import UserError, cli_errors
+from trainserve.core.errors import UserError, cli_errors
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", help="Model family: mlp, cnn or transformer.")]
 PresetOpt = Annotated[str, typer.Option("--preset", "-p", help="Size preset: tiny, small or base.")]
@@ -64,12 +64,12 @@ def train(
                                                           "folder) to compute scaling efficiency against.")] = None,
 ) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
-    from train import distributed, launch
+    from trainserve.train import distributed, launch
 
     if (rc := launch.relaunch(nproc, device)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
-    from train.config import TrainConfig
-    from trainserve.runs import run_dir
+    from trainserve.train.config import TrainConfig
+    from trainserve.core.runs import run_dir
 
     devices = [d.strip() for d in device.split(",")]
     cfg = TrainConfig(model=model, preset=preset, device=devices[0], precision=precision, batch_size=batch_size,
@@ -83,8 +83,8 @@ def train(
                             "(without --resume) to compare the two")
         _compare(cfg, root)
         return
-    from train.card import CHECKPOINT_NAME
-    from train.loop import fit
+    from trainserve.core.card import CHECKPOINT_NAME
+    from trainserve.train.loop import fit
     from trainserve.commands._train_view import live_progress, print_summary
 
     if not resume and not overwrite and (root / "train" / CHECKPOINT_NAME).exists():
@@ -139,8 +139,8 @@ def compare(
     (records in RUNS_DIR/RUN/sweep/<device>/); with --no-sweep it trains once per device at
     --batch-size and --precision and writes both profiles and the speed-up to RUNS_DIR/RUN/compare.
     """
-    from train.config import TrainConfig
-    from trainserve.runs import run_dir
+    from trainserve.train.config import TrainConfig
+    from trainserve.core.runs import run_dir
 
     cfg = TrainConfig(model=model, preset=preset, device="cpu", precision=precision, batch_size=batch_size,
                       epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers, compile=compile,
@@ -156,9 +156,9 @@ def compare(
 
 
 def _compare(cfg, root: Path) -> None:
-    from train.compare import compare_devices
+    from trainserve.train.compare import compare_devices
     from trainserve.commands._train_view import live_progress, print_compare
-    from trainserve.fsutil import write_json_atomic
+    from trainserve.core.fsutil import write_json_atomic
     from trainserve.report.analysis import speedups_of_records
 
     with live_progress() as on_progress:

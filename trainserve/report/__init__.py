@@ -10,8 +10,8 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainserve.errors import UserError
-from trainserve.fsutil import staged_dir, write_json_atomic, write_text_atomic
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
 
 if TYPE_CHECKING:
     from trainserve.report.cost import CostOptions

@@ -11,8 +11,8 @@ import dataclasses
 import datetime as _dt
 from typing import Any
 
-from trainserve import bounds
-from trainserve.profile import ProfileRecord
+from trainserve.core import bounds
+from trainserve.core.profile import ProfileRecord
 from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.collect import Collection, Entry

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainserve.errors import UserError
-from trainserve.profile import ProfileRecord
+from trainserve.core.errors import UserError
+from trainserve.core.profile import ProfileRecord
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 from trainserve.report.prices import Prices
 
 DEFAULT_SLO_P99_MS = 100.0  # a common interactive budget; the load ramp stops at the same p99 by default

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainserve.bounds import is_limit
+from trainserve.core.bounds import is_limit
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 from trainserve.report.cost import (DEVICE_LABEL, CostOptions, best_within_slo, frontier, held, min_p99,
                                     server_view, servers_needed)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainserve.errors import UserError
+from trainserve.core.errors import UserError
 
 # --- the defaults (the only place they are written) ------------------------------------------
 # GPU: AWS p5.48xlarge (8x NVIDIA H100 80 GB SXM, 192 vCPUs, 2 TiB RAM), on-demand, US East (N. Virginia),

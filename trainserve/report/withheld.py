@@ -1,4 +1,4 @@
-"""Figures the report withholds because they broke a physical bound (trainserve.bounds).
+"""Figures the report withholds because they broke a physical bound (trainserve.core.bounds).
 
 analysis.py screens a run's records through `screened` before lining them up, so a withheld
 figure is null in summary.json with its error beside it (a view's "errors", the summary's
@@ -11,7 +11,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Any, Self
 
-from trainserve import bounds
+from trainserve.core import bounds
 from trainserve.report.collect import Collection, Entry
 
 RED = "#b42318"
