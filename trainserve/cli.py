@@ -19,6 +19,7 @@ import typer
 from trainserve.commands import export as _export
 from trainserve.commands import limits as _limits
 from trainserve.commands import load as _load
+from trainserve.commands import plan as _plan
 from trainserve.commands import report as _report
 from trainserve.commands import run as _run
 from trainserve.commands import serve as _serve
@@ -84,6 +85,7 @@ app.command("serve")(user_errors(_serve.serve))
 app.command("load")(user_errors(_load.load))
 app.command("limits")(user_errors(_limits.limits))
 app.command("report")(user_errors(_report.report))
+app.command("plan")(user_errors(_plan.plan))
 app.command("run")(user_errors(_run.run))
 
 

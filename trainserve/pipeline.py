@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainserve.train.models import FAMILIES
 from trainserve.core.errors import UserError
@@ -27,6 +28,9 @@ from trainserve.core.procs import (
     wait_ready,
 )
 from trainserve.core.runs import run_dir
+
+if TYPE_CHECKING:
+    from trainserve.report.cost import CostOptions
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +84,7 @@ class RunConfig:
     runs_dir: Path | None = None
     sweep: bool = True  # the training sweep on each device, instead of one fixed-point CPU-vs-GPU compare
     sweep_budget_s: float | None = None  # seconds per device; None: the budget's (25 with --quick, else 60)
+    cost: CostOptions | None = None  # prices, SLO and target load of the report's cost section; None: defaults
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
@@ -235,7 +240,7 @@ class Pipeline:
         self.progress(StageEvent("report", "start", "HTML, Markdown, summary.json"))
         from trainserve.report import build_report
 
-        html = build_report(self.root)
+        html = build_report(self.root, self.cfg.cost)
         self.progress(StageEvent("report", "done", str(html), time.monotonic() - t0))
         return html
 

@@ -7,7 +7,9 @@ from typing import Annotated
 
 import typer
 
+from trainserve.commands._cost_options import CpuCoreHour, GpuHour, Headroom, Kwh, PricesFile, SloP99, cost_options
 from trainserve.commands.choices import Family, Preset, RunDevice, RunsDirOpt
+from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS
 
 
 def run(
@@ -25,6 +27,14 @@ def run(
         "configuration and each device at its best; --no-sweep: one fixed-point CPU-vs-GPU compare."))] = True,
     sweep_budget_s: Annotated[float | None, typer.Option("--sweep-budget-s", help=(
         "Seconds the training sweep may take per device (default: 25 with --quick, else 60)."))] = None,
+    prices: PricesFile = None,
+    price_cpu_core_hour: CpuCoreHour = None,
+    price_gpu_hour: GpuHour = None,
+    price_kwh: Kwh = None,
+    slo_p99_ms: SloP99 = DEFAULT_SLO_P99_MS,
+    qps: Annotated[float | None, typer.Option("--qps", help=(
+        "Target load, requests/s: the report adds a capacity plan (CPU servers vs GPUs within --slo-p99-ms)."))] = None,
+    headroom: Headroom = DEFAULT_HEADROOM,
 ) -> None:
     """Train, export, serve on the CPU (and the GPU), load-test each server, and write the report.
 
@@ -39,8 +49,10 @@ def run(
 
     from trainserve.pipeline import Pipeline, RunConfig, StageEvent
 
-    cfg = RunConfig(model=model.value, preset=preset.value if preset else None, device=device.value, quick=quick, run=run_name, runs_dir=runs_dir,
-                    sweep=sweep, sweep_budget_s=sweep_budget_s)
+    # prices and targets are checked before any stage runs, so a typo never costs a training run
+    cost = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
+    cfg = RunConfig(model=model.value, preset=preset.value if preset else None, device=device.value, quick=quick,
+                    run=run_name, runs_dir=runs_dir, sweep=sweep, sweep_budget_s=sweep_budget_s, cost=cost)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
@@ -69,6 +81,10 @@ def run(
 
             html = _run(Pipeline(cfg, progress=show), stop=bar.stop)
     console.print(f"run [bold]{cfg.run}[/] done in {time.monotonic() - started:.0f} s")
+    from trainserve.report import cost_lines_of
+
+    for text in cost_lines_of(html):
+        typer.echo(text)
     typer.echo(f"report: {html}")  # one unwrapped line, for people and scripts alike
 
 

@@ -43,6 +43,8 @@ def train_point(source: str, r: ProfileRecord) -> dict[str, Any]:
             "throughput_samples_s": r.speed.throughput_samples_s, "p50_ms": r.speed.latency.p50_ms,
             "p99_ms": r.speed.latency.p99_ms, "peak_bytes": _first(r.memory.peak_bytes, r.memory.rss_peak_bytes),
             "gpu_util_mean_percent": r.utilization.gpu_util_mean_percent, "partial": r.validity.partial,
+            "energy_per_sample_j": r.energy.energy_per_sample_j, "energy_source": r.energy.source,
+            "host_logical_cpus": (r.host or {}).get("logical_cpus"), "torch_threads": r.settings.get("torch_threads"),
             "source": source}
 
 

@@ -8,17 +8,27 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
 
+if TYPE_CHECKING:
+    from trainserve.report.cost import CostOptions
+
 log = logging.getLogger(__name__)
 
 
-def build_report(run_dir: Path) -> Path:
-    """Write the report folder of the run at `run_dir` and return the path of report.html."""
+def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
+    """Write the report folder of the run at `run_dir` and return the path of report.html.
+
+    `cost`: the prices, SLO and (optional) target load of the "What it costs" section; None: the defaults.
+    """
     from trainserve.report.analysis import analyse
     from trainserve.report.collect import collect
+    from trainserve.report.cost import CostOptions, cost_section
+    from trainserve.report.cost_plot import cost_figures
+    from trainserve.report.plan import capacity_plan
     from trainserve.report.plots import model_figures
     from trainserve.report.render import html_report, markdown_report
 
@@ -31,7 +41,10 @@ def build_report(run_dir: Path) -> Path:
         raise UserError(f"run {collection.run!r} has no profile records under {run_dir}/{{train,compare,load,limits}}"
                         f"{extra}; run `trainserve train` or `trainserve load` for it first")
     summary = analyse(collection)
-    figures: dict[str, bytes] = {}
+    cost = cost or CostOptions()
+    summary["costs"] = cost_section(summary, cost)
+    summary["plan"] = capacity_plan(summary, cost) if cost.qps is not None else None
+    figures: dict[str, bytes] = cost_figures(summary)
     for section in summary["models"].values():
         figures.update(model_figures(section))
     final = run_dir / "report"
@@ -43,3 +56,15 @@ def build_report(run_dir: Path) -> Path:
         write_text_atomic(tmp / "report.html", html_report(summary, figures))
     log.debug("report of %d records written to %s", len(collection.entries), final)
     return final / "report.html"
+
+
+def cost_lines_of(html: Path) -> list[str]:
+    """The cost and plan lines of a written report (its summary.json), for the CLI to print."""
+    import json
+
+    from trainserve.report.cost_render import cost_lines
+
+    try:
+        return cost_lines(json.loads((html.parent / "summary.json").read_text()))
+    except (OSError, ValueError):
+        return []

@@ -100,6 +100,12 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[s
         "mean_power_w": r.energy.mean_power_w,
         "energy_j": r.energy.energy_j,
         "energy_per_sample_j": energy_per_sample,
+        "energy_source": r.energy.source,  # "nvml" (the GPU's), "rapl" (the CPU packages'), or None
+        # what the measurement held, for the cost section (report/cost.py): cores, threads, GPUs, epochs
+        "host_logical_cpus": (r.host or {}).get("logical_cpus"),
+        "torch_threads": r.settings.get("torch_threads"),
+        "world_size": r.settings.get("world_size"),
+        "epochs": r.settings.get("epochs"),
         "flops_per_sample": r.speed.flops_per_sample,
         "achieved_tflops": r.speed.achieved_tflops,
         "mfu": r.speed.mfu,
@@ -452,7 +458,10 @@ def _versions(entries: list[Entry]) -> dict[str, str]:
 def _card_summary(card: dict[str, Any] | None) -> dict[str, Any] | None:
     if not card:
         return None
-    return {k: card.get(k) for k in ("family", "preset", "parameters", "dataset", "precision", "metrics")}
+    out = {k: card.get(k) for k in ("family", "preset", "parameters", "dataset", "precision", "metrics")}
+    data = card.get("data")
+    out["train_samples"] = data.get("samples") if isinstance(data, dict) else None  # rows per epoch
+    return out
 
 
 def _record_row(e: Entry) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import base64
 from html import escape
 from typing import Any
 
+from trainserve.report import cost_render
 from trainserve.report import limits as lim
 from trainserve.report import units as u
 from trainserve.report import withheld
@@ -98,8 +99,10 @@ def html_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
-        f"<title>trainserve report — {escape(summary['run'])}</title><style>{CSS}{withheld.CSS}</style></head><body>",
-        _html_header(summary), "<main>", _html_summary(summary), withheld.html_section(summary),
+        f"<title>trainserve report — {escape(summary['run'])}</title><style>{CSS}{withheld.CSS}{cost_render.CSS}"
+        "</style></head><body>",
+        _html_header(summary), "<main>", _html_summary(summary), cost_render.html_section(summary, figures),
+        withheld.html_section(summary),
     ]
     for model in summary["models"].values():
         parts.append(_html_model(model, figures))
@@ -411,6 +414,7 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
             rows.append([model["model"], title, u.ratio(sp["value"]) if sp["value"] is not None else shown,
                          f"{metric}; {speedup_detail(key, sp)}{lim.speedup_note(model, key)}"])
     md += ["### GPU vs CPU speedups", ""] + _md_table(["model", "measurement", "speedup", "how"], rows)
+    md += cost_render.md_section(s, figures, _md_table)
     for model in s["models"].values():
         md += _md_model(model, figures)
     md += ["## Warnings", ""]

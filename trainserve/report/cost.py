@@ -1,0 +1,340 @@
+"""What the measurements cost: USD and energy per million training samples and per million inferences.
+
+Pure arithmetic over the summary that analysis.py built (no record is re-read), so the report adds no
+measurable time. Two parts per unit of work:
+
+- hardware: the resources the measurement held × their price per hour ÷ the throughput. A CPU
+  measurement holds its threads' cores (training: torch's threads; a server: every logical CPU of its
+  host, since it was not pinned); a GPU one holds its GPUs (the GPU price includes the host's share).
+- energy: the measured energy per sample × the price of a kWh, only where the device's own energy
+  was measured (NVML for a GPU, RAPL for a CPU) and only for a measurement whose energy covers exactly
+  that load (not one step of a ramp); elsewhere "not measured", never an estimate.
+
+Cloud prices already include power, so the energy part is what electricity adds on owned hardware; it
+is shown beside the hardware part, and the total is their sum.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainserve.core.errors import UserError
+from trainserve.report.prices import Prices
+
+DEFAULT_SLO_P99_MS = 100.0  # a common interactive budget; the load ramp stops at the same p99 by default
+DEFAULT_HEADROOM = 0.2  # capacity kept free above the target load (bursts, a server lost), as a fraction
+DEVICE_LABEL = {"cpu": "CPU", "cuda": "GPU"}
+J_PER_KWH = 3.6e6
+MILLION = 1e6
+
+
+@dataclass(frozen=True)
+class CostOptions:
+    """The prices and targets the cost section and the capacity plan use."""
+
+    prices: Prices = field(default_factory=Prices)
+    slo_p99_ms: float = DEFAULT_SLO_P99_MS  # the p99 latency a served load point must meet, ms
+    qps: float | None = None  # target load for the capacity plan, requests/s (None: no plan)
+    headroom: float = DEFAULT_HEADROOM  # extra capacity over qps, as a fraction (0.2 = 20%)
+
+    def __post_init__(self) -> None:
+        if not _positive(self.slo_p99_ms):
+            raise UserError(f"--slo-p99-ms {_shown(self.slo_p99_ms)} is invalid; give the p99 latency budget in ms, "
+                            "a number > 0")
+        if self.qps is not None and not _positive(self.qps):
+            raise UserError(f"--qps {_shown(self.qps)} is invalid; give the target load in requests/s, a number > 0")
+        if not (isinstance(self.headroom, (int, float)) and math.isfinite(self.headroom)
+                and 0 <= self.headroom <= 10):
+            raise UserError(f"--headroom {_shown(self.headroom)} is invalid; give the spare capacity as a fraction "
+                            "from 0 to 10 (0.2 = 20%)")
+
+
+def _shown(x: object) -> str:
+    return f"{x:g}" if isinstance(x, (int, float)) and not isinstance(x, bool) else repr(x)
+
+
+def _positive(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0
+
+
+# --- resources held and their price ----------------------------------------------------------
+
+def held(device: str, point: dict[str, Any], prices: Prices, phase: str) -> dict[str, Any]:
+    """What one measurement held, and its price per hour: {"units", "unit", "usd_per_hour", "basis"}."""
+    if device == "cuda":
+        n = int(point.get("world_size") or 1)
+        return {"units": n, "unit": "GPU", "usd_per_hour": n * prices.gpu_hour_usd,
+                "basis": f"{n} GPU{'s' if n > 1 else ''} × ${prices.gpu_hour_usd:g}/GPU-hour"}
+    threads, cpus = point.get("torch_threads"), point.get("host_logical_cpus")
+    if phase == "train" and threads:
+        n, why = int(threads), "torch threads"
+    elif cpus:
+        n, why = int(cpus), "every logical CPU of the host (the process was not pinned)"
+    else:
+        return {"units": None, "unit": "logical CPU", "usd_per_hour": None,
+                "basis": "not known: the record names no thread count and no host CPU count"}
+    return {"units": n, "unit": "logical CPU", "usd_per_hour": n * prices.cpu_core_hour_usd,
+            "basis": f"{n} logical CPUs ({why}) × ${prices.cpu_core_hour_usd:g}/core-hour"}
+
+
+def own_energy(device: str, source: str | None) -> bool:
+    """The energy figure measures this device: NVML for a GPU, RAPL for a CPU (a CPU server's record on a
+    GPU host carries the idle GPU's NVML energy, which is not the CPU's)."""
+    return (device == "cuda" and source == "nvml") or (device == "cpu" and source == "rapl")
+
+
+def per_million(usd_per_hour: float | None, throughput_s: float | None, energy_per_sample_j: float | None,
+                prices: Prices) -> dict[str, float | None]:
+    """Hardware and energy cost of one million samples or inferences at `throughput_s` per second."""
+    hardware = (usd_per_hour / (throughput_s * 3600.0) * MILLION
+                if usd_per_hour is not None and throughput_s else None)
+    kwh = energy_per_sample_j * MILLION / J_PER_KWH if energy_per_sample_j is not None else None
+    energy_usd = kwh * prices.kwh_usd if kwh is not None else None
+    total = None if hardware is None else hardware + (energy_usd or 0.0)
+    return {"hardware_usd": hardware, "kwh": kwh, "energy_usd": energy_usd, "usd": total}
+
+
+# --- training ----------------------------------------------------------------------------------
+
+def training_costs(section: dict[str, Any], run_samples: int | None, prices: Prices) -> dict[str, list[dict]]:
+    """Per device: the sweep's best point, batch 1 when swept, and the run's own training record."""
+    out: dict[str, list[dict]] = {}
+    for d in ("cpu", "cuda"):
+        rows = []
+        op = section.get("operating_points", {}).get(d) or {}
+        if op.get("train_best"):
+            rows.append(_train_row("best", d, op["train_best"], run_samples, prices))
+        b1 = [p for p in op.get("train", []) if p["batch_size"] == 1 and p["throughput_samples_s"]]
+        if b1:
+            rows.append(_train_row("batch1", d, max(b1, key=lambda p: p["throughput_samples_s"]), run_samples, prices))
+        t = section["train"].get(d)
+        if t and t.get("throughput_samples_s") and t["source"] not in {r["source"] for r in rows}:
+            rows.append(_train_row("as_trained", d, t, run_samples, prices))
+        if rows:
+            out[d] = rows
+    return out
+
+
+def _train_row(basis: str, device: str, p: dict[str, Any], run_samples: int | None, prices: Prices) -> dict:
+    res = held(device, p, prices, "train")
+    energy = p.get("energy_per_sample_j") if own_energy(device, p.get("energy_source")) else None
+    m = per_million(res["usd_per_hour"], p["throughput_samples_s"], energy, prices)
+    row = {"basis": basis, "device": device, "batch_size": p["batch_size"], "precision": p["precision"],
+           "throughput_samples_s": p["throughput_samples_s"], "source": p.get("source"), **_res(res),
+           "hardware_usd_per_million_samples": m["hardware_usd"], "kwh_per_million_samples": m["kwh"],
+           "energy_usd_per_million_samples": m["energy_usd"], "usd_per_million_samples": m["usd"],
+           "energy_note": None if energy is not None else _energy_note(device, p.get("energy_source"))}
+    row["run"] = _per_run(run_samples, p["throughput_samples_s"], res, energy, prices)
+    return row
+
+
+def _per_run(samples: int | None, throughput: float, res: dict, energy_j: float | None, prices: Prices) -> dict:
+    """The whole run (its own epochs × rows per epoch) at this point's speed."""
+    if not samples:
+        return {"samples": None, "note": "not known: the model card gives no rows per epoch"}
+    wall_h = samples / throughput / 3600.0
+    units = res["units"]
+    hw_usd = wall_h * res["usd_per_hour"] if res["usd_per_hour"] is not None else None
+    kwh = samples * energy_j / J_PER_KWH if energy_j is not None else None
+    energy_usd = kwh * prices.kwh_usd if kwh is not None else None
+    return {"samples": samples, "wall_hours": wall_h,
+            "hardware_hours": wall_h * units if units else None,  # GPU-hours or core-hours
+            "hardware_usd": hw_usd, "kwh": kwh, "energy_usd": energy_usd,
+            "usd": None if hw_usd is None else hw_usd + (energy_usd or 0.0)}
+
+
+def run_samples(summary: dict[str, Any], section: dict[str, Any]) -> int | None:
+    """Rows the run trained on: its epochs × the card's rows per epoch."""
+    rows = (summary.get("card") or {}).get("train_samples")
+    epochs = [t["epochs"] for t in section["train"].values() if t and t.get("epochs")]
+    return int(rows * max(epochs)) if rows and epochs else None
+
+
+# --- inference ----------------------------------------------------------------------------------
+
+def frontier(section: dict[str, Any], device: str) -> list[dict[str, Any]]:
+    """Every served load point of a device (its preferred backend): ramp steps and plain measurements."""
+    backend = next((b for b, per in section["infer"].items() if per.get(device)), None)
+    if backend is None:
+        return []
+    per = section["infer"][backend][device]
+    points = []
+    for r in section["ramps"]:
+        if r["device"] != device or r["backend"] != backend:
+            continue
+        for p in r["points"]:
+            points.append({"kind": "ramp step", "source": r["source"], "batch_size": r["batch_size"],
+                           "users": p.get("users"), "throughput_samples_s": p.get("throughput_samples_s"),
+                           "requests_s": p.get("requests_s"), "p99_ms": p.get("p99_ms"),
+                           "failures": p.get("failures") or 0, "energy_per_sample_j": None, "view": None})
+    for kind in ("batch1", "saturated"):
+        v = per.get(kind)
+        if v and not v["ramp_point"]:
+            energy = v["energy_per_sample_j"] if own_energy(device, v.get("energy_source")) else None
+            points.append({"kind": kind, "source": v["source"], "batch_size": v["batch_size"],
+                           "users": v["concurrency"], "throughput_samples_s": v["throughput_samples_s"],
+                           "requests_s": v["requests_s"], "p99_ms": v["latency"].get("p99_ms"), "failures": 0,
+                           "energy_per_sample_j": energy, "view": v})
+    return [p for p in points if p["throughput_samples_s"]]
+
+
+def best_within_slo(points: list[dict[str, Any]], slo_p99_ms: float) -> dict[str, Any] | None:
+    """The most inferences/s among one-row requests whose p99 met the SLO without a failed request.
+
+    Client-batched points are left out: their requests carry many rows, so their requests/s is not the
+    load a plan in requests/s asks about."""
+    ok = [p for p in points if p["batch_size"] == 1 and p["p99_ms"] is not None and p["p99_ms"] <= slo_p99_ms
+          and not p["failures"]]
+    return max(ok, key=lambda p: p["throughput_samples_s"]) if ok else None
+
+
+def min_p99(points: list[dict[str, Any]]) -> float | None:
+    values = [p["p99_ms"] for p in points if p["batch_size"] == 1 and p["p99_ms"] is not None]
+    return min(values) if values else None
+
+
+def inference_costs(section: dict[str, Any], opts: CostOptions) -> dict[str, dict[str, Any]]:
+    """Per device: cost per million inferences at batch 1, at saturation and at the SLO's highest load."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in ("cpu", "cuda"):
+        points = frontier(section, d)
+        if not points:
+            continue
+        res = held(d, server_view(section, d) or {}, opts.prices, "infer")
+        rows = []
+        b1 = next((p for p in points if p["kind"] == "batch1"), None) or next(
+            (p for p in points if p["kind"] == "ramp step" and p["users"] == 1 and p["batch_size"] == 1), None)
+        if b1:
+            rows.append(_infer_row("batch1", d, b1, res, opts.prices))
+        rows.append(_infer_row("saturated", d, max(points, key=lambda p: p["throughput_samples_s"]), res, opts.prices))
+        slo = best_within_slo(points, opts.slo_p99_ms)
+        if slo:
+            rows.append(_infer_row("slo", d, slo, res, opts.prices))
+        floor = min_p99(points)
+        out[d] = {**_res(res), "rows": rows, "min_p99_ms": floor,
+                  "slo_note": None if slo else _slo_note(d, opts.slo_p99_ms, floor),
+                  "cores_busy_mean": _busy(section, d)}
+    return out
+
+
+def server_view(section: dict[str, Any], device: str) -> dict[str, Any] | None:
+    for per in section["infer"].values():
+        v = per.get(device) or {}
+        if v.get("saturated") or v.get("batch1"):
+            return v.get("saturated") or v.get("batch1")
+    return None
+
+
+def _busy(section: dict[str, Any], device: str) -> float | None:
+    """Mean cores the CPU server kept busy at saturation (context for the cores it was charged)."""
+    v = server_view(section, device)
+    pct = v and v.get("cpu_process_mean_percent")
+    return pct / 100.0 if device == "cpu" and pct else None
+
+
+def _infer_row(basis: str, device: str, p: dict[str, Any], res: dict, prices: Prices) -> dict[str, Any]:
+    m = per_million(res["usd_per_hour"], p["throughput_samples_s"], p["energy_per_sample_j"], prices)
+    note = None
+    if p["energy_per_sample_j"] is None:
+        src = (p["view"] or {}).get("energy_source")
+        note = ("not measured at one ramp step (the ramp's energy covers all its steps)" if p["kind"] == "ramp step"
+                else _energy_note(device, src))
+    return {"basis": basis, "device": device, "kind": p["kind"], "source": p["source"], "batch_size": p["batch_size"],
+            "users": p["users"], "throughput_samples_s": p["throughput_samples_s"], "requests_s": p["requests_s"],
+            "p99_ms": p["p99_ms"], "hardware_usd_per_million_inferences": m["hardware_usd"],
+            "kwh_per_million_inferences": m["kwh"], "energy_usd_per_million_inferences": m["energy_usd"],
+            "usd_per_million_inferences": m["usd"], "energy_note": note}
+
+
+def _energy_note(device: str, source: str | None) -> str:
+    if source and not own_energy(device, source):
+        return f"not measured: the record's energy is {source.upper()}'s, not the {DEVICE_LABEL[device]}'s"
+    return "not measured" + (" (no RAPL energy counter readable)" if device == "cpu" else " (no NVML energy)")
+
+
+def _slo_note(device: str, slo: float, floor: float | None) -> str:
+    if floor is None:
+        return f"SLO not checked: the {DEVICE_LABEL[device]} server has no one-row load point with a p99"
+    return (f"no measured load meets p99 ≤ {slo:g} ms on the {DEVICE_LABEL[device]}: its lowest measured p99 is "
+            f"{floor:g} ms")
+
+
+def _res(res: dict[str, Any]) -> dict[str, Any]:
+    return {"units": res["units"], "unit": res["unit"], "usd_per_hour": res["usd_per_hour"], "held": res["basis"]}
+
+
+# --- break-even: the load from which GPUs cost less than CPU servers ----------------------------
+
+def servers_needed(load: float, capacity: float) -> int:
+    # the small tolerance keeps k × capacity itself at k servers despite rounding
+    return max(1, math.ceil(load / capacity - 1e-9))
+
+
+def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None, max_load: float,
+               why_not: str | None = None) -> dict[str, Any]:
+    """Scan (0, max_load] for where the GPU side costs less per hour than the CPU side.
+
+    `cpu` and `gpu` are (capacity per server in requests/s within the SLO, USD per server-hour). Both
+    sides buy whole servers, so cost is a step function of load; on each interval between two steps the
+    counts are constant. Returns the first load above which the GPU is cheaper and the load from which it
+    stays cheaper up to max_load (None: never, within the scan)."""
+    if not cpu or not gpu:
+        return {"first_gpu_cheaper_req_s": None, "break_even_req_s": None, "max_load_req_s": max_load,
+                "note": why_not or "not computed: a side has no capacity within the SLO"}
+    (cc, cp), (gc, gp) = cpu, gpu
+    if gp / gc < cp / cc:  # the GPU is cheaper per request at scale: scan far enough to see where
+        max_load = max(max_load, 2 * gp / (cp / cc - gp / gc))
+    edges = {max_load}
+    for cap in (cc, gc):
+        k = 1
+        while k * cap < max_load and k < 200_000:
+            edges.add(k * cap)
+            k += 1
+    first = steady = None
+    lo = 0.0
+    for hi in sorted(edges):
+        cheaper = servers_needed(hi, gc) * gp < servers_needed(hi, cc) * cp
+        if cheaper and first is None:
+            first = lo
+        if cheaper and steady is None:
+            steady = lo
+        elif not cheaper:
+            steady = None
+        lo = hi
+    asymptote = "the GPU" if gp / gc < cp / cc else "the CPU"
+    return {"first_gpu_cheaper_req_s": first, "break_even_req_s": steady, "max_load_req_s": max_load,
+            "cheaper_at_scale": asymptote,
+            "note": None if steady is not None else
+            f"the GPU never becomes cheaper up to {max_load:,.0f} req/s"}
+
+
+def _why_no_break_even(infer: dict[str, Any], caps: dict[str, Any]) -> str | None:
+    for d in ("cpu", "cuda"):
+        if d not in infer:
+            return f"not computed: no {DEVICE_LABEL[d]} server was measured in this run"
+        if d not in caps:
+            return f"not computed: the {DEVICE_LABEL[d]} server has no measured load within the SLO"
+    return None
+
+
+def cost_section(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
+    """summary.json's "costs": the prices and SLO used, then per model training, inference, break-even."""
+    models = {}
+    for name, section in summary["models"].items():
+        infer = inference_costs(section, opts)
+        caps = {}
+        for d, c in infer.items():
+            slo = next((r for r in c["rows"] if r["basis"] == "slo"), None)
+            if slo and c["usd_per_hour"]:
+                caps[d] = (slo["throughput_samples_s"], c["usd_per_hour"])
+        top = max([c[0] for c in caps.values()] + [opts.qps * (1 + opts.headroom) if opts.qps else 0.0] + [1.0])
+        models[name] = {"train": training_costs(section, run_samples(summary, section), opts.prices),
+                        "run_samples": run_samples(summary, section),
+                        "infer": infer,
+                        "capacity_at_slo_req_s": {d: c[0] for d, c in caps.items()},
+                        "break_even": break_even(caps.get("cpu"), caps.get("cuda"), 2 * top,
+                                                 _why_no_break_even(infer, caps))}
+    return {"prices": opts.prices.to_dict(), "slo_p99_ms": opts.slo_p99_ms, "headroom": opts.headroom,
+            "models": models}

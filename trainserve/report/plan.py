@@ -1,0 +1,129 @@
+"""The capacity plan: how many CPU servers or GPUs serve N requests/s within a p99 SLO, and which costs less.
+
+From each server's measured latency-throughput frontier (report/cost.py `frontier`): the most one-row
+requests/s one server sustained with p99 <= the SLO and no failed request is its capacity; the servers
+needed are ceil(N × (1 + headroom) / capacity). One server was measured; more than one assumes the load
+spreads evenly and capacity adds up (linear scaling) — the plan says so, and by how much it extrapolates.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainserve.core.errors import UserError
+from trainserve.report.cost import (DEVICE_LABEL, CostOptions, best_within_slo, frontier, held, min_p99,
+                                    server_view, servers_needed)
+
+
+def capacity_plan(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
+    """summary.json's "plan" (opts.qps must be set): per model and device, servers, cost, and lines to show."""
+    if opts.qps is None:
+        raise ValueError("capacity_plan needs opts.qps")
+    target = opts.qps * (1 + opts.headroom)
+    models = {}
+    for name, section in summary["models"].items():
+        devices: dict[str, dict[str, Any]] = {}
+        for d in ("cpu", "cuda"):
+            points = frontier(section, d)
+            if points:
+                devices[d] = _device_plan(section, d, points, target, opts)
+        feasible = {d: p for d, p in devices.items() if p["servers"] is not None and p["usd_per_hour"] is not None}
+        cheaper = min(feasible, key=lambda d: feasible[d]["usd_per_hour"]) if feasible else None
+        models[name] = {"devices": devices, "cheaper": cheaper,
+                        "lines": _lines(devices, cheaper, opts, target)}
+    return {"qps": opts.qps, "slo_p99_ms": opts.slo_p99_ms, "headroom": opts.headroom,
+            "target_req_s": target, "models": models}
+
+
+def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, Any]], target: float,
+                 opts: CostOptions) -> dict[str, Any]:
+    res = held(device, server_view(section, device) or {}, opts.prices, "infer")
+    best = best_within_slo(points, opts.slo_p99_ms)
+    floor = min_p99(points)
+    measured_max = max((p["throughput_samples_s"] for p in points if p["batch_size"] == 1), default=None)
+    out = {"unit": res["unit"], "units_per_server": res["units"], "usd_per_server_hour": res["usd_per_hour"],
+           "held": res["basis"], "min_p99_ms": floor, "measured_max_req_s": measured_max,
+           "capacity_req_s": None, "capacity_point": None, "servers": None, "units": None, "usd_per_hour": None,
+           "extrapolation_factor": None, "extrapolated": False, "meets_slo": best is not None}
+    batched = [p for p in points if p["batch_size"] > 1 and p["p99_ms"] is not None
+               and p["p99_ms"] <= opts.slo_p99_ms and not p["failures"]]
+    if batched:  # the same server when clients put many rows in one request: inferences/s, not requests/s
+        b = max(batched, key=lambda p: p["throughput_samples_s"])
+        nb = servers_needed(target, b["throughput_samples_s"])
+        out["client_batched"] = {"batch_size": b["batch_size"], "users": b["users"], "p99_ms": b["p99_ms"],
+                                 "capacity_inferences_s": b["throughput_samples_s"], "servers": nb,
+                                 "usd_per_hour": nb * res["usd_per_hour"] if res["usd_per_hour"] else None,
+                                 "extrapolated": target > b["throughput_samples_s"], "source": b["source"]}
+    if best is None:
+        return out
+    cap = best["throughput_samples_s"]
+    n = servers_needed(target, cap)
+    out.update(capacity_req_s=cap, servers=n,
+               capacity_point={k: best[k] for k in ("kind", "source", "users", "p99_ms", "throughput_samples_s")},
+               units=n * res["units"] if res["units"] else None,
+               usd_per_hour=n * res["usd_per_hour"] if res["usd_per_hour"] is not None else None,
+               extrapolation_factor=target / cap, extrapolated=target > cap)
+    return out
+
+
+def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOptions, target: float) -> list[str]:
+    """The plan in sentences, one per device, then the verdict."""
+    head = (f"{opts.qps:,.0f} req/s + {opts.headroom:.0%} headroom = {target:,.0f} req/s at p99 ≤ "
+            f"{opts.slo_p99_ms:g} ms")
+    lines = [head]
+    for d, p in devices.items():
+        label = DEVICE_LABEL[d]
+        if not p["meets_slo"]:
+            lines.append(f"{label}: cannot meet p99 ≤ {opts.slo_p99_ms:g} ms at any measured load "
+                         f"(lowest measured p99: {_ms(p['min_p99_ms'])}).")
+            continue
+        cp = p["capacity_point"]
+        unit = "server" if d == "cpu" else "GPU"
+        what = (f"{p['servers']} {unit}{'s' if p['servers'] > 1 else ''}"
+                + (f" ({p['units']} logical CPUs)" if d == "cpu" and p["units"] else ""))
+        cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "cost unknown"
+        line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
+                f"{_ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
+        if p["extrapolated"]:
+            line += (f" Extrapolated: the target is {p['extrapolation_factor']:,.1f}x what one {unit} was measured "
+                     f"to sustain; {p['servers']} {unit}s assume capacity adds up linearly (not measured).")
+        lines.append(line)
+        cb = p.get("client_batched")
+        if cb:
+            lines.append(f"{label}, if clients send {cb['batch_size']} rows per request: one {unit} carries "
+                         f"{cb['capacity_inferences_s']:,.0f} inferences/s within the SLO (p99 {_ms(cb['p99_ms'])} "
+                         f"at {_users(cb['users'])}); {cb['servers']} {unit}{'s' if cb['servers'] > 1 else ''}, "
+                         f"${cb['usd_per_hour'] or 0:,.2f}/h" + (" (extrapolated, linear scaling)" if cb["extrapolated"]
+                                                                else "") + ".")
+    if cheaper:
+        other = [d for d in devices if d != cheaper and devices[d]["usd_per_hour"] is not None]
+        vs = "".join(f" vs ${devices[d]['usd_per_hour']:,.2f}/h on the {DEVICE_LABEL[d]}" for d in other)
+        lines.append(f"Cheaper: the {DEVICE_LABEL[cheaper]}, ${devices[cheaper]['usd_per_hour']:,.2f}/h{vs} "
+                     "(hardware prices; energy not included).")
+    elif devices:
+        lines.append(f"No measured server meets p99 ≤ {opts.slo_p99_ms:g} ms: no plan.")
+    else:
+        lines.append("No served load was measured in this run: no plan.")
+    return lines
+
+
+def require_feasible(plan: dict[str, Any]) -> None:
+    """For `trainserve plan`: a UserError unless some server of some model meets the SLO."""
+    devices = [p for m in plan["models"].values() for p in m["devices"].values()]
+    if not devices:
+        raise UserError("this run has no served load measurements (load/*.json); run `trainserve load` or "
+                        "`trainserve run` for it first")
+    if not any(p["meets_slo"] for p in devices):
+        floor = min((p["min_p99_ms"] for p in devices if p["min_p99_ms"] is not None), default=None)
+        raise UserError(f"--slo-p99-ms {plan['slo_p99_ms']:g} is below every measured p99 (the lowest is "
+                        f"{_ms(floor)}), so no measured load meets it; raise the SLO or measure a faster "
+                        "configuration")
+
+
+def _users(n: int | None) -> str:
+    return "? users" if n is None else f"{n} user" + ("" if n == 1 else "s")
+
+
+def _ms(x: float | None) -> str:
+    return "—" if x is None else f"{x:,.2f} ms"
+
