@@ -16,7 +16,7 @@ from urllib.parse import quote
 import numpy as np
 
 from trainserve.loadtest.model_info import ModelInfo
-from trainserve.loadtest.rawhttp import header
+from trainserve.loadtest.rawhttp import RawHttpClient, encode_request, header
 
 
 class HttpInfer:
@@ -39,7 +39,6 @@ class HttpInfer:
             self.client = th.InferenceServerClient(url, concurrency=concurrency, connection_timeout=timeout_s,
                                                    network_timeout=timeout_s)
             return
-        from trainserve.loadtest.rawhttp import RawHttpClient, encode_request
 
         # tritonclient encodes the request once; these are the bytes its own infer() would send
         body, json_size = th.InferenceServerClient.generate_request_body(self.inputs, outputs=self.outputs)

@@ -72,7 +72,7 @@ def _add_arguments(parser: Any) -> None:
 def _on_init(environment: Any, runner: Any, web_ui: Any = None, **_: Any) -> None:
     environment.trainserve = Collector(environment)
     if web_ui is not None:
-        from trainserve.loadtest import webui
+        from trainserve.loadtest import webui  # the web UI's form and pages: not loaded by headless runs
 
         webui.install(environment, web_ui)
     # gevent caches the loop's clock; after the slow imports above a --run-time timer would fire early

@@ -19,7 +19,15 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from trainserve.loadtest.options import FORM_LABELS, LoadOptions, OptionError, protocol_of
+from trainserve.loadtest.model_info import (
+    fetch_model_info,  # tritonclient: only when a start is checked
+)
+from trainserve.loadtest.options import (
+    FORM_LABELS,
+    LoadOptions,
+    OptionError,
+    protocol_of,
+)
 
 CLASS_PROTOCOL = {"TritonHttpUser": "http", "TritonGrpcUser": "grpc"}  # the others use the Protocol field
 SERVER_CHECK_TIMEOUT_S = 3.0
@@ -71,7 +79,6 @@ def check_form(form: Mapping[str, str], user_classes: list[str], shape: str, cur
         return {}, ("The ticked user classes use both HTTP and gRPC, but there is one Server URL: "
                     "tick the classes of one protocol.")
     protocol = protocols.pop() if protocols else opts.protocol
-    from trainserve.loadtest.model_info import fetch_model_info  # tritonclient: only when a start is checked
 
     try:
         fetch_model_info(opts.server_url, opts.model_name, protocol, timeout_s=SERVER_CHECK_TIMEOUT_S)

@@ -25,13 +25,14 @@ from pathlib import Path
 
 import numpy as np
 
+from trainserve.core.errors import UserError
+from trainserve.core.version import version as trainserve_version
+from trainserve.serve import repository
 from trainserve.serve.batcher import Batcher, BatchingConfig
 from trainserve.serve.datatypes import kserve_datatype
 from trainserve.serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
 from trainserve.serve.model import LoadedModel, SessionOptions, TensorSpec
 from trainserve.serve.stats import ModelStats
-from trainserve.core.errors import UserError
-from trainserve.core.version import version as trainserve_version
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +308,6 @@ class ServerCore:
 
 def _read_model(model_dir: Path) -> tuple[object, list[str]]:
     """(ModelConfig completed as Triton would, served version names) of one model directory."""
-    from trainserve.serve import repository
 
     config = repository.read_model_config(model_dir)
     on_disk = repository.version_folders(model_dir)

@@ -32,11 +32,26 @@ from pathlib import Path
 
 import numpy as np
 
+from trainserve.core.errors import UserError
+from trainserve.core.fsutil import staged_dir, write_json_atomic
+from trainserve.core.profile import (
+    LatencyStats,
+    ProfileRecord,
+    host_info,
+    package_versions,
+)
+from trainserve.core.telemetry import gpu_name
 from trainserve.serve import repository
 from trainserve.serve.datatypes import config_to_kserve
-from trainserve.serve.model import CUDNN_SEARCH, DEVICES, TensorSpec, config_param, usable_cpus
+from trainserve.serve.model import (
+    CUDNN_SEARCH,
+    DEVICES,
+    TensorSpec,
+    _make_session,  # the server's own session factory: same options, same CUDA check
+    config_param,
+    usable_cpus,
+)
 from trainserve.serve.tuning import random_feed
-from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -193,7 +208,6 @@ def measure_repository(repo: Path, cfg: LimitsConfig, only: str | None = None,
 def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: float,
                   progress: Callable[[ModelLimits, Point], None] = lambda m, p: None) -> ModelLimits:
     """The three sweeps of the module docstring on one model, within `budget_s` seconds."""
-    from trainserve.serve.model import _make_session  # the server's own session factory: same options, same CUDA check
 
     t0 = time.perf_counter()
     deadline = t0 + budget_s
@@ -369,12 +383,10 @@ def _precision(path: Path) -> str:
 def records(result: ModelLimits) -> list[tuple[str, object]]:
     """(file name, trainserve.core.profile.ProfileRecord) per point, marked extra["limit"] = True so the report
     never takes them for served measurements."""
-    from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 
     host = host_info()
     name = host.get("cpu_model") or "CPU"
     if result.device == "cuda":
-        from trainserve.core.telemetry import gpu_name
 
         name = gpu_name(result.device_id) or "GPU"
     versions = package_versions("onnxruntime", "onnxruntime-gpu", "numpy")
@@ -402,7 +414,6 @@ def records(result: ModelLimits) -> list[tuple[str, object]]:
 
 def save(result: ModelLimits, limits_dir: Path) -> Path:
     """Replace `limits_dir/<device>/<model>/` with this measurement's records and summary.json (all or nothing)."""
-    from trainserve.core.fsutil import staged_dir, write_json_atomic
 
     final = Path(limits_dir) / result.device / result.model
     with staged_dir(final) as tmp:

@@ -26,8 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from trainserve.serve.core import CoreOptions, ServerCore
 from trainserve.core.errors import UserError
+from trainserve.serve import heap
+from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.serve.model import CudaUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +130,6 @@ class Server:
 async def _trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
     """Once a second: if requests were served since the last look and nothing is queued or running now,
     give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood."""
-    from trainserve.serve import heap
 
     seen = -1
     while True:
@@ -177,7 +178,6 @@ def run_server(
     on_ready: Callable[[str], None] = print,
 ) -> None:
     """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
-    from trainserve.serve.model import CudaUnavailable
 
     try:
         core_options = CoreOptions(

@@ -7,9 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainserve.train.config import TrainConfig
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir
+from trainserve.train.config import TrainConfig
+from trainserve.train.loop import fit, prepare
 
 
 def compare_devices(cfg: TrainConfig, out_dir: Path, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
@@ -20,7 +21,6 @@ def compare_devices(cfg: TrainConfig, out_dir: Path, on_progress: Callable[[Any]
     """
     import torch
 
-    from trainserve.train.loop import fit, prepare
 
     if not torch.cuda.is_available():
         raise UserError("compare --no-sweep needs a CUDA GPU and none is visible to PyTorch; run it on a GPU "

@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.profile import host_info
 
 DTYPES = {"fp32": None, "bf16": "bfloat16", "fp16": "float16"}
 
@@ -74,6 +75,5 @@ def device_name(device: str) -> str:
 
     if device == "cuda":
         return torch.cuda.get_device_name(0)
-    from trainserve.core.profile import host_info
 
     return host_info().get("cpu_model") or "cpu"

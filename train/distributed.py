@@ -31,8 +31,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainserve.train.config import scaled_lr
 from trainserve.core.errors import UserError
+from trainserve.core.profile import ProfileRecord
+from trainserve.train.config import scaled_lr
 
 log = logging.getLogger(__name__)
 
@@ -359,7 +360,6 @@ def baseline_throughput_from(path: Any) -> float:
     """The headline throughput of a 1-process run's profile.json (or its run's train folder)."""
     from pathlib import Path
 
-    from trainserve.core.profile import ProfileRecord
 
     p = Path(path)
     if p.is_dir():

@@ -20,6 +20,7 @@ from typing import Any
 from trainserve.core.card import CARD_NAME, CHECKPOINT_NAME, ModelCard, example_inputs
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
+from trainserve.train.models import build_model, config_from_dict
 from trainserve.train.verify import verify_variants
 
 log = logging.getLogger(__name__)
@@ -70,7 +71,6 @@ def load_model(checkpoint: Path, card_path: Path | None) -> tuple[Any, ModelCard
 
     import torch
 
-    from trainserve.train.models import build_model, config_from_dict
 
     checkpoint = Path(checkpoint)
     if not checkpoint.is_file():

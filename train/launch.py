@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from trainserve.core.errors import UserError
+from trainserve.train.distributed import GPU_ENV, launched_by_torchrun
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,6 @@ def torchrun_command(nproc: int, python: str | None = None) -> list[str]:
 
 def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, str]:
     """The workers' environment: their arguments, NVLink multicast off for GPU runs, cores shared."""
-    from trainserve.train.distributed import GPU_ENV
 
     env = dict(os.environ)
     env[ARGV_ENV] = json.dumps(list(args))
@@ -117,7 +117,6 @@ def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) 
     Each worker runs `python -m trainserve`, which reads TRAINSERVE_ARGV (trainserve.cli.main).
     None means "train in this process": no --nproc, or we already are a torchrun worker.
     """
-    from trainserve.train.distributed import launched_by_torchrun
 
     if nproc is None or launched_by_torchrun():
         return None

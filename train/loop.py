@@ -15,21 +15,35 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainserve.train import checkpoint as ckpt
-from trainserve.train import distributed, release
 from trainserve.core.card import CHECKPOINT_NAME, ModelCard, TensorSpec
-from trainserve.train.config import TrainConfig, scaled_lr
-from trainserve.train.data import Splits, load_splits
-from trainserve.train.gc_control import StepGC
-from trainserve.train.device import autocast, check_precision, grad_scaler, resolve_device
-from trainserve.train.loader import DeviceFeed, EpochBatches, ResidentBatches, choose_placement, make_loader
-from trainserve.train.measure import StepTimer
-from trainserve.train.memory import MemoryTracker, tensor_bytes
-from trainserve.train.step import train_step
-from trainserve.train.target import AccuracyTarget
-from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
+from trainserve.core.telemetry import Sampler
+from trainserve.train import checkpoint as ckpt
+from trainserve.train import distributed, release
+from trainserve.train.config import TrainConfig, scaled_lr
+from trainserve.train.data import Splits, load_splits
+from trainserve.train.device import (
+    autocast,
+    check_precision,
+    grad_scaler,
+    resolve_device,
+)
+from trainserve.train.gc_control import StepGC
+from trainserve.train.loader import (
+    DeviceFeed,
+    EpochBatches,
+    ResidentBatches,
+    choose_placement,
+    make_loader,
+)
+from trainserve.train.maxbatch import max_batches
+from trainserve.train.measure import StepTimer
+from trainserve.train.memory import MemoryTracker, tensor_bytes
+from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
+from trainserve.train.record import build_record
+from trainserve.train.step import train_step
+from trainserve.train.target import AccuracyTarget
 
 log = logging.getLogger(__name__)
 
@@ -307,7 +321,6 @@ class _Training:
 
     def record(self) -> Any:
         """The run's ProfileRecord (phase "train"), with every rank's throughput under DDP."""
-        from trainserve.train.record import build_record
 
         rec = build_record(self.cfg, self.device, self.model, self.splits, self.timer.times, self.memory,
                            self.n_params, self.sampler, self.workers, self.pin, self.channels_last, self.wall_s)
@@ -347,7 +360,6 @@ def search_max_batch(model: Any, splits: Splits, cfg: TrainConfig, device: str) 
     """{"train": N, "infer": M, "ratio": M/N} for this model and precision, on synthetic batches."""
     import torch
 
-    from trainserve.train.maxbatch import max_batches
 
     sample = torch.from_numpy(splits.x_train[:1])
     high = getattr(splits.config, "vocab_size", 0)  # token ids for the transformer
@@ -424,11 +436,7 @@ class _LazyLoss:
 
 
 def _telemetry_sampler(device: str) -> Any:
-    """The shared resource sampler (trainserve.core.telemetry) when present; None keeps the loop bare."""
-    try:
-        from trainserve.core.telemetry import Sampler
-    except ImportError:
-        return None
+    """The shared resource sampler (trainserve.core.telemetry), started; tests and benchmarks swap this function."""
     sampler = Sampler(interval_s=0.1, gpu_index=0)
     sampler.start()
     return sampler

@@ -6,13 +6,20 @@ import copy
 import logging
 from typing import Any
 
+from trainserve.core import bounds
+from trainserve.core.profile import (
+    LatencyStats,
+    ProfileRecord,
+    host_info,
+    package_versions,
+)
 from trainserve.train.config import TrainConfig
 from trainserve.train.data import Splits
 from trainserve.train.device import device_name
+from trainserve.train.flops import achieved_tflops, flops_per_sample, mfu, peak_lookup
+from trainserve.train.mathmode import current
 from trainserve.train.measure import StepTimes
 from trainserve.train.memory import MemoryTracker, analytic_estimate
-from trainserve.core import bounds
-from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +88,6 @@ def _add_flops(rec: ProfileRecord, cfg: TrainConfig, device: str, model: Any, sp
     """FLOPs per sample (forward + backward, counted by torch), achieved TFLOP/s and MFU."""
     import torch
 
-    from trainserve.train.flops import achieved_tflops, flops_per_sample
 
     try:
         # on a copy, with the RNG put back: counting runs a forward and backward pass
@@ -109,7 +115,6 @@ def add_mfu(rec: ProfileRecord, precision: str) -> None:
     `precision`'s. An MFU above 100% is withheld as an error (trainserve.core.bounds): null in speed.mfu,
     named in validity.errors, its raw value kept only in extra["out_of_bounds"].
     """
-    from trainserve.train.flops import mfu, peak_lookup
 
     peak = peak_lookup(rec.device_name, rec.settings.get("math_mode") or precision)
     rec.speed.peak_tflops = peak.tflops
@@ -122,7 +127,6 @@ def add_mfu(rec: ProfileRecord, precision: str) -> None:
 
 def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) -> None:
     """settings["math_mode"] (the math MFU's peak is for) and settings["math"] (per op kind, the switches)."""
-    from trainserve.train.mathmode import current
 
     try:
         math = current(device, precision, model)

@@ -24,9 +24,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainserve.train.config import TrainConfig
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
+from trainserve.core.telemetry import Sampler
+from trainserve.train.config import TrainConfig
+from trainserve.train.data import load_splits
+from trainserve.train.device import (
+    check_precision,
+    device_name,
+    grad_scaler,
+    precision_supported,
+    resolve_device,
+)
+from trainserve.train.maxbatch import is_oom, release_memory
+from trainserve.train.measure import StepTimer
+from trainserve.train.memory import MemoryTracker, tensor_bytes
+from trainserve.train.models import build_model, preset_config
+from trainserve.train.record import build_record
+from trainserve.train.step import train_step
 
 log = logging.getLogger(__name__)
 
@@ -128,9 +143,6 @@ def sweep(base: TrainConfig, device: str, config: SweepConfig,
     """Measure `base`'s model on `device` over the grid; `on_point` sees each point as it ends."""
     import torch
 
-    from trainserve.train.data import load_splits
-    from trainserve.train.device import check_precision, device_name, precision_supported, resolve_device
-    from trainserve.train.models import preset_config
 
     device = resolve_device(device)
     t0 = time.monotonic()
@@ -218,7 +230,6 @@ def measure_point(base: TrainConfig, splits: Any, device: str, precision: str, b
     the next point starts from the same free device memory. Past `deadline` (time.monotonic()) the
     point stops after MIN_TIMED_STEPS timed steps and its record is marked partial.
     """
-    from trainserve.train.maxbatch import is_oom, release_memory
 
     t0 = time.monotonic()
     cfg = base.replace(device=device, precision=precision, batch_size=batch, warmup_steps=config.warmup_steps,
@@ -247,13 +258,6 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
     """The training step of train.loop.fit on one resident batch; returns the point's ProfileRecord."""
     import torch
 
-    from trainserve.train.device import grad_scaler
-    from trainserve.train.measure import StepTimer
-    from trainserve.train.memory import MemoryTracker, tensor_bytes
-    from trainserve.train.models import build_model
-    from trainserve.train.record import build_record
-    from trainserve.train.step import train_step
-    from trainserve.core.telemetry import Sampler
 
     channels_last = cfg.model == "cnn" and device == "cuda"  # as fit() does
     if device == "cuda":

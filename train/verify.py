@@ -29,6 +29,7 @@ import numpy as np
 
 from trainserve.core.card import ModelCard, example_inputs
 from trainserve.core.errors import UserError
+from trainserve.train.data import eval_arrays
 
 log = logging.getLogger(__name__)
 
@@ -86,12 +87,8 @@ def compare(got: dict[str, np.ndarray], want: dict[str, np.ndarray]) -> dict[str
 def eval_set(model: Any, card: ModelCard, limit: int, seed: int) -> tuple[np.ndarray, np.ndarray, str]:
     """(inputs, labels, source): the card's evaluation data, or random inputs labelled by fp32 PyTorch."""
     try:
-        from trainserve.train.data import eval_arrays
-
         x, y = eval_arrays(card, limit)
         return x, np.asarray(y, dtype=np.int64), "eval_arrays"
-    except ImportError:
-        why = "trainserve.train.data is not available"
     except UserError as e:
         why = str(e)
     log.warning("no evaluation data (%s); using random inputs labelled by the fp32 PyTorch model", why)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from trainserve.train.models import FAMILIES
 from trainserve.core.errors import UserError
 from trainserve.core.procs import (
     ChildFailed,
@@ -27,7 +26,11 @@ from trainserve.core.procs import (
     trainserve_argv,
     wait_ready,
 )
+from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
+from trainserve.core.telemetry import Sampler
+from trainserve.report import build_report
+from trainserve.train.models import FAMILIES
 
 if TYPE_CHECKING:
     from trainserve.report.cost import CostOptions
@@ -238,7 +241,6 @@ class Pipeline:
     def _report(self) -> Path:
         t0 = time.monotonic()
         self.progress(StageEvent("report", "start", "HTML, Markdown, summary.json"))
-        from trainserve.report import build_report
 
         html = build_report(self.root, self.cfg.cost)
         self.progress(StageEvent("report", "done", str(html), time.monotonic() - t0))
@@ -312,7 +314,6 @@ class _ServerWatch:
     through its metrics endpoint, whose CPU memory figure is the whole machine's)."""
 
     def __init__(self, pid: int) -> None:
-        from trainserve.core.telemetry import Sampler
 
         self.sampler = Sampler(interval_s=0.2, pid=pid)
 
@@ -325,7 +326,6 @@ class _ServerWatch:
 
     def annotate(self, path: Path) -> None:
         """Fill what the load record left empty; never overwrite what the load stage measured."""
-        from trainserve.core.profile import ProfileRecord
 
         if not path.is_file():
             return

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS, CostOptions
+from trainserve.report.prices import resolve_prices
 
 PricesFile = Annotated[Path | None, typer.Option(
     "--prices", help="JSON file with any of cpu_core_hour_usd, gpu_hour_usd, kwh_usd (and cpu_offer, gpu_offer, "
@@ -28,7 +29,6 @@ def cost_options(prices: Path | None, cpu_core_hour: float | None, gpu_hour: flo
                  slo_p99_ms: float = DEFAULT_SLO_P99_MS, qps: float | None = None,
                  headroom: float = DEFAULT_HEADROOM) -> CostOptions:
     """Validated options (a UserError names the bad one)."""
-    from trainserve.report.prices import resolve_prices
 
     return CostOptions(prices=resolve_prices(prices, cpu_core_hour, gpu_hour, kwh), slo_p99_ms=slo_p99_ms, qps=qps,
                        headroom=headroom)

@@ -8,6 +8,10 @@ from typing import Any
 import typer
 
 from trainserve.core.errors import UserError
+from trainserve.core.speedup import speedups_of_records
+from trainserve.report import units as u
+from trainserve.report.analysis import train_speedup_text
+from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
 
 POINT_PREFIX = "sweep point:"  # `trainserve run` shows the lines that start with this, as they come
 
@@ -32,7 +36,6 @@ def devices_of(device: str) -> list[str]:
 
 def point_line(p: Any) -> str:
     """One line per sweep point: device, precision, batch, samples/s, step p50, peak memory."""
-    from trainserve.report import units as u
 
     head = f"{POINT_PREFIX} {p.device:<4} {p.precision:<4} batch {p.batch_size:>6}"
     if p.status != "measured":
@@ -47,10 +50,6 @@ def point_line(p: Any) -> str:
 
 def run_sweeps(cfg: Any, device: str, budget_s: float, root: Path) -> dict[str, Any]:
     """Sweep each device in turn; write sweep/<device>/; print both training speedups when both ran."""
-    from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
-    from trainserve.report import units as u
-    from trainserve.report.analysis import train_speedup_text
-    from trainserve.core.speedup import speedups_of_records
 
     check_budget(budget_s)
     devices = devices_of(device)

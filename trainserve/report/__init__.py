@@ -12,6 +12,14 @@ from typing import TYPE_CHECKING
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
+from trainserve.report.analysis import analyse
+from trainserve.report.collect import collect
+from trainserve.report.cost import CostOptions, cost_section
+from trainserve.report.cost_plot import cost_figures
+from trainserve.report.cost_render import cost_lines
+from trainserve.report.plan import capacity_plan
+from trainserve.report.plots import model_figures
+from trainserve.report.render import html_report, markdown_report
 
 if TYPE_CHECKING:
     from trainserve.report.cost import CostOptions
@@ -24,13 +32,6 @@ def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
 
     `cost`: the prices, SLO and (optional) target load of the "What it costs" section; None: the defaults.
     """
-    from trainserve.report.analysis import analyse
-    from trainserve.report.collect import collect
-    from trainserve.report.cost import CostOptions, cost_section
-    from trainserve.report.cost_plot import cost_figures
-    from trainserve.report.plan import capacity_plan
-    from trainserve.report.plots import model_figures
-    from trainserve.report.render import html_report, markdown_report
 
     collection = collect(run_dir)
     if not collection.entries:
@@ -62,7 +63,6 @@ def cost_lines_of(html: Path) -> list[str]:
     """The cost and plan lines of a written report (its summary.json), for the CLI to print."""
     import json
 
-    from trainserve.report.cost_render import cost_lines
 
     try:
         return cost_lines(json.loads((html.parent / "summary.json").read_text()))

@@ -12,6 +12,7 @@ from typing import Any
 
 from trainserve.report import units as u
 from trainserve.report.cost import DEVICE_LABEL
+from trainserve.report.plots import _safe as safe
 
 BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
          "best": "best operating point", "as_trained": "as trained (the run's record)"}
@@ -186,7 +187,6 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 
 def _safe(name: str) -> str:
-    from trainserve.report.plots import _safe as safe
 
     return safe(name)
 

@@ -10,11 +10,11 @@ import base64
 from html import escape
 from typing import Any
 
-from trainserve.report import cost_render
+from trainserve.report import cost_render, withheld
 from trainserve.report import limits as lim
 from trainserve.report import units as u
-from trainserve.report import withheld
 from trainserve.report.analysis import DEVICE_LABEL, columns
+from trainserve.report.plots import _safe
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
@@ -22,7 +22,6 @@ FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch
 
 
 def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
-    from trainserve.report.plots import _safe
 
     names = [f"{kind}-{_safe(model)}.png" for kind in FIGURE_ORDER]
     return [n for n in names if n in figures]
