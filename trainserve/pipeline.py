@@ -53,6 +53,7 @@ class Budget:
     train_batch: int
     warmup_steps: int  # training steps left out of the step-time statistics
     compare_steps: int  # CPU-vs-GPU training comparison, steps per device (GPU machines only)
+    accuracy_epochs: int  # the epoch budget of training to --target-accuracy (it stops once reached)
     export_eval_samples: int  # evaluation rows for each exported variant's accuracy
     ramp_step_s: float  # seconds per load-ramp step
     ramp_max_users: int
@@ -65,12 +66,12 @@ class Budget:
 
 
 QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
-               train_batch=64, warmup_steps=2, compare_steps=20, export_eval_samples=256, ramp_step_s=3.0,
+               train_batch=64, warmup_steps=2, compare_steps=20, accuracy_epochs=10, export_eval_samples=256, ramp_step_s=3.0,
                ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0,
                sweep_budget_s=25.0)
 # cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
-              train_batch=128, warmup_steps=5, compare_steps=20, export_eval_samples=1024, ramp_step_s=8.0,
+              train_batch=128, warmup_steps=5, compare_steps=20, accuracy_epochs=30, export_eval_samples=1024, ramp_step_s=8.0,
               ramp_max_users=32, measure_s=20.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0,
               limits_budget_s=15.0)
 
@@ -88,11 +89,16 @@ class RunConfig:
     sweep: bool = True  # the training sweep on each device, instead of one fixed-point CPU-vs-GPU compare
     sweep_budget_s: float | None = None  # seconds per device; None: the budget's (25 with --quick, else 60)
     cost: CostOptions | None = None  # prices, SLO and target load of the report's cost section; None: defaults
+    dataset: str = "synthetic"  # training data: synthetic, digits, or an .npz path (trainserve train --dataset)
+    target_accuracy: float | None = None  # train until this held-out accuracy; the time and energy it took per device
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
             raise UserError(f"--sweep-budget-s {self.sweep_budget_s:g} is invalid; give the seconds each device's "
                             "sweep may take (a number > 0), or pass --no-sweep")
+        if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
+            raise UserError(f"--target-accuracy {self.target_accuracy:g} is invalid; give a held-out accuracy "
+                            "above 0 and at most 1, e.g. 0.95")
         if self.model not in MODELS:
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
         if self.device not in DEVICES:
@@ -167,18 +173,24 @@ class Pipeline:
         b, c = self.cfg.budget, self.cfg
         preset = c.preset or (b.preset_gpu if gpu else b.preset_cpu)
         samples = b.train_samples_gpu if gpu else b.train_samples
-        common = ["--model", c.model, "--preset", preset, "--samples", str(samples),
+        common = ["--model", c.model, "--preset", preset, "--samples", str(samples), "--dataset", c.dataset,
                   "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
+        # with a target accuracy, training runs until it is reached, within a larger epoch budget
+        target = ["--target-accuracy", f"{c.target_accuracy:g}"] if c.target_accuracy is not None else []
+        epochs = str(b.accuracy_epochs if target else b.train_epochs)
         device = "cuda" if gpu else "cpu"
         precision = ["--precision", "bf16"] if gpu else []
         find_max_batch = ["--find-max-batch"] if gpu else []  # CUDA only: largest batch, training vs inference
         self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
-                                       "--epochs", str(b.train_epochs)),
+                                       "--epochs", epochs, *target),
                     f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
-        if gpu and not c.sweep:  # the same model, batch and precision on both devices, for the training speedup;
-            # fp32, the CPU's own precision (bf16 autocast on a CPU without bf16 units is many times slower)
-            self._stage("compare", self.argv("compare", *common, "--steps", str(b.compare_steps)),
-                        "training on CPU and GPU, fp32")
+        if gpu and (not c.sweep or target):
+            # the same model, batch and precision on both devices: the training speedup without a sweep, and
+            # each device's time to the target accuracy; fp32, the CPU's own precision (bf16 autocast on a CPU
+            # without bf16 units is many times slower)
+            length = ["--epochs", epochs, *target] if target else ["--steps", str(b.compare_steps)]
+            self._stage("compare", self.argv("compare", "--no-sweep", *common, *length),
+                        "training on CPU and GPU, fp32" + (f", to accuracy {c.target_accuracy:g}" if target else ""))
 
     def _sweep(self, device: str, gpu: bool) -> None:
         """The training sweep on one device (train/sweep.py), one progress line per point as it ends."""

@@ -196,3 +196,31 @@ def test_an_existing_run_is_refused_before_any_stage(tmp_path):
     with pytest.raises(UserError, match="run 'done' already exists"):
         Pipeline(RunConfig(device="cpu", quick=True, run="done", runs_dir=tmp_path))
     assert ckpt.read_bytes() == b"a finished run's checkpoint" and sorted(p.name for p in (tmp_path / "done").iterdir()) == ["train"]
+
+
+def test_a_target_accuracy_trains_both_devices_to_it(tmp_path, monkeypatch):
+    import trainserve.pipeline as pipeline
+
+    monkeypatch.setattr(pipeline, "_cuda_available", lambda: True)
+    commands: dict[str, list[str]] = {}
+
+    def recording_argv(*args: str) -> list[str]:
+        commands.setdefault(args[0], list(args))
+        return fake_argv(*args)
+
+    events = []
+    Pipeline(RunConfig(quick=True, run="g4", runs_dir=tmp_path, dataset="digits", target_accuracy=0.9),
+             progress=events.append, argv=recording_argv).run()
+    starts = [e.stage for e in events if e.status == "start"]
+    assert "compare" in starts and any(s.startswith("sweep") for s in starts)  # the sweep stays; compare is added
+    for stage in ("train", "compare"):
+        cmd = commands[stage]
+        assert cmd[cmd.index("--target-accuracy") + 1] == "0.9" and cmd[cmd.index("--dataset") + 1] == "digits"
+        assert cmd[cmd.index("--epochs") + 1] == str(pipeline.QUICK.accuracy_epochs)
+    assert "--no-sweep" in commands["compare"] and "--steps" not in commands["compare"]
+
+
+def test_a_bad_target_accuracy_is_one_sentence():
+    for bad in (0, 1.5, -0.2):
+        with pytest.raises(UserError, match=rf"^--target-accuracy {bad:g} is invalid; give a held-out accuracy"):
+            RunConfig(target_accuracy=bad)

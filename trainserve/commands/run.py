@@ -27,6 +27,11 @@ def run(
         "configuration and each device at its best; --no-sweep: one fixed-point CPU-vs-GPU compare."))] = True,
     sweep_budget_s: Annotated[float | None, typer.Option("--sweep-budget-s", help=(
         "Seconds the training sweep may take per device (default: 25 with --quick, else 60)."))] = None,
+    dataset: Annotated[str, typer.Option(help=(
+        "Training data: synthetic, digits (scikit-learn, bundled), or PATH.npz with arrays x, y."))] = "synthetic",
+    target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help=(
+        "Train until the held-out accuracy reaches A (0 < A <= 1) and report the time and energy it took on each "
+        "device (with a GPU, a CPU-vs-GPU training stage is added for it)."))] = None,
     prices: PricesFile = None,
     price_cpu_core_hour: CpuCoreHour = None,
     price_gpu_hour: GpuHour = None,
@@ -52,7 +57,8 @@ def run(
     # prices and targets are checked before any stage runs, so a typo never costs a training run
     cost = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     cfg = RunConfig(model=model.value, preset=preset.value if preset else None, device=device.value, quick=quick,
-                    run=run_name, runs_dir=runs_dir, sweep=sweep, sweep_budget_s=sweep_budget_s, cost=cost)
+                    run=run_name, runs_dir=runs_dir, sweep=sweep, sweep_budget_s=sweep_budget_s, cost=cost,
+                    dataset=dataset, target_accuracy=target_accuracy)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
