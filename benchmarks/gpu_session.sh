@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc sweep-transformer
-#           export run
+#           export run example
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -50,6 +50,9 @@ export)
   step export_gpu 150 env OUT="$R" $py benchmarks/export_gpu.py --preset small --repeats 20 ;;
 run)
   step run 580 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" ;;
+example)  # docs/example-report: the main job on digits, trained to 95% on each device, priced, planned for 10k req/s
+  step example 570 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" --dataset digits \
+    --target-accuracy 0.95 --qps 10000 --slo-p99-ms 20 ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null
