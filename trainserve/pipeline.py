@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -235,9 +236,13 @@ class Pipeline:
         if addresses.get("metrics", "off") != "off":
             url += ["--metrics-url", f"http://{addresses['metrics']}/metrics"]
         ramp_s = b.ramp_step_s * (b.ramp_max_users + 1)  # an upper bound: the ramp stops at saturation
+        # One Locust process tops out near a thousand batch-1 requests/s, below what a GPU server answers, and
+        # the capacity plan reads its capacity off this ramp: on the GPU, clients in several processes (the
+        # GPU server leaves the host's cores free). On the CPU they would take the server's own cores.
+        processes = ramp_processes(device)
         scenarios = {
-            "ramp": ["--ramp", "--batch", "1", "--ramp-step-s", f"{b.ramp_step_s:g}",
-                     "--ramp-max-users", str(b.ramp_max_users), "--duration", f"{ramp_s:.0f}s"],
+            "ramp": ["--ramp", "--batch", "1", "--ramp-step-s", f"{b.ramp_step_s:g}", "--processes", str(processes),
+                     "--ramp-max-users", str(max(b.ramp_max_users, 4 * processes)), "--duration", f"{ramp_s:.0f}s"],
             "batch1": ["--users", "1", "--batch", "1", "--duration", f"{b.measure_s:g}s"],
             "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
                           "--duration", f"{b.measure_s:g}s"],
@@ -354,6 +359,15 @@ class _ServerWatch:
         record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
             "sampled_by": "trainserve run (the server's pid and its children)"}
         record.save(path)
+
+
+def ramp_processes(device: str) -> int:
+    """Locust processes for the batch-1 ramp: 1 against a CPU server; against a GPU server half the
+    usable cores, at most 8."""
+    if device != "cuda":
+        return 1
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(8, cpus // 2))
 
 
 def _failed(stage: str, log_path: Path, why: str) -> UserError:

@@ -151,6 +151,10 @@ def test_capacity_plan_on_a_crafted_frontier(summary):
     assert "linearly (not measured)" in text
     gpu_line = next(line for line in plan["lines"] if line.startswith("GPU: "))
     assert "Extrapolated" not in gpu_line
+    # the CPU ramp went past the SLO (250/s at 40 ms); the GPU's heaviest load (1,800/s at 6 ms) still met it
+    assert not cpu["capacity_lower_bound"] and gpu["capacity_lower_bound"]
+    assert "A lower bound: the heaviest load measured still met the SLO" in gpu_line
+    assert "lower bound" not in next(line for line in plan["lines"] if line.startswith("CPU: "))
     assert "Cheaper: the CPU, $1.80/h vs $3.60/h on the GPU" in text
     # the client-batched saturation (64 rows, p99 30 ms) is above this SLO: no batched line
     assert not any("rows per request" in line for line in plan["lines"])

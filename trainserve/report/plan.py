@@ -44,7 +44,8 @@ def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, An
     out = {"unit": res["unit"], "units_per_server": res["units"], "usd_per_server_hour": res["usd_per_hour"],
            "held": res["basis"], "min_p99_ms": floor, "measured_max_req_s": measured_max,
            "capacity_req_s": None, "capacity_point": None, "servers": None, "units": None, "usd_per_hour": None,
-           "extrapolation_factor": None, "extrapolated": False, "meets_slo": best is not None}
+           "extrapolation_factor": None, "extrapolated": False, "capacity_lower_bound": False,
+           "meets_slo": best is not None}
     batched = [p for p in points if p["batch_size"] > 1 and p["p99_ms"] is not None
                and p["p99_ms"] <= opts.slo_p99_ms and not p["failures"]]
     if batched:  # the same server when clients put many rows in one request: inferences/s, not requests/s
@@ -62,7 +63,9 @@ def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, An
                capacity_point={k: best[k] for k in ("kind", "source", "users", "p99_ms", "throughput_samples_s")},
                units=n * res["units"] if res["units"] else None,
                usd_per_hour=n * res["usd_per_hour"] if res["usd_per_hour"] is not None else None,
-               extrapolation_factor=target / cap, extrapolated=target > cap)
+               extrapolation_factor=target / cap, extrapolated=target > cap,
+               # the heaviest one-row load measured still met the SLO: where the server would miss it was not found
+               capacity_lower_bound=measured_max is not None and cap >= measured_max)
     return out
 
 
@@ -84,6 +87,9 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "cost unknown"
         line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
                 f"{_ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
+        if p.get("capacity_lower_bound"):
+            line += (f" A lower bound: the heaviest load measured still met the SLO, so one {unit} may sustain "
+                     f"more and fewer {unit}s may do.")
         if p["extrapolated"]:
             line += (f" Extrapolated: the target is {p['extrapolation_factor']:,.1f}x what one {unit} was measured "
                      f"to sustain; {p['servers']} {unit}s assume capacity adds up linearly (not measured).")
