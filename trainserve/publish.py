@@ -11,7 +11,11 @@ from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
-from trainserve.serve.repository import RepositoryConfig, model_config_from_card, write_repository
+from trainserve.serve.repository import (
+    RepositoryConfig,
+    model_config_from_card,
+    write_repository,
+)
 from trainserve.train.export import ExportConfig, ExportResult, export_run
 
 

@@ -21,6 +21,8 @@ Kwh = Annotated[float | None, typer.Option(
     "--price-kwh", help="USD per kWh of measured energy (default: U.S. average commercial price, EIA 2022).")]
 SloP99 = Annotated[float, typer.Option(
     "--slo-p99-ms", help="p99 latency budget of a served load point, ms (cost at the SLO, break-even, plan).")]
+ReportQps = Annotated[float | None, typer.Option(
+    "--qps", help="Target load, requests/s: the report adds a capacity plan (CPU servers vs GPUs within --slo-p99-ms).")]
 Headroom = Annotated[float, typer.Option(
     "--headroom", help="Spare capacity the plan keeps above --qps, as a fraction (0.2 = 20%).")]
 

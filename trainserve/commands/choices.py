@@ -13,14 +13,14 @@ from typing import Annotated
 
 import typer
 
+from trainserve.core.runs import RUNS_ENV
 from trainserve.loadtest.options import PROTOCOLS, VALIDATIONS
+from trainserve.pipeline import DEVICES as RUN_DEVICES
 from trainserve.serve.model import DEVICES as SERVE_DEVICES
 from trainserve.serve.repository import CPU_VARIANTS, GPU_VARIANTS
 from trainserve.train.config import DEVICES as TRAIN_DEVICES
 from trainserve.train.config import LR_SCALES, PLACEMENTS, PRECISIONS
 from trainserve.train.models import FAMILIES, PRESETS
-from trainserve.pipeline import DEVICES as RUN_DEVICES
-from trainserve.core.runs import RUNS_ENV
 
 # None: trainserve.core.runs.default_runs_dir(), the one default every command shares
 RunsDirOpt = Annotated[Path | None, typer.Option("--runs-dir", help=f"Folder of runs (default: ${RUNS_ENV}, else ./runs).")]

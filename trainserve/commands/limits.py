@@ -26,8 +26,8 @@ def limits(
     Writes one profile record per point and a summary.json per model to runs/RUN/limits/DEVICE/MODEL/;
     the report sets every served figure beside these limits.
     """
-    from trainserve.serve.limits import LimitsConfig, measure_repository, save
     from trainserve.core.runs import existing_run_dir
+    from trainserve.serve.limits import LimitsConfig, measure_repository, save
 
     cfg = LimitsConfig(device=device.value, budget_s=budget_s)
     folder = existing_run_dir(run, runs_dir, writable=True)

@@ -7,7 +7,14 @@ from typing import Annotated
 
 import typer
 
-from trainserve.commands._cost_options import CpuCoreHour, GpuHour, Headroom, Kwh, PricesFile, cost_options
+from trainserve.commands._cost_options import (
+    CpuCoreHour,
+    GpuHour,
+    Headroom,
+    Kwh,
+    PricesFile,
+    cost_options,
+)
 from trainserve.commands.choices import RunsDirOpt
 from trainserve.report.cost import DEFAULT_HEADROOM
 
@@ -30,11 +37,11 @@ def plan(
     ramp and plain measurements); servers = ceil(QPS x (1 + headroom) / capacity). More servers than the
     one measured assume linear scaling, and the plan says so.
     """
+    from trainserve.core.runs import existing_run_dir
     from trainserve.report.analysis import analyse
     from trainserve.report.collect import collect
     from trainserve.report.cost import cost_section
     from trainserve.report.plan import capacity_plan, require_feasible
-    from trainserve.core.runs import existing_run_dir
 
     opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     summary = analyse(collect(existing_run_dir(run, runs_dir)))

@@ -6,7 +6,16 @@ from typing import Annotated
 
 import typer
 
-from trainserve.commands._cost_options import CpuCoreHour, GpuHour, Headroom, Kwh, PricesFile, SloP99, cost_options
+from trainserve.commands._cost_options import (
+    CpuCoreHour,
+    GpuHour,
+    Headroom,
+    Kwh,
+    PricesFile,
+    ReportQps,
+    SloP99,
+    cost_options,
+)
 from trainserve.commands.choices import RunsDirOpt
 from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS
 
@@ -19,8 +28,7 @@ def report(
     price_gpu_hour: GpuHour = None,
     price_kwh: Kwh = None,
     slo_p99_ms: SloP99 = DEFAULT_SLO_P99_MS,
-    qps: Annotated[float | None, typer.Option("--qps", help=(
-        "Target load, requests/s: adds a capacity plan (CPU servers vs GPUs within --slo-p99-ms)."))] = None,
+    qps: ReportQps = None,
     headroom: Headroom = DEFAULT_HEADROOM,
 ) -> None:
     """Write runs/RUN/report/: report.html (self-contained), report.md, summary.json and plots.
@@ -29,8 +37,8 @@ def report(
     inference, CPU beside GPU: throughput, latency percentiles, memory, utilization, energy,
     speedups, what it costs at the given prices, and conclusions drawn from the numbers.
     """
-    from trainserve.report import build_report, cost_lines_of
     from trainserve.core.runs import existing_run_dir
+    from trainserve.report import build_report, cost_lines_of
 
     opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     html = build_report(existing_run_dir(run, runs_dir), opts)

@@ -7,7 +7,16 @@ from typing import Annotated
 
 import typer
 
-from trainserve.commands._cost_options import CpuCoreHour, GpuHour, Headroom, Kwh, PricesFile, SloP99, cost_options
+from trainserve.commands._cost_options import (
+    CpuCoreHour,
+    GpuHour,
+    Headroom,
+    Kwh,
+    PricesFile,
+    ReportQps,
+    SloP99,
+    cost_options,
+)
 from trainserve.commands.choices import Family, Preset, RunDevice, RunsDirOpt
 from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS
 
@@ -37,8 +46,7 @@ def run(
     price_gpu_hour: GpuHour = None,
     price_kwh: Kwh = None,
     slo_p99_ms: SloP99 = DEFAULT_SLO_P99_MS,
-    qps: Annotated[float | None, typer.Option("--qps", help=(
-        "Target load, requests/s: the report adds a capacity plan (CPU servers vs GPUs within --slo-p99-ms)."))] = None,
+    qps: ReportQps = None,
     headroom: Headroom = DEFAULT_HEADROOM,
 ) -> None:
     """Train, export, serve on the CPU (and the GPU), load-test each server, and write the report.

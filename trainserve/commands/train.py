@@ -81,8 +81,8 @@ def train(
 
     if (rc := launch.relaunch(nproc, device.value)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
-    from trainserve.train.config import TrainConfig
     from trainserve.core.runs import run_dir
+    from trainserve.train.config import TrainConfig
 
     devices = device.value.split(",")
     cfg = TrainConfig(model=model.value, preset=preset.value, device=devices[0], precision=precision.value,
@@ -97,9 +97,9 @@ def train(
                             "drop --resume, or resume one device at a time")
         _compare(cfg, root)
         return
+    from trainserve.commands._train_view import live_progress, print_summary
     from trainserve.core.card import CHECKPOINT_NAME
     from trainserve.train.loop import fit
-    from trainserve.commands._train_view import live_progress, print_summary
 
     if not resume and not overwrite and (root / "train" / CHECKPOINT_NAME).exists():
         # a fresh run replaces the old one's files as it starts: a mistake (or a kill) would lose a finished run
@@ -153,8 +153,8 @@ def compare(
     (records in RUNS_DIR/RUN/sweep/<device>/); with --no-sweep it trains once per device at
     --batch-size and --precision and writes both profiles and the speed-up to RUNS_DIR/RUN/compare.
     """
-    from trainserve.train.config import TrainConfig
     from trainserve.core.runs import run_dir
+    from trainserve.train.config import TrainConfig
 
     cfg = TrainConfig(model=model.value, preset=preset.value, device="cpu", precision=precision.value,
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers,
@@ -175,10 +175,10 @@ def compare(
 
 
 def _compare(cfg, root: Path) -> None:
-    from trainserve.train.compare import compare_devices
     from trainserve.commands._train_view import live_progress, print_compare
     from trainserve.core.fsutil import write_json_atomic
     from trainserve.core.speedup import speedups_of_records
+    from trainserve.train.compare import compare_devices
 
     with live_progress() as on_progress:
         records = compare_devices(cfg, root / "compare", on_progress=on_progress)

@@ -21,7 +21,6 @@ from typing import Any
 
 from trainserve.core.profile import ProfileRecord
 
-
 MFU_MAX = 1.0
 # Two separate measurements (in-process, then served) differ by run-to-run noise; a served figure
 # is flagged only when it beats the in-process one by more than this share.

@@ -13,12 +13,23 @@ from typing import Any
 
 from trainserve.core import bounds
 from trainserve.core.profile import ProfileRecord
+from trainserve.core.speedup import (
+    DEVICE_LABEL,
+    DEVICES,
+    operating_points,
+    pick_train,
+    speedups_of_records,
+)
+from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.collect import Collection, Entry
-from trainserve.report.limits import in_process_batch1, is_limit, limit_conclusions, limits_section
-from trainserve.core.speedup import DEVICE_LABEL, DEVICES, operating_points, pick_train, speedups_of_records
-from trainserve.core.speedup import ratio as _div
+from trainserve.report.limits import (
+    in_process_batch1,
+    is_limit,
+    limit_conclusions,
+    limits_section,
+)
 
 SUMMARY_SCHEMA_VERSION = 1
 # Which inference backend the headline speedups use when several were measured on both devices.

@@ -7,7 +7,14 @@ from typing import Any
 from trainserve.report import units as u
 from trainserve.report.cost import DEVICE_LABEL, MILLION, frontier, servers_needed
 from trainserve.report.cost_render import usd
-from trainserve.report.plots import COLORS, _figure, _plain_log_ticks, _png, _safe, _style
+from trainserve.report.plots import (
+    COLORS,
+    _figure,
+    _plain_log_ticks,
+    _png,
+    _safe,
+    _style,
+)
 
 
 def cost_figures(summary: dict[str, Any]) -> dict[str, bytes]:

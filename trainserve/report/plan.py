@@ -11,8 +11,16 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.report.cost import (DEVICE_LABEL, CostOptions, best_within_slo, frontier, held, min_p99,
-                                    server_view, servers_needed)
+from trainserve.report.cost import (
+    DEVICE_LABEL,
+    CostOptions,
+    best_within_slo,
+    frontier,
+    held,
+    min_p99,
+    server_view,
+    servers_needed,
+)
 
 
 def capacity_plan(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:

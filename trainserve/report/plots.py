@@ -9,8 +9,8 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from trainserve.report.analysis import DEVICE_LABEL, columns
 from trainserve.report import units as u
+from trainserve.report.analysis import DEVICE_LABEL, columns
 
 COLORS = {"cpu": "#3b6ea5", "cuda": "#76b900"}  # GPU in NVIDIA green, CPU in steel blue
 PARTS = (("weights", "#4c566a"), ("gradients", "#d08770"), ("optimizer", "#b48ead"), ("activations", "#ebcb8b"))
