@@ -229,9 +229,12 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
         feeds = {b: random_feed(specs, b, rng, batched=mbs > 0, dynamic_dim=DYNAMIC_DIM) for b in batches}
     except ValueError as e:
         raise UserError(f"model {entry.name!r}: {e}; limits measure numeric inputs only") from None
-    # points still to measure: batch 1 (spinning off and on) and the largest batch per thread count, then the middle
+    instances = sum(g.count or 1 for g in config.instance_group) or 1
+    # points still to measure: batch 1 (spinning off and on) and the largest batch per thread count, then the
+    # middle batches, then the model's instances at once (its share of the budget is kept for it: without
+    # it a server with several instances outruns the limit it is checked against)
     remaining = len(threads) + sum(t > 1 for t in threads) + (len(threads) if len(batches) > 1 else 0) \
-        + max(0, len(batches) - 2)
+        + max(0, len(batches) - 2) + (1 if instances > 1 and len(batches) > 1 else 0)
 
     def session(t: int, spin: bool):
         if time.perf_counter() >= deadline and result.points:
@@ -276,7 +279,6 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
         for b in batches[1:-1]:
             point(sess, "batch", b, best_t, False)
         del sess
-    instances = sum(g.count or 1 for g in config.instance_group) or 1
     if instances > 1 and len(batches) > 1:
         per = max(1, (cfg.max_threads or usable_cpus()) // instances) if cfg.device == "cpu" else threads[0]
         sessions = [session(per, False) for _ in range(instances)]

@@ -362,12 +362,12 @@ class _ServerWatch:
 
 
 def ramp_processes(device: str) -> int:
-    """Locust processes for the batch-1 ramp: 1 against a CPU server; against a GPU server half the
-    usable cores, at most 8."""
+    """Locust processes for the batch-1 ramp: 1 against a CPU server; against a GPU server a quarter of
+    the usable cores, at most 8 (the server's event loop and its sessions' threads need the rest)."""
     if device != "cuda":
         return 1
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(8, cpus // 2))
+    return max(1, min(8, cpus // 4))
 
 
 def _failed(stage: str, log_path: Path, why: str) -> UserError:

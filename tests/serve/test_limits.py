@@ -138,3 +138,12 @@ def test_several_instances_are_also_timed_at_once(run_dir):
     records = dict(limits.records(result))
     assert records["b16-t1-x2.json"].settings["instances"] == 2 and records["b16-t1-x2.json"].concurrency == 2
     assert result.summary()["best_instances"] in (1, 2)
+
+
+def test_the_instances_point_keeps_its_share_of_a_short_budget(run_dir, monkeypatch):
+    monkeypatch.setattr(limits, "MAX_RUNS", 10**9)  # every point runs for its whole share, as a slow model's does
+    cfg = run_dir / "model_repository" / "tiny_cpu" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("count: 1 kind: KIND_CPU", "count: 2 kind: KIND_CPU"))
+    [result] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=0.8, max_threads=2))
+    assert [p.instances for p in result.points if p.sweep == "instances"] == [2]
+    assert not any("instances at once" in w for w in result.warnings)

@@ -72,9 +72,20 @@ def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, An
                units=n * res["units"] if res["units"] else None,
                usd_per_hour=n * res["usd_per_hour"] if res["usd_per_hour"] is not None else None,
                extrapolation_factor=target / cap, extrapolated=target > cap,
-               # the heaviest one-row load measured still met the SLO: where the server would miss it was not found
-               capacity_lower_bound=measured_max is not None and cap >= measured_max)
+               capacity_lower_bound=_unsaturated(points, cap, opts.slo_p99_ms))
     return out
+
+
+def _unsaturated(points: list[dict[str, Any]], capacity: float, slo_p99_ms: float) -> bool:
+    """True when the heaviest one-row load offered (the most users) still met the SLO and still gained
+    throughput (within 5% of the capacity): where this server would miss the SLO was not reached, so the
+    capacity is a lower bound. A heavier load that missed the SLO, or lost throughput, is the limit found."""
+    one_row = [p for p in points if p["batch_size"] == 1 and p["users"] is not None]
+    if not one_row:
+        return False
+    heaviest = max(one_row, key=lambda p: (p["users"], p["throughput_samples_s"]))
+    return (heaviest["p99_ms"] is not None and heaviest["p99_ms"] <= slo_p99_ms and not heaviest["failures"]
+            and heaviest["throughput_samples_s"] >= 0.95 * capacity)
 
 
 def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOptions, target: float) -> list[str]:
@@ -96,8 +107,8 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
                 f"{_ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
         if p.get("capacity_lower_bound"):
-            line += (f" A lower bound: the heaviest load measured still met the SLO, so one {unit} may sustain "
-                     f"more and fewer {unit}s may do.")
+            line += (f" A lower bound: the heaviest load offered still met the SLO and was still gaining "
+                     f"throughput, so one {unit} may sustain more and fewer {unit}s may do.")
         if p["extrapolated"]:
             line += (f" Extrapolated: the target is {p['extrapolation_factor']:,.1f}x what one {unit} was measured "
                      f"to sustain; {p['servers']} {unit}s assume capacity adds up linearly (not measured).")
