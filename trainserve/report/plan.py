@@ -77,15 +77,17 @@ def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, An
 
 
 def _unsaturated(points: list[dict[str, Any]], capacity: float, slo_p99_ms: float) -> bool:
-    """True when the heaviest one-row load offered (the most users) still met the SLO and still gained
-    throughput (within 5% of the capacity): where this server would miss the SLO was not reached, so the
-    capacity is a lower bound. A heavier load that missed the SLO, or lost throughput, is the limit found."""
-    one_row = [p for p in points if p["batch_size"] == 1 and p["users"] is not None]
-    if not one_row:
+    """True when the heaviest one-row load offered (the most users) met the SLO, is itself the capacity, and
+    gained at least 5% over the next lighter load: where this server misses the SLO or stops gaining was not
+    reached, so the capacity is a lower bound. A heavier load that missed the SLO, or a plateau, is the limit."""
+    one_row = sorted((p for p in points if p["batch_size"] == 1 and p["users"] is not None),
+                     key=lambda p: (p["users"], p["throughput_samples_s"]))
+    if len(one_row) < 2:
         return False
-    heaviest = max(one_row, key=lambda p: (p["users"], p["throughput_samples_s"]))
+    heaviest, lighter = one_row[-1], one_row[-2]
     return (heaviest["p99_ms"] is not None and heaviest["p99_ms"] <= slo_p99_ms and not heaviest["failures"]
-            and heaviest["throughput_samples_s"] >= 0.95 * capacity)
+            and heaviest["throughput_samples_s"] >= capacity
+            and heaviest["throughput_samples_s"] >= 1.05 * lighter["throughput_samples_s"])
 
 
 def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOptions, target: float) -> list[str]:
@@ -107,8 +109,8 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
                 f"{_ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
         if p.get("capacity_lower_bound"):
-            line += (f" A lower bound: the heaviest load offered still met the SLO and was still gaining "
-                     f"throughput, so one {unit} may sustain more and fewer {unit}s may do.")
+            line += (f" A lower bound: the heaviest load offered still met the SLO and still gained throughput, "
+                     f"so one {unit} may sustain more and fewer {unit}s may do.")
         if p["extrapolated"]:
             line += (f" Extrapolated: the target is {p['extrapolation_factor']:,.1f}x what one {unit} was measured "
                      f"to sustain; {p['servers']} {unit}s assume capacity adds up linearly (not measured).")
