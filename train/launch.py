@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 
 from trainserve.core.errors import UserError
+from trainserve.core.procs import die_with_parent, stop_group
 from trainserve.train.distributed import GPU_ENV, launched_by_torchrun
 
 log = logging.getLogger(__name__)
@@ -69,46 +70,23 @@ def run_torchrun(nproc: int, args: Sequence[str], device: str = "auto") -> int:
     cmd = torchrun_command(nproc)
     env = child_env(device, nproc, args)
     log.info("launching %d processes: %s (trainserve %s)", nproc, " ".join(cmd[1:]), " ".join(args))
-    proc = subprocess.Popen(cmd, env=env)
+    # its own process group, so stopping it stops torchrun and every worker at once; it dies with this process
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=die_with_parent)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     try:
         return proc.wait()
     except KeyboardInterrupt:
         log.warning("interrupted; stopping %d training processes", nproc)
-        stop(proc)
+        stop_group(proc, "torchrun", grace_s=STOP_GRACE_S)
         return 130
     finally:
         signal.signal(signal.SIGTERM, previous)
         if proc.poll() is None:  # any other error in this process
-            stop(proc)
+            stop_group(proc, "torchrun", grace_s=STOP_GRACE_S)
 
 
 def _raise_interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """SIGTERM torchrun (it forwards to its workers), wait, then SIGKILL it and any worker left."""
-    import psutil
-
-    try:
-        children = psutil.Process(proc.pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        children = []
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    _, alive = psutil.wait_procs(children, timeout=5.0)
-    for c in alive:
-        try:
-            c.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=5.0)
 
 
 def relaunch(nproc: int | None, device: str, argv: Sequence[str] | None = None) -> int | None:
