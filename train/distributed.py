@@ -137,8 +137,10 @@ def setup(device: str) -> DistContext:
     return _CURRENT
 
 
-def teardown() -> None:
-    """Leave the process group if one is up (safe to call twice, and after errors)."""
+def teardown(together: bool = False) -> None:
+    """Leave the process group if one is up (safe to call twice, and after errors). `together`: wait for
+    every rank first, so none tears down its connections while a peer is still using them (gloo then
+    aborts that peer: "terminate called without an active exception")."""
     global _CURRENT
     _CURRENT = None
     try:
@@ -146,17 +148,22 @@ def teardown() -> None:
     except ImportError:  # pragma: no cover
         return
     if dist.is_available() and dist.is_initialized():
+        if together and dist.get_world_size() > 1:
+            dist.barrier()
         dist.destroy_process_group()
 
 
 @contextlib.contextmanager
 def session(device: str) -> Iterator[DistContext]:
-    """`setup` then `teardown`, also when the body raises or is interrupted."""
+    """`setup` then `teardown`, also when the body raises or is interrupted; after a normal end the
+    ranks leave together (a rank that raised leaves at once: its peers are stopped by torchrun)."""
     ctx = setup(device)
+    finished = False
     try:
         yield ctx
+        finished = True
     finally:
-        teardown()
+        teardown(together=finished)
 
 
 def _watch_parent() -> None:
