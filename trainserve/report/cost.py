@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report.prices import Prices
 
 DEFAULT_SLO_P99_MS = 100.0  # a common interactive budget; the load ramp stops at the same p99 by default
 DEFAULT_HEADROOM = 0.2  # capacity kept free above the target load (bursts, a server lost), as a fraction
-DEVICE_LABEL = {"cpu": "CPU", "cuda": "GPU"}
 J_PER_KWH = 3.6e6
 MILLION = 1e6
 

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.cost import DEVICE_LABEL, MILLION, frontier, servers_needed
+from trainserve.report.cost import MILLION, frontier, servers_needed
 from trainserve.report.cost_render import usd
 from trainserve.report.plots import (
     COLORS,
     _figure,
     _plain_log_ticks,
     _png,
-    _safe,
     _style,
+    safe_name,
 )
 
 
@@ -23,7 +24,7 @@ def cost_figures(summary: dict[str, Any]) -> dict[str, bytes]:
     for name, c in (summary.get("costs") or {}).get("models", {}).items():
         png = cost_chart(name, summary["models"][name], c, summary["costs"]["slo_p99_ms"])
         if png is not None:
-            out[f"cost-{_safe(name)}.png"] = png
+            out[f"cost-{safe_name(name)}.png"] = png
     return out
 
 

@@ -10,9 +10,9 @@ import base64
 from html import escape
 from typing import Any
 
+from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.cost import DEVICE_LABEL
-from trainserve.report.plots import _safe as safe
+from trainserve.report.plots import safe_name
 
 BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
          "best": "best operating point", "as_trained": "as trained (the run's record)"}
@@ -157,7 +157,7 @@ def html_section(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
                            "per epoch) at that point's speed.</p>")
         else:
             out.append("<p class='muted'>Training cost: not measured.</p>")
-        png = figures.get(f"cost-{_safe(name)}.png")
+        png = figures.get(f"cost-{safe_name(name)}.png")
         if png:
             out.append(f"<div class='figs'><img alt='cost-{escape(name)}.png' "
                        f"src='data:image/png;base64,{base64.b64encode(png).decode()}'></div>")
@@ -186,11 +186,6 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
     return f"<div class='tablewrap'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
 
 
-def _safe(name: str) -> str:
-
-    return safe(name)
-
-
 # --- Markdown ---------------------------------------------------------------------------------
 
 def md_section(summary: dict[str, Any], figures: dict[str, bytes], table) -> list[str]:
@@ -214,7 +209,7 @@ def md_section(summary: dict[str, Any], figures: dict[str, bytes], table) -> lis
                        "point's speed.", ""]
         else:
             md += ["Training cost: not measured.", ""]
-        n = f"cost-{_safe(name)}.png"
+        n = f"cost-{safe_name(name)}.png"
         if n in figures:
             md += [f"![{n}]({n})", ""]
     plan = summary.get("plan")

@@ -17,11 +17,9 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.bounds import is_limit
+from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
-
-DEVICES = ("cpu", "cuda")
-DEVICE_LABEL = {"cpu": "CPU", "cuda": "GPU"}
 
 
 def limits_section(entries: list[Entry], section: dict[str, Any]) -> dict[str, Any]:

@@ -11,8 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.speedup import DEVICE_LABEL
+from trainserve.report import units as u
 from trainserve.report.cost import (
-    DEVICE_LABEL,
     CostOptions,
     best_within_slo,
     frontier,
@@ -99,7 +100,7 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         label = DEVICE_LABEL[d]
         if not p["meets_slo"]:
             lines.append(f"{label}: cannot meet p99 ≤ {opts.slo_p99_ms:g} ms at any measured load "
-                         f"(lowest measured p99: {_ms(p['min_p99_ms'])}).")
+                         f"(lowest measured p99: {u.ms(p['min_p99_ms'])}).")
             continue
         cp = p["capacity_point"]
         unit = "server" if d == "cpu" else "GPU"
@@ -107,7 +108,7 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
                 + (f" ({p['units']} logical CPUs)" if d == "cpu" and p["units"] else ""))
         cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "cost unknown"
         line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
-                f"{_ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
+                f"{u.ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
         if p.get("capacity_lower_bound"):
             line += (f" A lower bound: the heaviest load offered still met the SLO and still gained throughput, "
                      f"so one {unit} may sustain more and fewer {unit}s may do.")
@@ -118,7 +119,7 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         cb = p.get("client_batched")
         if cb:
             lines.append(f"{label}, if clients send {cb['batch_size']} rows per request: one {unit} carries "
-                         f"{cb['capacity_inferences_s']:,.0f} inferences/s within the SLO (p99 {_ms(cb['p99_ms'])} "
+                         f"{cb['capacity_inferences_s']:,.0f} inferences/s within the SLO (p99 {u.ms(cb['p99_ms'])} "
                          f"at {_users(cb['users'])}); {cb['servers']} {unit}{'s' if cb['servers'] > 1 else ''}, "
                          f"${cb['usd_per_hour'] or 0:,.2f}/h" + (" (extrapolated, linear scaling)" if cb["extrapolated"]
                                                                 else "") + ".")
@@ -143,7 +144,7 @@ def require_feasible(plan: dict[str, Any]) -> None:
     if not any(p["meets_slo"] for p in devices):
         floor = min((p["min_p99_ms"] for p in devices if p["min_p99_ms"] is not None), default=None)
         raise UserError(f"--slo-p99-ms {plan['slo_p99_ms']:g} is below every measured p99 (the lowest is "
-                        f"{_ms(floor)}), so no measured load meets it; raise the SLO or measure a faster "
+                        f"{u.ms(floor)}), so no measured load meets it; raise the SLO or measure a faster "
                         "configuration")
 
 
@@ -151,6 +152,4 @@ def _users(n: int | None) -> str:
     return "? users" if n is None else f"{n} user" + ("" if n == 1 else "s")
 
 
-def _ms(x: float | None) -> str:
-    return "—" if x is None else f"{x:,.2f} ms"
 

@@ -25,11 +25,12 @@ def model_figures(section: dict[str, Any]) -> dict[str, bytes]:
                      ("ramp", ramp), ("frontier", frontier), ("maxbatch", max_batch), ("sweep", sweep)):
         png = fn(section)
         if png is not None:
-            out[f"{kind}-{_safe(name)}.png"] = png
+            out[f"{kind}-{safe_name(name)}.png"] = png
     return out
 
 
-def _safe(name: str) -> str:
+def safe_name(name: str) -> str:
+    """A model name as it appears in figure file names."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 

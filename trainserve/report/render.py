@@ -14,7 +14,7 @@ from trainserve.report import cost_render, withheld
 from trainserve.report import limits as lim
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
-from trainserve.report.plots import _safe
+from trainserve.report.plots import safe_name
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
@@ -23,7 +23,7 @@ FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch
 
 def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
 
-    names = [f"{kind}-{_safe(model)}.png" for kind in FIGURE_ORDER]
+    names = [f"{kind}-{safe_name(model)}.png" for kind in FIGURE_ORDER]
     return [n for n in names if n in figures]
 
 
