@@ -26,6 +26,9 @@ MAX_RUNS = 25  # ... and at most
 POINT_BUDGET_S = 0.15  # timed runs stop once a session and batch size took this long, seconds
 SINGLE_MARGIN = 0.95  # the twin must beat the pool by 5% (more than timing noise) to be worth its memory
 TOTAL_BUDGET_S = 3.0  # the whole choice stops growing the batch after this long, seconds
+# a one-row run at least this long (ms) makes the twin pointless: waking the pool costs microseconds, and
+# timing both sessions (2 x (WARMUP_RUNS + MIN_RUNS) runs) would hold the server's start for many seconds
+SLOW_RUN_MS = 50.0
 
 
 @dataclass
@@ -85,8 +88,15 @@ def random_feed(inputs, rows: int, rng: np.random.Generator, batched: bool = Tru
 
 def choose(pool, single, inputs, outputs: list[str], pool_threads: int, max_rows: int) -> ThreadChoice:
     """Time `single` against `pool` at 1, 2, 4, ... rows while the single thread wins (up to max_rows;
-    max_rows 0: a model that does not batch, timed once on its declared shapes)."""
+    max_rows 0: a model that does not batch, timed once on its declared shapes). A model whose first
+    one-row run takes SLOW_RUN_MS or more keeps every batch on the pool, untimed further."""
     rng = np.random.default_rng(0)
+    probe = random_feed(inputs, 1, rng, batched=max_rows > 0)
+    t0 = time.perf_counter_ns()
+    pool.run(outputs, probe)  # also the pool's first run: allocations, thread start-up
+    first_ms = (time.perf_counter_ns() - t0) / 1e6
+    if first_ms >= SLOW_RUN_MS:
+        return ThreadChoice(pool_threads, 0, "measured", {1: {"pool": round(first_ms, 4)}})
     if max_rows <= 0:
         feed = random_feed(inputs, 1, rng, batched=False)
         t_pool, t_single = median_run_ms(pool, feed, outputs), median_run_ms(single, feed, outputs)

@@ -228,9 +228,7 @@ def _slow_repo(tmp_path, spins: int, policy: str = ""):
     slow_classifier_onnx(tmp_path / "slow" / "1" / "model.onnx", spins=spins)
     (tmp_path / "slow" / "config.pbtxt").write_text(
         'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        f'output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ 3 ] }} ]\ndynamic_batching {{ {policy} }}\n'
-        # no thread choice by timing at load: runs this slow would make loading take many seconds
-        'parameters { key: "small_batch_rows" value { string_value: "0" } }\n')
+        f'output [ {{ name: "logits" data_type: TYPE_FP32 dims: [ 3 ] }} ]\ndynamic_batching {{ {policy} }}\n')
     return tmp_path
 
 

@@ -44,9 +44,7 @@ def test_sigterm_finishes_in_flight_requests_and_exits_0(tmp_path):
     slow_classifier_onnx(tmp_path / "slow" / "1" / "model.onnx", spins=3_000_000)  # ~2 s
     (tmp_path / "slow" / "config.pbtxt").write_text(
         'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\ndynamic_batching { }\n'
-        # no thread choice by timing at load: with a 2 s run it would take many seconds
-        'parameters { key: "small_batch_rows" value { string_value: "0" } }\n')
+        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\ndynamic_batching { }\n')
     proc = _start("--model-repository", str(tmp_path), "--http-port", "0", "--grpc-port", "-1", "--metrics-port", "-1")
     try:
         port = _wait_ready(proc)

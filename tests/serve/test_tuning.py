@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import numpy as np
 import pytest
@@ -82,18 +83,40 @@ def test_a_bad_small_batch_rows_leaves_the_model_not_ready_with_one_sentence(tmp
         "(0: every batch on the instance's intra-op threads)"]
 
 
+class _Session:
+    """A stand-in for an onnxruntime session: counts its runs, each taking `run_ms`."""
+
+    def __init__(self, name: str, run_ms: float = 0.0) -> None:
+        self.name, self.run_ms, self.runs = name, run_ms, 0
+
+    def run(self, outputs, feed):
+        self.runs += 1
+        time.sleep(self.run_ms / 1000)
+
+
+class _Spec:
+    name, shape, dtype, datatype = "x", (-1, 4), np.dtype(np.float32), "FP32"
+
+
 def test_choose_stops_growing_once_the_pool_wins(monkeypatch):
     # crafted timings: the single thread wins at 1 and 2 rows, the pool from 4 rows on
     cost = {"pool": lambda rows: 1.0, "single": lambda rows: 0.4 * rows}
-    monkeypatch.setattr(tuning, "median_run_ms", lambda session, feed, outputs: cost[session](len(feed["x"])))
-
-    class Spec:
-        name, shape, dtype, datatype = "x", (-1, 4), np.dtype(np.float32), "FP32"
-
-    choice = tuning.choose("pool", "single", [Spec()], ["y"], pool_threads=8, max_rows=64)
+    monkeypatch.setattr(tuning, "median_run_ms", lambda session, feed, outputs: cost[session.name](len(feed["x"])))
+    choice = tuning.choose(_Session("pool"), _Session("single"), [_Spec()], ["y"], pool_threads=8, max_rows=64)
     assert choice.small_batch_rows == 2
     assert sorted(choice.timings_ms) == [1, 2, 4, 64]  # stopped at 4; the largest batch on the pool for the log
     assert "batches up to 2 row(s) on 1 thread, larger on 8" in choice.describe()
+
+
+def test_a_slow_model_keeps_the_pool_after_one_run(monkeypatch):
+    def never(session, feed, outputs):
+        raise AssertionError("a slow model is not timed further")
+
+    monkeypatch.setattr(tuning, "median_run_ms", never)
+    pool, single = _Session("pool", run_ms=tuning.SLOW_RUN_MS + 10), _Session("single")
+    choice = tuning.choose(pool, single, [_Spec()], ["y"], pool_threads=8, max_rows=64)
+    assert (choice.small_batch_rows, pool.runs, single.runs) == (0, 1, 0)
+    assert choice.timings_ms[1]["pool"] >= tuning.SLOW_RUN_MS and "every batch on 8 thread(s)" in choice.describe()
 
 
 def test_a_kind_gpu_model_on_a_cpu_server_says_where_it_runs(tmp_path, caplog):
