@@ -34,6 +34,7 @@ import numpy as np
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
+from trainserve.core.procs import usable_cpus
 from trainserve.core.profile import (
     LatencyStats,
     ProfileRecord,
@@ -49,7 +50,6 @@ from trainserve.serve.model import (
     TensorSpec,
     _make_session,  # the server's own session factory: same options, same CUDA check
     config_param,
-    usable_cpus,
 )
 from trainserve.serve.tuning import random_feed
 

@@ -6,7 +6,6 @@ Knows nothing of HTTP or gRPC: it takes numpy arrays and returns numpy arrays.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +13,13 @@ from typing import Any
 
 import numpy as np
 
+from trainserve.core.errors import UserError
+from trainserve.core.procs import usable_cpus
 from trainserve.serve import tuning
 from trainserve.serve.buckets import bucket_for, pad_rows, parse_buckets
 from trainserve.serve.datatypes import config_to_kserve, numpy_dtype
 from trainserve.serve.errors import ServeError
 from trainserve.serve.tuning import ThreadChoice
-from trainserve.core.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,6 @@ class SessionOptions:
         if self.inter_op_threads < 0:
             raise UserError(f"inter_op_threads={self.inter_op_threads} must be >= 0")
 
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity: a container's or taskset's share), not the machine's."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def config_param(config, key: str) -> str | None:

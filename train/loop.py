@@ -18,6 +18,7 @@ from typing import Any
 from trainserve.core.card import CHECKPOINT_NAME, ModelCard, TensorSpec
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
+from trainserve.core.procs import usable_cpus
 from trainserve.core.telemetry import Sampler
 from trainserve.train import checkpoint as ckpt
 from trainserve.train import distributed, release
@@ -154,7 +155,7 @@ class _Training:
             self.resident = ResidentBatches(splits.x_train, splits.y_train, self.batches, device, self.channels_last)
         else:
             self.workers = (cfg.workers if cfg.workers is not None
-                            else (min(4, _cpus() // 2) if device == "cuda" else 0))
+                            else (min(4, usable_cpus() // 2) if device == "cuda" else 0))
             self.pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
 
         # model and optimizer, with their memory counted as they appear
@@ -441,11 +442,6 @@ def _telemetry_sampler(device: str) -> Any:
     sampler.start()
     return sampler
 
-
-def _cpus() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _r(x: float) -> float:

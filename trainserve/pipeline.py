@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import logging
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,6 +24,7 @@ from trainserve.core.procs import (
     child_env,
     interrupts_stop_children,
     trainserve_argv,
+    usable_cpus,
     wait_ready,
 )
 from trainserve.core.profile import ProfileRecord
@@ -366,8 +366,7 @@ def ramp_processes(device: str) -> int:
     the usable cores, at most 8 (the server's event loop and its sessions' threads need the rest)."""
     if device != "cuda":
         return 1
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return max(1, min(8, cpus // 4))
+    return max(1, min(8, usable_cpus() // 4))
 
 
 def _failed(stage: str, log_path: Path, why: str) -> UserError:

@@ -28,6 +28,12 @@ STOP_GRACE_S = 10.0  # SIGTERM, then this long to exit, then SIGKILL
 READY = re.compile(r"trainserve serve: ready (?P<rest>.*)")
 
 
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: a container's or taskset's share), not the machine's."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def die_with_parent(sig: int = signal.SIGTERM) -> None:
     """In a child, before exec (Linux): receive `sig` when the parent dies, even by SIGKILL, so a killed
     `trainserve run` leaves no server behind (a child in its own session is not reached by the terminal's
