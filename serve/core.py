@@ -206,7 +206,8 @@ class ServerCore:
         return list(self._all_entries())
 
     def entry(self, name: str, version: str = "") -> ModelEntry:
-        """The registry entry; version "" means the latest ready one. NotFound when unknown."""
+        """The registry entry; version "" means the latest ready one. InvalidArgument for an unknown model
+        and NotFound for an unknown version (Triton's codes)."""
         # Status codes and wording as Triton's (docs/serving.md, "Errors as Triton words them")
         versions = self._entries.get(name)
         if versions is None:
@@ -229,7 +230,7 @@ class ServerCore:
             return False
 
     def model(self, name: str, version: str = "") -> LoadedModel:
-        """The ready LoadedModel; NotFound for unknown, Unavailable (with the load error) for not ready."""
+        """The ready LoadedModel; the errors of `entry`, and Unavailable for a version that is not ready."""
         entry = self.entry(name, version)
         if entry.model is None:
             raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
@@ -308,7 +309,6 @@ class ServerCore:
 
 def _read_model(model_dir: Path) -> tuple[object, list[str]]:
     """(ModelConfig completed as Triton would, served version names) of one model directory."""
-
     config = repository.read_model_config(model_dir)
     on_disk = repository.version_folders(model_dir)
     return config, [str(v) for v in repository.served_versions(config, on_disk, model_dir)]

@@ -93,7 +93,6 @@ class _SafeDecoding(grpc.GenericRpcHandler):
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
     """Turn the core's exceptions into gRPC status codes for a unary RPC."""
-
     @functools.wraps(method)
     async def wrapper(self: InferenceServicer, request: Any, context: grpc.aio.ServicerContext) -> Any:
         if isinstance(request, Malformed):

@@ -416,7 +416,6 @@ def records(result: ModelLimits) -> list[tuple[str, object]]:
 
 def save(result: ModelLimits, limits_dir: Path) -> Path:
     """Replace `limits_dir/<device>/<model>/` with this measurement's records and summary.json (all or nothing)."""
-
     final = Path(limits_dir) / result.device / result.model
     with staged_dir(final) as tmp:
         for file_name, record in records(result):

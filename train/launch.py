@@ -54,7 +54,6 @@ def torchrun_command(nproc: int, python: str | None = None) -> list[str]:
 
 def child_env(device: str, nproc: int, args: Sequence[str] = ()) -> dict[str, str]:
     """The workers' environment: their arguments, NVLink multicast off for GPU runs, cores shared."""
-
     env = dict(os.environ)
     env[ARGV_ENV] = json.dumps(list(args))
     if device != "cpu":  # "cuda" or "auto": harmless on CPU, required on GPU

@@ -322,7 +322,6 @@ class _Training:
 
     def record(self) -> Any:
         """The run's ProfileRecord (phase "train"), with every rank's throughput under DDP."""
-
         rec = build_record(self.cfg, self.device, self.model, self.splits, self.timer.times, self.memory,
                            self.n_params, self.sampler, self.workers, self.pin, self.channels_last, self.wall_s)
         rec.settings["data_placement"] = self.placement

@@ -127,7 +127,6 @@ def add_mfu(rec: ProfileRecord, precision: str) -> None:
 
 def _add_math_mode(rec: ProfileRecord, device: str, precision: str, model: Any) -> None:
     """settings["math_mode"] (the math MFU's peak is for) and settings["math"] (per op kind, the switches)."""
-
     try:
         math = current(device, precision, model)
     except (RuntimeError, AttributeError, ValueError) as e:  # never fail a finished run: MFU uses --precision

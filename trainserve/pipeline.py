@@ -331,7 +331,6 @@ class _ServerWatch:
     through its metrics endpoint, whose CPU memory figure is the whole machine's)."""
 
     def __init__(self, pid: int) -> None:
-
         self.sampler = Sampler(interval_s=0.2, pid=pid)
 
     def __enter__(self) -> _ServerWatch:
@@ -343,7 +342,6 @@ class _ServerWatch:
 
     def annotate(self, path: Path) -> None:
         """Fill what the load record left empty; never overwrite what the load stage measured."""
-
         if not path.is_file():
             return
         s = self.sampler.summary()

@@ -36,7 +36,6 @@ def devices_of(device: str) -> list[str]:
 
 def point_line(p: Any) -> str:
     """One line per sweep point: device, precision, batch, samples/s, step p50, peak memory."""
-
     head = f"{POINT_PREFIX} {p.device:<4} {p.precision:<4} batch {p.batch_size:>6}"
     if p.status != "measured":
         return f"{head}  {p.status}: {p.reason}"
@@ -50,7 +49,6 @@ def point_line(p: Any) -> str:
 
 def run_sweeps(cfg: Any, device: str, budget_s: float, root: Path) -> dict[str, Any]:
     """Sweep each device in turn; write sweep/<device>/; print both training speedups when both ran."""
-
     check_budget(budget_s)
     devices = devices_of(device)
     config = SweepConfig(budget_s=budget_s)

@@ -22,7 +22,6 @@ FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch
 
 
 def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
-
     names = [f"{kind}-{safe_name(model)}.png" for kind in FIGURE_ORDER]
     return [n for n in names if n in figures]
 
