@@ -305,7 +305,8 @@ def time_to_accuracy(entries: list[Entry], infer: dict[str, Any]) -> dict[str, d
         out[d] = {**dataclasses.asdict(r.time_to_accuracy), "source": source, "batch_size": r.batch_size,
                   "precision": r.precision, "infer_backend": backend,
                   "infer_batch1_p50_ms": b1["latency"].get("p50_ms") if b1 else None,
-                  "infer_energy_per_sample_j": sat["energy_per_sample_j"] if sat else None}
+                  "infer_energy_per_sample_j": sat["energy_per_sample_j"] if sat else None,
+                  "seeds": r.extra.get("time_to_accuracy_seeds") if isinstance(r.extra, dict) else None}
     return out
 
 
