@@ -51,8 +51,12 @@ def test_seeds_train_to_the_target_and_the_report_shows_mean_and_sd(tmp_path):
     reached = [x["time_to_accuracy_s"] for x in sd["runs"] if x["reached"]]
     assert sd["reached"] == len(reached) >= 1 and sd["mean_seconds"] == pytest.approx(statistics.fmean(reached))
     assert not (train / ".seeds").exists()  # the other seeds' folders are gone
-    md = (build_report(tmp_path / "s").parent / "report.md").read_text()
-    assert "(2 seeds" in md
+    report = build_report(tmp_path / "s").parent
+    assert "(2 seeds" in (report / "report.md").read_text()
+    from tests.trainserve.test_summary_schema import _errors
+
+    summary = json.loads((report / "summary.json").read_text())
+    assert summary["models"]["mlp"]["time_to_accuracy"]["cpu"]["seeds"]["n"] == 2 and _errors(summary) == []
 
 
 def test_seeds_with_resume_is_one_sentence(tmp_path):
