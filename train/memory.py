@@ -10,7 +10,11 @@ arithmetic below stays importable without them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from trainserve.core.profile import Memory
@@ -122,6 +126,20 @@ def fill_memory(memory: Memory, breakdown: dict[str, Any]) -> None:
 
 # --- measuring during a run -------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _quiet_fd2() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for a moment (native code writes there, past sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
 def cpu_step_peak_bytes(fn: Any) -> tuple[Any, int | None]:
     """Run fn() under torch's profiler with CPU memory tracking; (fn's result, the most bytes the CPU
     allocator held above what it held when fn started), or None when the profiler recorded no allocation.
@@ -131,13 +149,18 @@ def cpu_step_peak_bytes(fn: Any) -> tuple[Any, int | None]:
     makes them, activations saved for backward, temporaries. RSS cannot show this: freed blocks stay in
     the process, and small models fit in memory the process already holds."""
     import json
-    import os
     import tempfile
 
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_fd2():  # the profiler's native start line on stderr, in the middle of the progress display
+        prof.__enter__()
+    try:
         out = fn()
+    finally:
+        with _quiet_fd2():
+            prof.__exit__(None, None, None)
     fd, path = tempfile.mkstemp(suffix=".json")
     os.close(fd)
     try:
