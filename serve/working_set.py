@@ -41,7 +41,10 @@ def process_bytes(device: str, device_id: int = 0) -> int | None:
     if device == "cuda":
         from trainserve.core.telemetry import gpu_process_memory_bytes
 
-        return gpu_process_memory_bytes(device_id)
+        used = gpu_process_memory_bytes(device_id)
+        # 0: NVML does not list this process (another PID namespace, as in many containers), and a process
+        # holding a CUDA context never uses 0 bytes: unknown, not zero
+        return used or None
     import psutil
 
     return int(psutil.Process().memory_info().rss)
