@@ -268,6 +268,13 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
         result.points.append(p)
         progress(result, p)
 
+    def probe() -> dict[int, int]:  # the working set at each batch (serve/working_set.py)
+        return working_set_by_batch(
+            lambda: _make_session(path, cfg.device, 1, 1, device_id, False, CUDNN_SEARCH.get(search, "HEURISTIC")),
+            feeds, cfg.device, device_id)
+
+    if cfg.device == "cpu":  # first: its time comes out of the budget like every point's
+        result.working_set = probe()
     for t in threads:
         sess = session(t, False)  # as the server runs its sessions (serve.model.SessionOptions.allow_spinning)
         point(sess, "threads", 1, t, False)
@@ -296,10 +303,8 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
             result.points.append(p)
             progress(result, p)
         del sessions
-    # last, so a GPU's CUDA context already exists and is not counted as the session's
-    result.working_set = working_set_by_batch(
-        lambda: _make_session(path, cfg.device, 1, 1, device_id, False, CUDNN_SEARCH.get(search, "HEURISTIC")),
-        feeds, cfg.device, device_id)
+    if cfg.device == "cuda":  # last, so the CUDA context exists and is not counted as the session's
+        result.working_set = probe()
     result.elapsed_s = time.perf_counter() - t0
     log.info("%s on %s: %d points in %.2f s (budget %.2f s)", entry.name, cfg.device, len(result.points),
              result.elapsed_s, budget_s)

@@ -9,7 +9,7 @@ report may set the two side by side at one batch size. The process total (RSS, d
 CUDA context) is the other figure, and the two are never compared with each other.
 
 On a GPU the probe should run after another session of the process made the CUDA context, or the
-first delta includes it; measure_model runs it last. On the CPU, freed heap memory is given back
+first delta includes it; measure_model runs it last there (and first on the CPU, within the budget). On the CPU, freed heap memory is given back
 (glibc's malloc_trim) before the baseline, so a session cannot hide in memory an earlier one freed.
 """
 
