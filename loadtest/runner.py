@@ -108,7 +108,8 @@ def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[
            "--csv", str(csv_prefix), "-t", f"{max(1, round(config.duration_s))}s",
            "--server-url", config.url, "--model-name", config.model, "--protocol", config.protocol,
            "--batch-size", str(config.batch), "--input-data", config.input_data, "--validate", config.validate,
-           "--http-client", config.http_client, "--results-json", str(results)]
+           "--http-client", config.http_client, "--results-json", str(results),
+           "--html", f"{csv_prefix}.html"]  # Locust's own HTML report, beside its CSV files
     if config.expected_output:
         cmd += ["--expected-output", config.expected_output]
     if config.processes > 1:
@@ -148,7 +149,7 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
                             f"{stderr_tail or 'no output'}")
         results = json.loads(results_path.read_text())
         record = build_record(config, info, target, results, scraper.summary(), returncode)
-        for f in staging.glob(f"{target}_*.csv"):
+        for f in [*staging.glob(f"{target}_*.csv"), *staging.glob(f"{target}.html")]:
             os.replace(f, out_dir / f.name)
         path = out_dir / f"{target}.json"
         record.save(path)
@@ -230,6 +231,7 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
         "errors": results.get("errors", []),
         "requests": results.get("requests"), "failures": results.get("failures"),
         "locust_csv": sorted(f"{target}_{k}.csv" for k in ("stats", "stats_history", "failures", "exceptions")),
+        "locust_html": f"{target}.html",
     }
     if results.get("ramp"):
         record.extra["ramp"] = results["ramp"]

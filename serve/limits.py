@@ -52,6 +52,8 @@ from trainserve.serve.model import (
     config_param,
 )
 from trainserve.serve.tuning import random_feed
+from trainserve.serve.working_set import HOW as WORKING_SET_HOW
+from trainserve.serve.working_set import working_set_by_batch
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +125,7 @@ class ModelLimits:
     points: list[Point] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
+    working_set: dict[int, int] = field(default_factory=dict)  # batch -> bytes one session adds (working_set.py)
 
     def summary(self) -> dict:
         """{batch1_p50_ms, batch1_threads, best_batch, best_throughput_samples_s} and how they were found."""
@@ -133,7 +136,8 @@ class ModelLimits:
                 "best_batch": best.batch, "best_throughput_samples_s": round(best.throughput_samples_s, 2),
                 "batch1_spinning": b1.spinning, "best_threads": best.threads, "best_instances": best.instances,
                 "precision": self.precision, "providers": self.providers, "points": len(self.points), "budget_s": self.budget_s,
-                "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings}
+                "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings,
+                "working_set_bytes": {str(b): v for b, v in sorted(self.working_set.items())}}
 
 
 def models_for(repo: Path, device: str, only: str | None = None) -> list[repository.ModelEntry]:
@@ -264,6 +268,13 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
         result.points.append(p)
         progress(result, p)
 
+    def probe() -> dict[int, int]:  # the working set at each batch (serve/working_set.py)
+        return working_set_by_batch(
+            lambda: _make_session(path, cfg.device, 1, 1, device_id, False, CUDNN_SEARCH.get(search, "HEURISTIC")),
+            feeds, cfg.device, device_id)
+
+    if cfg.device == "cpu":  # first: its time comes out of the budget like every point's
+        result.working_set = probe()
     for t in threads:
         sess = session(t, False)  # as the server runs its sessions (serve.model.SessionOptions.allow_spinning)
         point(sess, "threads", 1, t, False)
@@ -292,6 +303,8 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
             result.points.append(p)
             progress(result, p)
         del sessions
+    if cfg.device == "cuda":  # last, so the CUDA context exists and is not counted as the session's
+        result.working_set = probe()
     result.elapsed_s = time.perf_counter() - t0
     log.info("%s on %s: %d points in %.2f s (budget %.2f s)", entry.name, cfg.device, len(result.points),
              result.elapsed_s, budget_s)
@@ -407,6 +420,9 @@ def records(result: ModelLimits) -> list[tuple[str, object]]:
                       "instances": p.instances, "providers": result.providers}
         r.extra = {"limit": True, "sweep": p.sweep, "runs": len(p.latencies_ms), "budget_s": result.budget_s,
                    "max_batch_size": result.max_batch_size}
+        if p.batch in result.working_set:  # the model's working set at this batch, as training's is counted
+            r.memory.peak_bytes = result.working_set[p.batch]
+            r.extra["working_set"] = {"bytes": result.working_set[p.batch], "how": WORKING_SET_HOW[result.device]}
         if not out:  # the run's warnings (budget ran out) once, on its first record
             r.validity.warnings = list(result.warnings)
         out.append((f"b{p.batch}-t{p.threads}{'-spin' if p.spinning else ''}"

@@ -11,9 +11,11 @@ from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir
 from trainserve.train.config import TrainConfig
 from trainserve.train.loop import fit, prepare
+from trainserve.train.seeds import train_more_seeds
 
 
-def compare_devices(cfg: TrainConfig, out_dir: Path, on_progress: Callable[[Any], None] | None = None) -> dict[str, Any]:
+def compare_devices(cfg: TrainConfig, out_dir: Path, on_progress: Callable[[Any], None] | None = None,
+                    seeds: int = 1) -> dict[str, Any]:
     """Train `cfg` on cpu, then on cuda; write profile-cpu.json and profile-cuda.json; return both records.
 
     The speedup is computed from these records by trainserve.core.speedup.speedups_of_records, the
@@ -35,6 +37,9 @@ def compare_devices(cfg: TrainConfig, out_dir: Path, on_progress: Callable[[Any]
         for c in (cpu_cfg, gpu_cfg):
             work = tmp / f"train-{c.device}"
             result = fit(c, work, on_progress=on_progress)
+            # --seeds N with a target accuracy: N - 1 more runs, their time to accuracy summarised in this record
+            train_more_seeds(c, result.record, seeds, tmp / f"seeds-{c.device}",
+                             lambda c2, d: fit(c2, d, on_progress=on_progress))
             records[c.device] = result.record
             result.record.save(tmp / f"profile-{c.device}.json")
             shutil.rmtree(work)

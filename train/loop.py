@@ -40,7 +40,7 @@ from trainserve.train.loader import (
 )
 from trainserve.train.maxbatch import max_batches
 from trainserve.train.measure import StepTimer
-from trainserve.train.memory import MemoryTracker, tensor_bytes
+from trainserve.train.memory import MemoryTracker, cpu_step_peak_bytes, tensor_bytes
 from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
 from trainserve.train.record import build_record
 from trainserve.train.step import train_step
@@ -255,8 +255,14 @@ class _Training:
             except StopIteration:
                 break
             timer.fetched()
-            logits, loss = train_step(self.model, self.forward, loss_fn, x, y, self.optimizer, self.scaler,
-                                      self.scaling, device, cfg.precision, memory if self.first else None)
+            args = (self.model, self.forward, loss_fn, x, y, self.optimizer, self.scaler, self.scaling, device,
+                    cfg.precision, memory if self.first else None)
+            if device == "cpu" and self.step - self.start_step == 1 and cfg.warmup_steps >= 2:
+                # the second step (a warm-up one, left out of the timings) under torch's CPU memory profiler:
+                # the optimizer state exists and gradients are None, as in every later step
+                (logits, loss), memory.cpu_step_peak = cpu_step_peak_bytes(lambda: train_step(*args))
+            else:
+                logits, loss = train_step(*args)
             self.first = False
             self.optimizer.zero_grad(set_to_none=True)
             n = len(y)

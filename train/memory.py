@@ -2,14 +2,19 @@
 analytic estimate from the parameter count.
 
 The tracker counts weights, gradients and optimizer state from tensor sizes and reads the peak
-(the CUDA allocator's, or the process RSS growth on CPU); activations and temporaries are what the
-peak holds beyond the rest. torch and psutil are imported inside the tracker's methods, so the
+(the CUDA allocator's; on CPU, torch's CPU allocator over one profiled warm-up step, see
+cpu_step_peak_bytes, else the process RSS growth); activations and temporaries are what the peak
+holds beyond the rest. torch and psutil are imported inside the tracker's methods, so the
 arithmetic below stays importable without them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import os
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 from trainserve.core.profile import Memory
@@ -121,6 +126,60 @@ def fill_memory(memory: Memory, breakdown: dict[str, Any]) -> None:
 
 # --- measuring during a run -------------------------------------------------------------------
 
+@contextlib.contextmanager
+def _quiet_fd2() -> Iterator[None]:
+    """File descriptor 2 to /dev/null for a moment (native code writes there, past sys.stderr)."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with open(os.devnull, "wb") as null:
+            os.dup2(null.fileno(), 2)
+            yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def cpu_step_peak_bytes(fn: Any) -> tuple[Any, int | None]:
+    """Run fn() under torch's profiler with CPU memory tracking; (fn's result, the most bytes the CPU
+    allocator held above what it held when fn started), or None when the profiler recorded no allocation.
+
+    The profiler reports every allocation and free of torch's CPU allocator ("[memory]" events with their
+    signed sizes), so the running sum over the step is its live working memory: gradients as backward
+    makes them, activations saved for backward, temporaries. RSS cannot show this: freed blocks stay in
+    the process, and small models fit in memory the process already holds."""
+    import json
+    import tempfile
+
+    from torch.profiler import ProfilerActivity, profile
+
+    prof = profile(activities=[ProfilerActivity.CPU], profile_memory=True)
+    with _quiet_fd2():  # the profiler's native start line on stderr, in the middle of the progress display
+        prof.__enter__()
+    try:
+        out = fn()
+    finally:
+        with _quiet_fd2():
+            prof.__exit__(None, None, None)
+    fd, path = tempfile.mkstemp(suffix=".json")
+    os.close(fd)
+    try:
+        prof.export_chrome_trace(path)
+        with open(path) as f:
+            events = json.load(f).get("traceEvents", [])
+    finally:
+        os.unlink(path)
+    live = peak = 0
+    seen = False
+    for e in events:  # in the order the allocator reported them
+        args = e.get("args") or {}
+        if e.get("name") == "[memory]" and args.get("Device Type") == 0 and isinstance(args.get("Bytes"), int):
+            seen = True
+            live += args["Bytes"]
+            peak = max(peak, live)
+    return out, (peak if seen else None)
+
+
 def tensor_bytes(tensors: Any) -> int:
     """Bytes held by an iterable of tensors (None entries skipped)."""
     return sum(t.numel() * t.element_size() for t in tensors if t is not None)
@@ -152,6 +211,7 @@ class MemoryTracker:
         self._cuda_at: dict[str, int] = {}  # allocated bytes at moments, relative to the baseline
         self.use_moments = True  # False on resume: the optimizer state is loaded before the first step
         self._cuda_base = 0
+        self.cpu_step_peak: int | None = None  # CPU: bytes allocated above a steady step's start (profiled)
         if device == "cuda":
             import torch
 
@@ -213,7 +273,16 @@ class MemoryTracker:
             memory.peak_bytes = memory.cuda_allocated_peak_bytes
             memory.activations_bytes = max(0, memory.peak_bytes - known)
             return {"source": "cuda_allocator_peak_and_tensor_sizes", "notes": []}
+        if self.cpu_step_peak is not None and parts_known:
+            # the same accounting as the CUDA allocator's peak: what lived at a steady step's start (weights,
+            # optimizer state; gradients were set to None) plus the most the step allocated on top
+            memory.peak_bytes = self.weights + self.optimizer + self.cpu_step_peak
+            memory.activations_bytes = max(0, memory.peak_bytes - known)
+            return {"source": "torch_profiler_cpu_memory_and_tensor_sizes", "step_peak_bytes": self.cpu_step_peak,
+                    "notes": ["CPU working set: weights and optimizer state from tensor sizes plus the peak bytes "
+                              "torch's CPU allocator held above them during one profiled warm-up step"]}
         memory.peak_bytes = memory.rss_growth_bytes
         memory.activations_bytes = max(0, memory.peak_bytes - known)
         return {"source": "rss_growth_and_tensor_sizes",
-                "notes": ["CPU peak is the process RSS growth over training; it includes allocator and library caches"]}
+                "notes": ["CPU peak is the process RSS growth over training; it includes allocator and library caches "
+                          "(no profiled step: it needs warmup_steps >= 2)"]}

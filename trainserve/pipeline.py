@@ -92,6 +92,7 @@ class RunConfig:
     cost: CostOptions | None = None  # prices, SLO and target load of the report's cost section; None: defaults
     dataset: str = "synthetic"  # training data: synthetic, digits, or an .npz path (trainserve train --dataset)
     target_accuracy: float | None = None  # train until this held-out accuracy; the time and energy it took per device
+    seeds: int | None = None  # with target_accuracy: trainings per device (None: the train stage's default, 3)
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
@@ -100,6 +101,9 @@ class RunConfig:
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise UserError(f"--target-accuracy {self.target_accuracy:g} is invalid; give a held-out accuracy "
                             "above 0 and at most 1, e.g. 0.95")
+        if self.seeds is not None and not (1 <= self.seeds <= 100 and (self.seeds == 1 or self.target_accuracy)):
+            raise UserError(f"--seeds {self.seeds} is invalid; give 1 to 100 trainings per device, more than 1 "
+                            "only with --target-accuracy")
         if self.model not in MODELS:
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
         if self.device not in DEVICES:
@@ -178,6 +182,7 @@ class Pipeline:
                   "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
         # with a target accuracy, training runs until it is reached, within a larger epoch budget
         target = ["--target-accuracy", f"{c.target_accuracy:g}"] if c.target_accuracy is not None else []
+        target += ["--seeds", str(c.seeds)] if target and c.seeds is not None else []
         epochs = str(b.accuracy_epochs if target else b.train_epochs)
         device = "cuda" if gpu else "cpu"
         precision = ["--precision", "bf16"] if gpu else []

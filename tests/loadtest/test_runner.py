@@ -43,6 +43,9 @@ def test_closed_loop_writes_a_profile_record(tmp_path: Path, embedded_server: di
         assert (tmp_path / "r" / "load" / name).exists()
     stats = (tmp_path / "r" / "load" / "t_stats.csv").read_text()
     assert f"{MODEL} b2" in stats
+    # Locust's own HTML report of the run, as `locust --html` writes it
+    html = (tmp_path / "r" / "load" / rec["extra"]["locust_html"]).read_text()
+    assert html.lstrip().lower().startswith("<!doctype html") and "locust" in html.lower() and f"{MODEL} b2" in html
 
 
 def test_without_runs_dir_the_record_goes_where_trainserve_runs_says(tmp_path: Path,

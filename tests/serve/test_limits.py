@@ -52,6 +52,11 @@ def test_limits_write_a_record_per_point_and_a_summary(run_dir):
     assert {r["batch_size"] for r in records} == {1, 2, 4, 8, 16}
     assert summary["best_throughput_samples_s"] >= max(r["speed"]["throughput_samples_s"] for r in batch1)
     assert summary["best_batch"] in {1, 2, 4, 8, 16}
+    # the model's working set at every batch, on the summary and on each point's record
+    assert set(summary["working_set_bytes"]) == {"1", "2", "4", "8", "16"}
+    for r in records:
+        assert r["memory"]["peak_bytes"] == summary["working_set_bytes"][str(r["batch_size"])] >= 0
+        assert r["extra"]["working_set"]["how"].startswith("session delta")
 
 
 def test_the_budget_bounds_the_measurement(run_dir, monkeypatch):

@@ -86,3 +86,27 @@ def test_cuda_tracker_parts_are_tensor_sizes_and_sum_to_the_peak(monkeypatch):
     parts = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes
     assert abs(parts - m.peak_bytes) <= 0.05 * m.peak_bytes and info["consistent"] is True
     assert info["other_live_at_moments_bytes"] == {"weights": 0, "after_backward": 6 * mib, "after_step": 6 * mib}
+
+
+def _cpu_memory(tmp_path, batch: int) -> dict:
+    from trainserve.train.config import TrainConfig
+    from trainserve.train.loop import fit
+
+    cfg = TrainConfig(device="cpu", model="cnn", samples=4 * batch, batch_size=batch, steps=3, warmup_steps=2)
+    r = fit(cfg, tmp_path / f"b{batch}")
+    return r.record.memory, r.record.extra
+
+
+def test_cpu_training_memory_counts_activations_and_grows_with_the_batch(tmp_path):
+    small, extra = _cpu_memory(tmp_path, 4)
+    big, _ = _cpu_memory(tmp_path, 64)
+    assert extra["memory_breakdown"]["source"] == "torch_profiler_cpu_memory_and_tensor_sizes", extra
+    for m in (small, big):
+        parts = m.weights_bytes + m.gradients_bytes + m.optimizer_bytes + m.activations_bytes
+        assert m.activations_bytes > 0 and parts == m.peak_bytes
+    # the model's parts do not depend on the batch; its activations do (16x the rows: several times the bytes)
+    assert (big.weights_bytes, big.gradients_bytes, big.optimizer_bytes) == (
+        small.weights_bytes, small.gradients_bytes, small.optimizer_bytes)
+    assert big.activations_bytes > 4 * small.activations_bytes
+    assert big.peak_bytes > small.peak_bytes
+    assert big.rss_peak_bytes > 0  # the process total stays beside the working set

@@ -16,7 +16,8 @@ PricesFile = Annotated[Path | None, typer.Option(
 CpuCoreHour = Annotated[float | None, typer.Option(
     "--price-cpu-core-hour", help="USD per logical CPU per hour (default: AWS c5.2xlarge on-demand ÷ 8 vCPUs).")]
 GpuHour = Annotated[float | None, typer.Option(
-    "--price-gpu-hour", help="USD per GPU per hour (default: AWS p5.48xlarge on-demand ÷ 8 GPUs).")]
+    "--price-gpu-hour", help="USD per GPU per hour (default: the price table's list price for the measured GPU — H100, H200, "
+                           "A100 — else no price).")]
 Kwh = Annotated[float | None, typer.Option(
     "--price-kwh", help="USD per kWh of measured energy (default: U.S. average commercial price, EIA 2022).")]
 SloP99 = Annotated[float, typer.Option(

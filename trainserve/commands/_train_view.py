@@ -62,7 +62,9 @@ def print_summary(result: Any) -> None:
         ("throughput", _fmt(rec.speed.throughput_samples_s, "{:,.1f} samples/s")),
         ("step time p50 / p90 / p99", f"{lat.p50_ms} / {lat.p90_ms} / {lat.p99_ms} ms ({lat.count} steps)"),
         ("data wait", _fmt(rec.extra.get("data_wait_share"), "{:.1%} of step time")),
-        ("peak memory", _gib(rec.memory.peak_bytes) + (" (CUDA allocated)" if rec.device == "cuda" else " (RSS growth)")),
+        ("peak memory", _gib(rec.memory.peak_bytes) + (" (CUDA allocated)" if rec.device == "cuda" else
+                                                        " (CPU allocator, profiled step)" if _profiled(rec)
+                                                        else " (RSS growth)")),
         ("weights / grads / optimizer / activations", " / ".join(_gib(b) for b in (
             rec.memory.weights_bytes, rec.memory.gradients_bytes, rec.memory.optimizer_bytes, rec.memory.activations_bytes))),
     ]
@@ -128,3 +130,9 @@ def _epochs(n: int | None) -> str:
 
 def _fmt(v: Any, pattern: str) -> str:
     return "-" if v is None else pattern.format(v)
+
+
+def _profiled(rec) -> bool:
+    """CPU training memory counted by torch's CPU allocator over a profiled step (train/memory.py)."""
+    breakdown = rec.extra.get("memory_breakdown") if isinstance(rec.extra, dict) else None
+    return isinstance(breakdown, dict) and breakdown.get("source") == "torch_profiler_cpu_memory_and_tensor_sizes"

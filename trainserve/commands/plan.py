@@ -52,8 +52,9 @@ def plan(
         typer.echo(json.dumps(result, indent=1))
         return
     p = opts.prices
-    typer.echo(f"prices: ${p.cpu_core_hour_usd:g}/logical-CPU-hour ({p.cpu_offer}); ${p.gpu_hour_usd:g}/GPU-hour "
-               f"({p.gpu_offer})")
+    gpu = f"${p.gpu_hour_usd:g}/GPU-hour ({p.gpu_offer})" if p.gpu_hour_usd is not None else \
+        "GPU: the price table's entry for the measured GPU, else no price"
+    typer.echo(f"prices: ${p.cpu_core_hour_usd:g}/logical-CPU-hour ({p.cpu_offer}); {gpu}")
     for name, m in result["models"].items():
         for line in m["lines"]:
             typer.echo(f"{name}: {line}")

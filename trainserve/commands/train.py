@@ -39,6 +39,9 @@ RunOpt = Annotated[str, typer.Option(help="Run name: artifacts go to RUNS_DIR/RU
 TargetOpt = Annotated[float | None, typer.Option("--target-accuracy", help=(
     "Stop as soon as the held-out (test split) accuracy after an epoch reaches A (0 < A <= 1); the profile "
     "records the time, epochs and energy it took (docs/training.md)."))]
+SeedsOpt = Annotated[int | None, typer.Option("--seeds", help=(
+    "With --target-accuracy: train N times (seeds SEED, SEED+1, ...) and report the time to accuracy as mean ± sd "
+    "(default 3 with --target-accuracy)."))]
 
 
 def train(
@@ -75,6 +78,7 @@ def train(
     scaling_baseline: Annotated[Path | None, typer.Option(help="DDP: a 1-process run's profile.json (or its train "
                                                           "folder) to compute scaling efficiency against.")] = None,
     target_accuracy: TargetOpt = None,
+    seeds: SeedsOpt = None,
 ) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
     from trainserve.train import distributed, launch
@@ -90,12 +94,20 @@ def train(
                       workers=workers, compile=compile, dataset=dataset, samples=samples,
                       warmup_steps=warmup_steps, sync_timing=sync_timing, find_max_batch=find_max_batch,
                       data_placement=data_placement.value, target_accuracy=target_accuracy)
+    from trainserve.train.seeds import resolve_seeds
+
+    n_seeds = resolve_seeds(seeds, target_accuracy)
+    if nproc or resume:  # the repeats are fresh single-process runs: not the default for these
+        if seeds is not None and seeds > 1:
+            raise UserError(f"--seeds {seeds} trains fresh single-process runs; drop --nproc and --resume, or "
+                            "leave --seeds out")
+        n_seeds = 1
     root = run_dir(run, runs_dir, writable=True)
     if len(devices) > 1:
         if resume:
             raise UserError(f"--device {device.value} trains a fresh run on both devices to compare them; "
                             "drop --resume, or resume one device at a time")
-        _compare(cfg, root)
+        _compare(cfg, root, n_seeds)
         return
     from trainserve.commands._train_view import live_progress, print_summary
     from trainserve.core.card import CHECKPOINT_NAME
@@ -114,6 +126,13 @@ def train(
             return
         with live_progress() as on_progress:
             result = fit(cfg, root / "train", resume=resume, on_progress=on_progress)
+            if n_seeds > 1:
+                from trainserve.train.loop import PROFILE_NAME
+                from trainserve.train.seeds import train_more_seeds
+
+                train_more_seeds(cfg, result.record, n_seeds, root / "train" / ".seeds",
+                                 lambda c, d: fit(c, d, on_progress=on_progress))
+                result.record.save(root / "train" / PROFILE_NAME)
     print_summary(result)
 
 
@@ -146,6 +165,7 @@ def compare(
     device: Annotated[SweepDevice, typer.Option(help=(
         "With --sweep: auto (the CPU, plus the GPU when there is one), or the devices named."))] = SweepDevice("auto"),
     target_accuracy: TargetOpt = None,
+    seeds: SeedsOpt = None,
 ) -> None:
     """Train the same model on CPU and on CUDA and compare them.
 
@@ -171,17 +191,19 @@ def compare(
     if device.value != "auto":
         raise UserError(f"--device {device.value!r} needs --sweep; without it compare trains on both the CPU and "
                         "the GPU")
-    _compare(cfg, run_dir(run, runs_dir, writable=True))
+    from trainserve.train.seeds import resolve_seeds
+
+    _compare(cfg, run_dir(run, runs_dir, writable=True), resolve_seeds(seeds, target_accuracy))
 
 
-def _compare(cfg, root: Path) -> None:
+def _compare(cfg, root: Path, seeds: int = 1) -> None:
     from trainserve.commands._train_view import live_progress, print_compare
     from trainserve.core.fsutil import write_json_atomic
     from trainserve.core.speedup import speedups_of_records
     from trainserve.train.compare import compare_devices
 
     with live_progress() as on_progress:
-        records = compare_devices(cfg, root / "compare", on_progress=on_progress)
+        records = compare_devices(cfg, root / "compare", on_progress=on_progress, seeds=seeds)
     speedups = speedups_of_records([(f"compare/profile-{d}.json", r) for d, r in records.items()])
     write_json_atomic(root / "compare" / "speedup.json", speedups)
     print_compare(records, speedups, root / "compare")

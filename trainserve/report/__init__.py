@@ -1,7 +1,8 @@
 """The side-by-side report of a run: collect its profile records, line them up, draw, write.
 
-`build_report(run_dir)` writes `<run>/report/{report.html, report.md, summary.json, *.png}` in one
-step (a staged folder renamed into place), so a failed report never replaces a good one.
+`build_report(run_dir)` writes `<run>/report/{report.html, report.md, summary.json, *.png,
+perf_analyzer/*.csv}` in one step (a staged folder renamed into place), so a failed report never
+replaces a good one.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import TYPE_CHECKING
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
+from trainserve.report import perf_csv
 from trainserve.report.analysis import analyse
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
@@ -53,6 +55,7 @@ def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
         for name, png in figures.items():
             (tmp / name).write_bytes(png)
         write_json_atomic(tmp / "summary.json", summary)
+        perf_csv.write_all(collection, tmp)  # perf_analyzer/<record>.csv: perf_analyzer's -f columns
         write_text_atomic(tmp / "report.md", markdown_report(summary, figures))
         write_text_atomic(tmp / "report.html", html_report(summary, figures))
     log.debug("report of %d records written to %s", len(collection.entries), final)

@@ -24,6 +24,8 @@ from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.collect import Collection, Entry
+from trainserve.report.memory_compare import memory_compare
+from trainserve.report.memory_compare import sentences as memory_sentences
 from trainserve.report.limits import (
     in_process_batch1,
     is_limit,
@@ -157,9 +159,11 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
         "max_batch": _max_batch(entries),
         "time_to_accuracy": time_to_accuracy(entries, infer),
         "ramps": _ramps(infer_entries),
+        "memory_compare": None,  # set below, from the sections above
         "devices_measured": sorted({e.record.device for e in entries}, key=DEVICES.index),
     }
     section.update(limits_section(entries, section))
+    section["memory_compare"] = memory_compare(entries, section)
     section["conclusions"] = _conclusions(section)
     return section
 
@@ -277,9 +281,7 @@ def _train_vs_infer(train: dict, infer: dict) -> dict[str, Any]:
             "train_throughput_samples_s": t and t["throughput_samples_s"],
             "infer_throughput_samples_s": i and i["throughput_samples_s"],
             "throughput_ratio": _div(i and i["throughput_samples_s"], t and t["throughput_samples_s"]),
-            "train_peak_bytes": t and t["memory"]["peak_bytes"],
-            "infer_peak_bytes": i and i["memory"]["peak_bytes"],
-            "memory_ratio": _div(t and t["memory"]["peak_bytes"], i and i["memory"]["peak_bytes"]),
+            # memory: training beside inference is in memory_compare (a ratio only between figures of one kind)
             "train_energy_per_sample_j": t and t["energy_per_sample_j"],
             "infer_energy_per_sample_j": i and i["energy_per_sample_j"],
             "energy_ratio": _div(t and t["energy_per_sample_j"], i and i["energy_per_sample_j"]),
@@ -303,7 +305,8 @@ def time_to_accuracy(entries: list[Entry], infer: dict[str, Any]) -> dict[str, d
         out[d] = {**dataclasses.asdict(r.time_to_accuracy), "source": source, "batch_size": r.batch_size,
                   "precision": r.precision, "infer_backend": backend,
                   "infer_batch1_p50_ms": b1["latency"].get("p50_ms") if b1 else None,
-                  "infer_energy_per_sample_j": sat["energy_per_sample_j"] if sat else None}
+                  "infer_energy_per_sample_j": sat["energy_per_sample_j"] if sat else None,
+                  "seeds": r.extra.get("time_to_accuracy_seeds") if isinstance(r.extra, dict) else None}
     return out
 
 
@@ -371,15 +374,11 @@ def _conclusions(s: dict[str, Any]) -> list[str]:
             out.append(f"{name} {where}: serving at saturation handles {u.num(tv['infer_throughput_samples_s'])} "
                        f"samples/s, {u.ratio(tv['throughput_ratio'])} the training throughput of "
                        f"{u.num(tv['train_throughput_samples_s'])} samples/s.")
-        if tv["memory_ratio"] is not None:
-            t = s["train"][d]
-            out.append(f"{name} {where}: training at batch {t['batch_size']} peaks at "
-                       f"{u.nbytes(tv['train_peak_bytes'])}{_breakdown_text(t['memory'])}; "
-                       f"inference peaks at {u.nbytes(tv['infer_peak_bytes'])} ({_less(tv['memory_ratio'])}).")
         if tv["energy_ratio"] is not None:
             out.append(f"{name} {where}: a training sample costs {u.joules(tv['train_energy_per_sample_j'])}, "
                        f"an inference sample {u.joules(tv['infer_energy_per_sample_j'])} "
                        f"({_less(tv['energy_ratio'])}).")
+    out += memory_sentences(name, s.get("memory_compare") or {})
     for d, op in s.get("operating_points", {}).items():
         b = op["train_best"]
         if b is not None:
@@ -413,15 +412,6 @@ def _less(ratio: float) -> str:
 
 def _times(x: float) -> str:
     return f"{u.ratio(x)} faster than" if x >= 1 else f"{u.ratio(1 / x)} slower than"
-
-
-def _breakdown_text(m: dict[str, Any]) -> str:
-    parts = [(k, m.get(f"{k}_bytes")) for k in ("weights", "gradients", "optimizer", "activations")]
-    total = sum(v for _, v in parts if v) if any(v for _, v in parts) else 0
-    if not total:
-        return ""
-    shares = [(k, 100 * v / total) for k, v in parts if v]
-    return " (" + ", ".join(f"{k} {share:.0f}%" if share >= 0.5 else f"{k} <1%" for k, share in shares) + ")"
 
 
 # --- run-wide -------------------------------------------------------------------------------

@@ -16,12 +16,15 @@ is shown beside the hardware part, and the total is their sum.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.speedup import DEVICE_LABEL
+from trainserve.report.breakeven import gpu_price_break_even
+from trainserve.report.price_table import gpu_pricing
 from trainserve.report.prices import Prices
 
 DEFAULT_SLO_P99_MS = 100.0  # a common interactive budget; the load ramp stops at the same p99 by default
@@ -65,8 +68,11 @@ def held(device: str, point: dict[str, Any], prices: Prices, phase: str) -> dict
     """What one measurement held, and its price per hour: {"units", "unit", "usd_per_hour", "basis"}."""
     if device == "cuda":
         n = int(point.get("world_size") or 1)
+        gpus = f"{n} GPU{'s' if n > 1 else ''}"
+        if prices.gpu_hour_usd is None:  # a GPU the price table does not know, and no --price-gpu-hour
+            return {"units": n, "unit": "GPU", "usd_per_hour": None, "basis": f"{gpus}, no price"}
         return {"units": n, "unit": "GPU", "usd_per_hour": n * prices.gpu_hour_usd,
-                "basis": f"{n} GPU{'s' if n > 1 else ''} × ${prices.gpu_hour_usd:g}/GPU-hour"}
+                "basis": f"{gpus} × ${prices.gpu_hour_usd:g}/GPU-hour"}
     threads, cpus = point.get("torch_threads"), point.get("host_logical_cpus")
     if phase == "train" and threads:
         n, why = int(threads), "torch threads"
@@ -310,31 +316,55 @@ def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None,
             f"the GPU never becomes cheaper up to {max_load:,.0f} req/s"}
 
 
-def _why_no_break_even(infer: dict[str, Any], caps: dict[str, Any]) -> str | None:
+def _why_no_break_even(infer: dict[str, Any], slo_caps: dict[str, Any], caps: dict[str, Any]) -> str | None:
     for d in ("cpu", "cuda"):
         if d not in infer:
             return f"not computed: no {DEVICE_LABEL[d]} server was measured in this run"
-        if d not in caps:
+        if d not in slo_caps:
             return f"not computed: the {DEVICE_LABEL[d]} server has no measured load within the SLO"
+        if d not in caps:
+            return f"not computed: the {DEVICE_LABEL[d]} has no price"
     return None
+
+
+def model_gpu_name(section: dict[str, Any]) -> str | None:
+    """The GPU a model's measurements ran on (its first CUDA view's device name), for the price table."""
+    views = [section["train"].get("cuda")] + [v for per in section["infer"].values() if per.get("cuda")
+                                               for v in per["cuda"].values()]
+    return next((v["device_name"] for v in views if v and v.get("device_name")), None)
+
+
+def model_prices(section: dict[str, Any], prices: Prices) -> tuple[Prices, dict[str, Any]]:
+    """The prices one model's GPU is charged: the user's GPU price, else the table's entry for its GPU, else
+    none (the GPU's costs then say "no price"); and summary.json's gpu_price that says which."""
+    gp = gpu_pricing(model_gpu_name(section), prices.gpu_hour_usd, prices.gpu_offer)
+    return dataclasses.replace(prices, gpu_hour_usd=gp["usd_per_gpu_hour"], gpu_offer=gp["offer"] or "no price"), gp
 
 
 def cost_section(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
     """summary.json's "costs": the prices and SLO used, then per model training, inference, break-even."""
     models = {}
     for name, section in summary["models"].items():
-        infer = inference_costs(section, opts)
-        caps = {}
+        prices, gpu_price = model_prices(section, opts.prices)
+        mopts = dataclasses.replace(opts, prices=prices)
+        infer = inference_costs(section, mopts)
+        caps, slo_caps = {}, {}
         for d, c in infer.items():
             slo = next((r for r in c["rows"] if r["basis"] == "slo"), None)
+            if slo:
+                slo_caps[d] = slo["throughput_samples_s"]
             if slo and c["usd_per_hour"]:
                 caps[d] = (slo["throughput_samples_s"], c["usd_per_hour"])
         top = max([c[0] for c in caps.values()] + [opts.qps * (1 + opts.headroom) if opts.qps else 0.0] + [1.0])
-        models[name] = {"train": training_costs(section, run_samples(summary, section), opts.prices),
+        models[name] = {"train": training_costs(section, run_samples(summary, section), prices),
                         "run_samples": run_samples(summary, section),
                         "infer": infer,
-                        "capacity_at_slo_req_s": {d: c[0] for d, c in caps.items()},
+                        "gpu_price": gpu_price if "cuda" in section["devices_measured"] else None,
+                        "capacity_at_slo_req_s": slo_caps,
                         "break_even": break_even(caps.get("cpu"), caps.get("cuda"), 2 * top,
-                                                 _why_no_break_even(infer, caps))}
+                                                 _why_no_break_even(infer, slo_caps, caps)),
+                        "gpu_price_break_even": gpu_price_break_even(
+                            slo_caps.get("cpu"), infer.get("cpu", {}).get("usd_per_hour"), slo_caps.get("cuda"),
+                            gpu_price["usd_per_gpu_hour"], opts.qps * (1 + opts.headroom) if opts.qps else None)}
     return {"prices": opts.prices.to_dict(), "slo_p99_ms": opts.slo_p99_ms, "headroom": opts.headroom,
             "models": models}

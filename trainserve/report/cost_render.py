@@ -7,11 +7,13 @@ the SLO) are printed beside the results they produced.
 from __future__ import annotations
 
 import base64
+import json
 from html import escape
 from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
+from trainserve.report.breakeven import sentence
 from trainserve.report.plots import safe_name
 
 BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
@@ -73,6 +75,8 @@ def train_rows(c: dict[str, Any]) -> list[list[str]]:
 def _held(x: dict[str, Any]) -> str:
     if x.get("units") is None:
         return "not known"
+    if x.get("usd_per_hour") is None:
+        return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, no price"
     return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, {usd(x['usd_per_hour'])}/h"
 
 
@@ -81,7 +85,7 @@ def assumptions(summary: dict[str, Any]) -> list[str]:
     p = c["prices"]
     return [
         f"CPU: ${p['cpu_core_hour_usd']:g} per logical-CPU-hour — {p['cpu_offer']}.",
-        f"GPU: ${p['gpu_hour_usd']:g} per GPU-hour (the host's CPUs and memory included) — {p['gpu_offer']}.",
+        *gpu_price_lines(c),
         f"Electricity: ${p['kwh_usd']:g} per kWh — {p['kwh_offer']}.",
         f"Source: {p['source']}; date: {p['date']}.",
         "Held: a training run holds its torch threads' cores or its GPUs; a CPU server every logical CPU of its "
@@ -90,6 +94,29 @@ def assumptions(summary: dict[str, Any]) -> list[str]:
         "Energy: the device's own measured energy (NVML for a GPU, RAPL for a CPU) × the kWh price; cloud prices "
         "already include power, so it is what electricity adds on owned hardware. Elsewhere: not measured.",
     ]
+
+
+def gpu_price_lines(c: dict[str, Any]) -> list[str]:
+    """One line per GPU the models ran on: its price per GPU-hour and where that price comes from."""
+    lines = []
+    for gp in {json.dumps(m["gpu_price"], sort_keys=True): m["gpu_price"] for m in c["models"].values()
+               if m.get("gpu_price")}.values():
+        gpu = gp["device_name"] or "name not recorded"
+        if gp["usd_per_gpu_hour"] is None:
+            lines.append(f"GPU ({gpu}): {gp['note']}.")
+        elif gp["origin"] == "user":
+            lines.append(f"GPU ({gpu}): ${gp['usd_per_gpu_hour']:g} per GPU-hour — {gp['offer']}.")
+        else:
+            lines.append(f"GPU ({gpu}): ${gp['usd_per_gpu_hour']:.4g} per GPU-hour (the host's share included) — "
+                         f"{gp['offer']}; source: {gp['source']}; date: {gp['date']}.")
+    return lines
+
+
+def price_break_even_line(name: str, m: dict[str, Any]) -> str | None:
+    be = m.get("gpu_price_break_even")
+    if not be:
+        return None
+    return sentence(name, be, (m.get("gpu_price") or {}).get("device_name") or "GPU")
 
 
 def break_even_line(name: str, c: dict[str, Any]) -> str:
@@ -125,6 +152,8 @@ def cost_lines(summary: dict[str, Any]) -> list[str]:
                          f"{per_run}")
         if m["infer"]:
             lines.append("cost " + break_even_line(name, m))
+            if price_break_even_line(name, m):
+                lines.append("cost " + price_break_even_line(name, m))
     plan = summary.get("plan")
     if plan:
         for name, m in plan["models"].items():
@@ -148,6 +177,8 @@ def html_section(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
             notes = [dev["slo_note"] for dev in m["infer"].values() if dev["slo_note"]]
             out += [f"<p class='warn'>{escape(n)}</p>" for n in notes]
             out.append(f"<p>{escape(break_even_line(name, m))}</p>")
+            if price_break_even_line(name, m):
+                out.append(f"<p>{escape(price_break_even_line(name, m))}</p>")
         else:
             out.append("<p class='muted'>Serving cost: not measured (no served load in this run).</p>")
         if m["train"]:
@@ -199,6 +230,8 @@ def md_section(summary: dict[str, Any], figures: dict[str, bytes], table) -> lis
             md += [f"### {name}: serving, USD per million inferences", ""] + table(INFER_HEADER, infer_rows(m))
             md += [f"- ⚠ {dev['slo_note']}" for dev in m["infer"].values() if dev["slo_note"]]
             md += [break_even_line(name, m), ""]
+            if price_break_even_line(name, m):
+                md += [price_break_even_line(name, m), ""]
         else:
             md += ["Serving cost: not measured (no served load in this run).", ""]
         if m["train"]:

@@ -8,6 +8,7 @@ spreads evenly and capacity adds up (linear scaling) — the plan says so, and b
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from trainserve.core.errors import UserError
@@ -19,6 +20,7 @@ from trainserve.report.cost import (
     frontier,
     held,
     min_p99,
+    model_prices,
     server_view,
     servers_needed,
 )
@@ -32,10 +34,11 @@ def capacity_plan(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
     models = {}
     for name, section in summary["models"].items():
         devices: dict[str, dict[str, Any]] = {}
+        mopts = dataclasses.replace(opts, prices=model_prices(section, opts.prices)[0])  # the GPU's own price
         for d in ("cpu", "cuda"):
             points = frontier(section, d)
             if points:
-                devices[d] = _device_plan(section, d, points, target, opts)
+                devices[d] = _device_plan(section, d, points, target, mopts)
         feasible = {d: p for d, p in devices.items() if p["servers"] is not None and p["usd_per_hour"] is not None}
         cheaper = min(feasible, key=lambda d: feasible[d]["usd_per_hour"]) if feasible else None
         models[name] = {"devices": devices, "cheaper": cheaper,
@@ -106,7 +109,7 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         unit = "server" if d == "cpu" else "GPU"
         what = (f"{p['servers']} {unit}{'s' if p['servers'] > 1 else ''}"
                 + (f" ({p['units']} logical CPUs)" if d == "cpu" and p["units"] else ""))
-        cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "cost unknown"
+        cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "no price"
         line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
                 f"{u.ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
         if p.get("capacity_lower_bound"):

@@ -112,24 +112,23 @@ def latency(section: dict[str, Any]) -> bytes | None:
 
 
 def memory(section: dict[str, Any]) -> bytes | None:
-    bars: list[tuple[str, str, dict[str, Any]]] = []
-    for d in section["devices_measured"]:
-        t = section["train"][d]
-        if t and t["memory"]["peak_bytes"]:
-            bars.append((f"Train\n{DEVICE_LABEL[d]} · b{t['batch_size']}", "train", t))
-        for b, per in section["infer"].items():
-            i = per[d]["saturated"] if per[d] else None
-            if i and i["memory"]["peak_bytes"]:
-                bars.append((f"Infer\n{DEVICE_LABEL[d]} · {b}", "infer", i))
+    """Training beside inference per device, one pair of bars per kind of figure (report/memory_compare.py):
+    the working sets at the training batch (training's stacked by part), then the process totals."""
+    bars: list[tuple[str, str, dict[str, Any]]] = []  # (label, phase, figure)
+    for d, c in (section.get("memory_compare") or {}).items():
+        for kind, short in (("working_set", "working set"), ("process_total", "process")):
+            pair = [(phase, c[phase][kind]) for phase in ("train", "infer") if c[phase][kind]]
+            bars += [(f"{phase.capitalize()} {short}\n{DEVICE_LABEL[d]}"
+                      + (f" · b{f['batch_size']}" if kind == "working_set" else ""), phase, f | {"device": d})
+                     for phase, f in pair]
     if not bars:
         return None
-    fig = _figure(7.2, 3.4)
+    fig = _figure(max(7.2, 1.2 * len(bars)), 3.4)
     ax = fig.add_subplot()
     gib = 1024**3
-    scale, unit = (gib, "GiB") if max(v["memory"]["peak_bytes"] for _, _, v in bars) >= gib / 4 else (1024**2, "MiB")
-    for x, (label, phase, v) in enumerate(bars):
-        m = v["memory"]
-        parts = [(name, color, m.get(f"{name}_bytes")) for name, color in PARTS]
+    scale, unit = (gib, "GiB") if max(f["bytes"] for _, _, f in bars) >= gib / 4 else (1024**2, "MiB")
+    for x, (label, phase, f) in enumerate(bars):
+        parts = [(name, color, (f.get("parts") or {}).get(name)) for name, color in PARTS]
         if phase == "train" and any(p[2] for p in parts):
             bottom = 0.0
             for name, color, value in parts:
@@ -137,18 +136,17 @@ def memory(section: dict[str, Any]) -> bytes | None:
                     ax.bar(x, value / scale, bottom=bottom, color=color, width=0.6,
                            label=name if name not in ax.get_legend_handles_labels()[1] else None)
                     bottom += value / scale
-            top = max(bottom, m["peak_bytes"] / scale)
         else:
-            ax.bar(x, m["peak_bytes"] / scale, color=COLORS[v["device"]], width=0.6, alpha=0.85,
-                   label=f"peak ({DEVICE_LABEL[v['device']]})"
-                   if f"peak ({DEVICE_LABEL[v['device']]})" not in ax.get_legend_handles_labels()[1] else None)
-            top = m["peak_bytes"] / scale
-        ax.text(x, top, u.nbytes(m["peak_bytes"]), ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8.5)
+            name = f"{f['kind'].replace('_', ' ')} ({DEVICE_LABEL[f['device']]})"
+            ax.bar(x, f["bytes"] / scale, color=COLORS[f["device"]], width=0.6,
+                   alpha=0.85 if f["kind"] == "working_set" else 0.45,
+                   label=name if name not in ax.get_legend_handles_labels()[1] else None)
+        ax.text(x, f["bytes"] / scale, u.nbytes(f["bytes"]), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(bars)), [b[0] for b in bars], fontsize=8)
     ax.set_ylabel(unit, fontsize=9)
     ax.margins(y=0.15)
-    ax.legend(fontsize=8, frameon=False, loc="upper right")
-    _style(ax, f"{section['model']}: peak memory, training breakdown beside inference")
+    ax.legend(fontsize=8, frameon=False, loc="upper left")
+    _style(ax, f"{section['model']}: memory, like with like (working sets at one batch; process totals)")
     return _png(fig)
 
 

@@ -16,26 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.report.price_table import CPU_PRICE
 
 # --- the defaults (the only place they are written) ------------------------------------------
-# GPU: AWS p5.48xlarge (8x NVIDIA H100 80 GB SXM, 192 vCPUs, 2 TiB RAM), on-demand, US East (N. Virginia),
-# $98.32 per instance-hour / 8 GPUs. The host's CPUs and memory are part of that price, so a GPU-hour
-# here includes its share of the host (24 vCPUs). AWS announced on-demand cuts of up to 45% for P5 in
-# June 2025: check the live price list before relying on the figure.
-P5_48XLARGE_USD_PER_HOUR = 98.32
-P5_48XLARGE_GPUS = 8
-# CPU: AWS c5.2xlarge (8 vCPUs, Intel Xeon), on-demand, US East (N. Virginia), $0.34 per instance-hour / 8 vCPUs.
-C5_2XLARGE_USD_PER_HOUR = 0.34
-C5_2XLARGE_VCPUS = 8
+# CPU and GPU list prices live in report/price_table.py, keyed by the measured hardware; a GPU has no
+# default here: it is priced from the table by its model, or from --price-gpu-hour.
 # Electricity: U.S. average retail price to commercial customers in 2022, 12.41 cents per kWh (U.S. EIA).
 US_COMMERCIAL_USD_PER_KWH = 0.1241
 
-DEFAULT_SOURCE = ("p5.48xlarge $98.32/h: AWS on-demand list price, US East (N. Virginia), as cited by "
-                  "disintermediate.global ('How GPU Cloud Pricing Works', pricing data as of Q1 2026) and "
-                  "computespec.pages.dev ('Cost per GPU hour'); c5.2xlarge $0.34/h: AWS EC2 Auto Scaling User "
-                  "Guide, 'Spot price per unit hour example', On-Demand column, US East (N. Virginia); "
-                  "12.41 c/kWh: U.S. EIA average retail price of electricity, commercial sector, 2022")
-DEFAULT_DATE = "list prices as published up to Q1 2026 (EIA electricity: 2022 annual average)"
+DEFAULT_SOURCE = (f"CPU: {CPU_PRICE.source}; GPU: the price table entry of the measured GPU (its source is "
+                  "stated beside it); 12.41 c/kWh: U.S. EIA average retail price of electricity, commercial sector, "
+                  "2022")
+DEFAULT_DATE = f"CPU: {CPU_PRICE.date}; GPU: per table entry; EIA electricity: 2022 annual average"
+GPU_FROM_TABLE = "the price table's entry for the measured GPU (report/price_table.py)"
 
 # the option that sets each price, for messages that name what the user typed
 OPTION = {"cpu_core_hour_usd": "--price-cpu-core-hour", "gpu_hour_usd": "--price-gpu-hour", "kwh_usd": "--price-kwh"}
@@ -45,11 +38,12 @@ OPTION = {"cpu_core_hour_usd": "--price-cpu-core-hour", "gpu_hour_usd": "--price
 class Prices:
     """Prices the report multiplies measurements by (USD). One CPU core = one logical CPU (a cloud vCPU)."""
 
-    cpu_core_hour_usd: float = C5_2XLARGE_USD_PER_HOUR / C5_2XLARGE_VCPUS  # one logical CPU for one hour
-    gpu_hour_usd: float = P5_48XLARGE_USD_PER_HOUR / P5_48XLARGE_GPUS  # one GPU (with its share of the host)
+    cpu_core_hour_usd: float = CPU_PRICE.usd_per_hour  # one logical CPU for one hour
+    # one GPU (with its share of the host); None: the price table's entry for the measured GPU, if any
+    gpu_hour_usd: float | None = None
     kwh_usd: float = US_COMMERCIAL_USD_PER_KWH  # one kilowatt-hour of electricity
-    cpu_offer: str = "AWS c5.2xlarge on-demand, US East (N. Virginia): $0.34/h ÷ 8 vCPUs"
-    gpu_offer: str = "AWS p5.48xlarge (8x H100) on-demand, US East (N. Virginia): $98.32/h ÷ 8 GPUs"
+    cpu_offer: str = CPU_PRICE.offer
+    gpu_offer: str = GPU_FROM_TABLE
     kwh_offer: str = "U.S. average commercial electricity price, 2022 (EIA): 12.41 ¢/kWh"
     source: str = DEFAULT_SOURCE  # where the figures come from
     date: str = DEFAULT_DATE  # when they were list prices
@@ -57,6 +51,8 @@ class Prices:
     def __post_init__(self) -> None:
         for name, option in OPTION.items():
             value = getattr(self, name)
+            if name == "gpu_hour_usd" and value is None:
+                continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value <= 0:
                 shown = f"{value:g}" if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)

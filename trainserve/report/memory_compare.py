@@ -1,0 +1,132 @@
+"""Memory of training beside inference, like with like: per device, two figures per side, each counted
+the same way on both sides, and a ratio only between figures of one kind.
+
+- working set: the model's own bytes. Training: weights, gradients, optimizer state and activations at
+  the training batch (the CUDA allocator's peak; on the CPU, torch's CPU allocator over a profiled
+  step, train/memory.py). Inference: weights, the runtime's arena and activations at the same batch
+  (one onnxruntime session's memory delta, serve/working_set.py, from `trainserve limits`).
+- process total: everything the process held. CPU: the peak RSS of the training process and of the
+  serving process. GPU: the device memory in use (NVML), CUDA contexts included, while each ran.
+
+A figure measured another way (a CPU training record from before activations were counted, whose peak
+is RSS growth) is left out with the reason, rather than set against a figure of another kind.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trainserve.core.bounds import is_limit
+from trainserve.core.speedup import DEVICE_LABEL, DEVICES
+from trainserve.core.speedup import ratio as _div
+from trainserve.report import units as u
+from trainserve.report.collect import Entry
+
+WORKING_SET_SOURCES = {"cuda_allocator_peak_and_tensor_sizes": "the CUDA allocator's peak (tensor sizes for the parts)",
+                       "torch_profiler_cpu_memory_and_tensor_sizes":
+                           "torch's CPU allocator over one profiled step, plus weights and optimizer state"}
+KINDS = ("working_set", "process_total")
+PARTS = ("weights", "gradients", "optimizer", "activations")  # training's working set, in bytes each
+
+
+def _figure(n: int | None, kind: str, how: str, batch: int | None, source: str | None) -> dict[str, Any] | None:
+    return None if n is None else {"bytes": int(n), "kind": kind, "how": how, "batch_size": batch, "source": source}
+
+
+def _train(entries: list[Entry], view: dict[str, Any] | None, device: str) -> tuple[dict, list[str]]:
+    notes: list[str] = []
+    if view is None:
+        return {"working_set": None, "process_total": None}, notes
+    record = next((e.record for e in entries if e.source == view["source"]), None)
+    breakdown = (record.extra.get("memory_breakdown") or {}) if record is not None else {}
+    src = breakdown.get("source") if isinstance(breakdown, dict) else None
+    ws = None
+    if src in WORKING_SET_SOURCES:
+        ws = _figure(view["memory"]["peak_bytes"], "working_set", WORKING_SET_SOURCES[src], view["batch_size"],
+                     view["source"])
+        if ws is not None:
+            ws["parts"] = {k: view["memory"].get(f"{k}_bytes") for k in PARTS}
+    else:
+        notes.append(f"training working set on the {DEVICE_LABEL[device]} not counted in this record "
+                     f"({src or 'no breakdown'}): re-run training to count activations")
+    m = view["memory"]
+    total = (_figure(m.get("gpu_mem_used_max_bytes"), "process_total", "device memory in use (NVML), CUDA context "
+                     "included", view["batch_size"], view["source"]) if device == "cuda"
+             else _figure(m.get("rss_peak_bytes"), "process_total", "peak RSS of the training process",
+                          view["batch_size"], view["source"]))
+    return {"working_set": ws, "process_total": total}, notes
+
+
+def _infer_working_set(entries: list[Entry], device: str, batch: int | None) -> dict[str, Any] | None:
+    """The in-process limits' working set at the training batch (one session's delta, serve/working_set.py)."""
+    if batch is None:
+        return None
+    for e in entries:
+        r = e.record
+        ws = r.extra.get("working_set") if isinstance(r.extra, dict) else None
+        if is_limit(r) and r.device == device and r.batch_size == batch and isinstance(ws, dict) \
+                and ws.get("bytes") is not None:
+            return _figure(ws["bytes"], "working_set", ws.get("how") or "session delta", batch, e.source)
+    return None
+
+
+def _served(section: dict[str, Any], device: str) -> dict[str, Any] | None:
+    for per in section["infer"].values():
+        v = per.get(device) or {}
+        if v.get("saturated") or v.get("batch1"):
+            return v.get("saturated") or v.get("batch1")
+    return None
+
+
+def memory_compare(entries: list[Entry], section: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """summary.json's models.<m>.memory_compare.<device>: {train, infer: {working_set, process_total}, ratios,
+    notes}; ratios are training over inference, each only between two figures of its own kind."""
+    out: dict[str, dict[str, Any]] = {}
+    for d in DEVICES:
+        tv = section["train"].get(d)
+        served = _served(section, d)
+        if tv is None and served is None:
+            continue
+        train, notes = _train(entries, tv, d)
+        batch = tv["batch_size"] if tv else None
+        infer_ws = _infer_working_set(entries, d, batch)
+        if tv is not None and infer_ws is None:
+            notes.append(f"inference working set on the {DEVICE_LABEL[d]} at batch {batch} not measured: "
+                         "run `trainserve limits` (its batches include the training batch when the model allows it)")
+        total = None
+        if served is not None:
+            m = served["memory"]
+            total = (_figure(m.get("gpu_mem_used_max_bytes"), "process_total", "device memory in use (NVML), CUDA "
+                             "context included", served["batch_size"], served["source"]) if d == "cuda"
+                     else _figure(m.get("rss_peak_bytes"), "process_total", "peak RSS of the serving process",
+                                  served["batch_size"], served["source"]))
+        infer = {"working_set": infer_ws, "process_total": total}
+        ratios = {k: _div(train[k]["bytes"] if train[k] else None, infer[k]["bytes"] if infer[k] else None)
+                  for k in KINDS}
+        out[d] = {"train": train, "infer": infer, "ratios": ratios, "notes": notes}
+    return out
+
+
+def sentences(name: str, compare: dict[str, dict[str, Any]]) -> list[str]:
+    """One sentence per device and kind that has both figures."""
+    out = []
+    for d, c in compare.items():
+        where = "on the GPU" if d == "cuda" else "on the CPU"
+        for kind, label in (("working_set", "working set"), ("process_total", "process total")):
+            t, i, r = c["train"][kind], c["infer"][kind], c["ratios"][kind]
+            if r is None:
+                continue
+            at = f" at batch {t['batch_size']}" if kind == "working_set" else ""
+            out.append(f"{name} {where}, {label}{at}: training {u.nbytes(t['bytes'])}{_shares(t)}, inference "
+                       f"{u.nbytes(i['bytes'])} ({u.ratio(r)} as much for training).")
+    return out
+
+
+def _shares(figure: dict[str, Any]) -> str:
+    """" (weights 25%, gradients 25%, ...)": training's working set by part, where counted."""
+    parts = [(k, v) for k, v in (figure.get("parts") or {}).items() if v]
+    total = sum(v for _, v in parts)
+    if not total:
+        return ""
+    return " (" + ", ".join(f"{k} {100 * v / total:.0f}%" if 100 * v / total >= 0.5 else f"{k} <1%"
+                            for k, v in parts) + ")"
