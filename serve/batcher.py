@@ -226,7 +226,7 @@ class Batcher:
         idle = self._busy == 0 and not self._queue.items
         if not idle:
             self._lone_credit = 0  # company: this request came while another waits or runs
-        elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000) and self._on_loop(rows, 1, now):
+        elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000) and self._on_loop(rows, 1, now, queued=False):
             return self._run_direct(inputs, rows)
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
         fut = asyncio.get_running_loop().create_future()
@@ -283,7 +283,7 @@ class Batcher:
                     if not queue.items:
                         break  # the delay ran out with nobody new
             start = time.perf_counter_ns()
-            on_loop = self._on_loop(rows, len(batch), first.enqueued_ns)
+            on_loop = self._on_loop(rows, len(batch), first.enqueued_ns, queued=True)
             self._busy += 1
             try:
                 if on_loop:
@@ -311,7 +311,7 @@ class Batcher:
                 if not r.future.done():  # the client may have gone away
                     r.future.set_result(res)
 
-    def _on_loop(self, rows: int, requests: int, arrived_ns: int) -> bool:
+    def _on_loop(self, rows: int, requests: int, arrived_ns: int, queued: bool) -> bool:
         """Whether a batch of `rows` rows (`requests` requests, the first arrived at `arrived_ns`) runs on the
         event loop itself instead of its instance's thread; for a request that finds the batcher idle, also
         whether it skips the queue.
@@ -331,7 +331,7 @@ class Batcher:
         on the loop under load thus undoes itself instead of confirming itself.
         """
         run_ns = self._run_ns.get(rows, float("inf"))
-        if run_ns < self._inline_ns:
+        if queued and run_ns < self._inline_ns:
             return True
         if requests > 1 or self._busy or self._queue.items or run_ns >= self._idle_inline_ns:
             return False
