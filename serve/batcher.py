@@ -10,7 +10,8 @@ requests that arrive while every instance is busy queue up and form the next bat
 is spent waiting for company only while another instance is busy or a preferred size is nearly
 reached, and the measured arrival rate says that size (or max_batch_size) will come before the delay
 runs out; so a lone request never waits for it. Triton instead waits up to the delay whenever a
-preferred size has not been reached.
+preferred size has not been reached. A short run of a lone request happens on the loop itself, and
+the rule for that (Batcher._on_loop) cannot confirm itself under load.
 """
 
 from __future__ import annotations
@@ -313,22 +314,27 @@ class Batcher:
 
     def _on_loop(self, rows: int, requests: int, arrived_ns: int, queued: bool) -> bool:
         """Whether a batch of `rows` rows (`requests` requests, the first arrived at `arrived_ns`) runs on the
-        event loop itself instead of its instance's thread; for a request that finds the batcher idle, also
-        whether it skips the queue.
+        event loop itself instead of its instance's thread; for a request not yet `queued` that finds the
+        batcher idle, whether it runs at once, skipping the queue.
 
         Handing a batch to the instance's thread costs two thread wake-ups (~0.1-0.3 ms on a busy CPU); a
-        run on the loop costs the loop that long, during which it reads no request. So on the loop:
-        - a batch whose size ran faster than inline_max_us (one instance): no longer than a hand-off;
-        - a lone request whose size ran faster than idle_inline_max_us, lone meaning nothing else waits
-          or runs and the batcher had been idle, with the loop free to read, for longer than that run
-          before it arrived.
-        Why idle time and not the gap between two requests: requests that come while a run holds the
-        loop are read only after it, so measured from the previous request every gap is longer than a
-        run, every request looks lone and runs on the loop again, which confirms itself (16 gRPC users
-        on a GPU were served one at a time, never batched). Measured from the end of the last run, a
-        request that waited through it comes within the loop's own work between two requests, shorter
-        than the run: it goes to the thread, the loop reads the others meanwhile, and they batch. A run
-        on the loop under load thus undoes itself instead of confirming itself.
+        run on the loop holds the loop that long, reading no request. So on the loop:
+        - a queued batch whose size ran faster than inline_max_us (one instance): no longer than a hand-off;
+        - a lone request whose size ran faster than idle_inline_max_us. Lone: nothing else waits or runs,
+          and either the batcher had been idle for longer than that run before it came, or a recent run
+          on the thread showed nobody else (a lone credit, below).
+        Why idle time since the last run ended, not the gap between two requests: while a run holds the
+        loop, the requests that come meanwhile are read only after it, so counted from the previous
+        request every gap is longer than a run and every request looks lone: the rule confirmed itself
+        (16 gRPC users on a GPU served one at a time, never batched). Counted from the end of the last
+        run, a request that waited through it comes within the loop's own work between two requests,
+        shorter than the run; it goes to the thread, the loop reads the others meanwhile, and they batch.
+        A run on the loop under load undoes itself instead of confirming itself.
+        One user whose next request comes sooner after an answer than a run takes looks the same. For
+        it, a run on the thread that no other request came during (the loop was free to read them) grants
+        LONE_CREDIT runs on the loop; any request that finds company ends the credit. Only runs on the
+        thread grant it, so it too cannot confirm itself: under load at most LONE_CREDIT requests run one
+        at a time before a run on the thread lets the others in.
         """
         run_ns = self._run_ns.get(rows, float("inf"))
         if queued and run_ns < self._inline_ns:
