@@ -152,7 +152,7 @@ def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None):
 # ------------------------------------------------------------------ report
 def markdown(result: dict) -> str:
     head = ("| device | protocol | users | checkout | req/s | p50 ms | p99 ms | mean batch | queue µs/req | "
-            "compute µs/req | server CPU cores | client CPU cores (procs) | errors |\n" + "|---" * 13 + "|\n")
+            "compute µs/req | server CPU-ms/req | client CPU cores (procs) | errors |\n" + "|---" * 13 + "|\n")
     rows = []
     for p in result["points"]:
         for name in ("before", "after"):
@@ -162,7 +162,7 @@ def markdown(result: dict) -> str:
             rows.append(f"| {p['device']} | {p['protocol']} | {p['users']} | {name} | {m['requests_per_s']:,.0f} | "
                         f"{m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {fmt(m['mean_batch'], '.2f')} | "
                         f"{fmt(m['queue_us'], '.0f')} | {fmt(m['compute_infer_us'], '.0f')} | "
-                        f"{m['server_cpu_cores']:.2f} | {m['client_cpu_cores']:.2f} ({m['client_processes']}){bound} | "
+                        f"{1e3 * m['server_cpu_cores'] / m['requests_per_s']:.3f} | {m['client_cpu_cores']:.2f} ({m['client_processes']}){bound} | "
                         f"{m['errors']} |")
         rows.append(f"| | | | after/before | **{p['ratio_requests_per_s']:.2f}x** | "
                     f"{p['after']['p50_ms'] / p['before']['p50_ms']:.2f}x | | | | | | | |")
