@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from benchmarks.grpc_vs_http import _client_process  # noqa: E402  (after the path: this tree's benchmarks)
 from benchmarks.serve_bench import (  # noqa: E402
-    _free_port, exported_repository, input_shape, machine, parse_cpus, server_stats, stop_process)
+    _free_port, exported_repository, machine, parse_cpus, server_stats, stop_process)
 
 CLIENT_BOUND = 0.9  # a point whose clients used this share of their cores or more is the client's figure
 
@@ -149,6 +149,17 @@ def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None):
     raise SystemExit(f"the server of {root} did not become ready:\n{''.join(lines[-20:])}")
 
 
+def input_shape_of(http_port: int, model: str) -> list[int]:
+    """The served model's one input, without the batch dimension (its metadata, GET /v2/models/<m>)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{http_port}/v2/models/{model}", timeout=30) as r:
+        inputs = json.loads(r.read())["inputs"]
+    if len(inputs) != 1 or inputs[0]["datatype"] != "FP32" or inputs[0]["name"] != "input":
+        raise SystemExit(f"model {model} must have one FP32 input named 'input' (the clients send that): {inputs}")
+    return [int(d) for d in inputs[0]["shape"][1:]]
+
+
 # ------------------------------------------------------------------ report
 def markdown(result: dict) -> str:
     head = ("| device | protocol | users | checkout | req/s | p50 ms | p99 ms | mean batch | queue µs/req | "
@@ -188,7 +199,8 @@ def main() -> None:
     p.add_argument("--users", nargs="+", type=int, default=[1, 16, 64])
     p.add_argument("--preset", default="small", help="cnn preset of the exported model (ignored with --repository)")
     p.add_argument("--repository", type=Path, help="serve this repository instead of exporting one")
-    p.add_argument("--model", help="with --repository: the model's name (default cnn_cpu / cnn_gpu per device)")
+    p.add_argument("--model", help="with --repository: the model's name (default cnn_cpu / cnn_gpu per device); "
+                                   "one FP32 input 'input', an output 'logits'")
     p.add_argument("--seconds", type=float, default=3.0, help="measurement window per point")
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window, seconds")
     p.add_argument("--rounds", type=int, default=1, help="runs of every point on each server (median reported)")
@@ -212,7 +224,6 @@ def main() -> None:
             repo = args.repository.resolve()
         else:
             repo, _, _, _ = exported_repository(Path(tmp), args.preset, "cpu")
-        shape = list(input_shape(args.preset))
         pool = ClientPool(procs, client_cpus)
         try:
             for device in args.device:
@@ -220,6 +231,7 @@ def main() -> None:
                 t0 = time.perf_counter()
                 servers = {name: start_server(root, repo, device, server_cpus) for name, root in roots.items()}
                 log(f"{device}: both servers ready in {time.perf_counter() - t0:.0f} s")
+                shape = input_shape_of(servers["after"][1], model)
                 try:
                     k = 0
                     for protocol in args.protocols:
