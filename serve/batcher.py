@@ -227,7 +227,8 @@ class Batcher:
         idle = self._busy == 0 and not self._queue.items
         if not idle:
             self._lone_credit = 0  # company: this request came while another waits or runs
-        elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000) and self._on_loop(rows, 1, now, queued=False):
+        elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000) \
+                and self._on_loop(rows, 1, now, queued=False):
             return self._run_direct(inputs, rows)
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
         fut = asyncio.get_running_loop().create_future()
@@ -329,7 +330,9 @@ class Batcher:
         (16 gRPC users on a GPU served one at a time, never batched). Counted from the end of the last
         run, a request that waited through it comes within the loop's own work between two requests,
         shorter than the run; it goes to the thread, the loop reads the others meanwhile, and they batch.
-        A run on the loop under load undoes itself instead of confirming itself.
+        A run on the loop under load undoes itself instead of confirming itself. (Where the loop's own
+        work between two requests takes longer than the run, requests stay lone under load: the runs
+        are then the lesser part of the loop's time, and batching them would save little.)
         One user whose next request comes sooner after an answer than a run takes looks the same. For
         it, a run on the thread that no other request came during (the loop was free to read them) grants
         LONE_CREDIT runs on the loop; any request that finds company ends the credit. Only runs on the
