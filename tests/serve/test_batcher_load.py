@@ -121,7 +121,6 @@ def test_sixteen_users_are_batched_and_a_lone_user_skips_the_queue(slow_repo, pr
         after = stats(http_port)
         runs, requests, queue_ns = (b - a for a, b in zip(before, after))
         assert requests == 40 and runs == 40
-        print(f"{protocol}: lone queue {queue_ns / requests / 1e3:.1f} us")
         # one user: nothing to batch with, and no wait for company (the delay is 100 ms)
         assert queue_ns / requests < 200_000, f"a lone user's requests queued {queue_ns / requests / 1e3:.0f} us each"
 
@@ -131,5 +130,4 @@ def test_sixteen_users_are_batched_and_a_lone_user_skips_the_queue(slow_repo, pr
     assert not failures, failures[:3]
     runs, requests, _ = (b - a for a, b in zip(before, after))
     assert requests == USERS * REQUESTS_PER_USER
-    print(f"{protocol}: {requests / runs:.2f} requests a run")
     assert requests / runs > 1.5, f"{USERS} {protocol} users were served {requests / runs:.2f} requests a run"
