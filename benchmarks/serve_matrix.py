@@ -92,12 +92,12 @@ class ClientPool:
                 raise SystemExit(f"client process {p.pid} sent no report (exit code {p.exitcode})")
             reports.append(pipe.recv())
         lat = np.array([x for r in reports for x in r["latencies"]])
-        if lat.size == 0:
-            raise SystemExit(f"no successful {protocol} requests to {url}: {[r['errors'] for r in reports]}")
         client_cores = (c1 - c0) / seconds
-        return {"requests": int(lat.size), "requests_per_s": lat.size / seconds,
-                "p50_ms": 1e3 * float(np.percentile(lat, 50)), "p99_ms": 1e3 * float(np.percentile(lat, 99)),
-                "errors": sum(r["error_count"] for r in reports), "client_processes": n,
+        # no request both began and ended inside the window (answers slower than it): no latency to report
+        pct = (lambda q: 1e3 * float(np.percentile(lat, q))) if lat.size else (lambda q: None)  # noqa: E731
+        return {"requests": int(lat.size), "requests_per_s": lat.size / seconds, "p50_ms": pct(50), "p99_ms": pct(99),
+                "errors": sum(r["error_count"] for r in reports),
+                "error_samples": [e for r in reports for e in r["errors"]][:3], "client_processes": n,
                 "client_cpu_cores": client_cores, "client_bound": client_cores >= CLIENT_BOUND * n,
                 "server_cpu_cores": (cpu1 - cpu0) / seconds, **window_stats(s0, s1)}
 
@@ -165,18 +165,20 @@ def markdown(result: dict) -> str:
     head = ("| device | protocol | users | checkout | req/s | p50 ms | p99 ms | mean batch | queue µs/req | "
             "compute µs/req | server CPU-ms/req | client CPU cores (procs) | errors |\n" + "|---" * 13 + "|\n")
     rows = []
+    fmt = lambda v, f: "–" if v is None else format(v, f)  # noqa: E731
     for p in result["points"]:
         for name in ("before", "after"):
             m = p[name]
-            fmt = lambda v, f: "–" if v is None else format(v, f)  # noqa: E731
             bound = " client-bound" if m["client_bound"] else ""
             rows.append(f"| {p['device']} | {p['protocol']} | {p['users']} | {name} | {m['requests_per_s']:,.0f} | "
-                        f"{m['p50_ms']:.2f} | {m['p99_ms']:.2f} | {fmt(m['mean_batch'], '.2f')} | "
+                        f"{fmt(m['p50_ms'], '.2f')} | {fmt(m['p99_ms'], '.2f')} | {fmt(m['mean_batch'], '.2f')} | "
                         f"{fmt(m['queue_us'], '.0f')} | {fmt(m['compute_infer_us'], '.0f')} | "
-                        f"{1e3 * m['server_cpu_cores'] / m['requests_per_s']:.3f} | {m['client_cpu_cores']:.2f} ({m['client_processes']}){bound} | "
+                        f"{fmt(1e3 * m['server_cpu_cores'] / m['requests_per_s'] if m['requests'] else None, '.3f')} | "
+                        f"{m['client_cpu_cores']:.2f} ({m['client_processes']}){bound} | "
                         f"{m['errors']} |")
-        rows.append(f"| | | | after/before | **{p['ratio_requests_per_s']:.2f}x** | "
-                    f"{p['after']['p50_ms'] / p['before']['p50_ms']:.2f}x | | | | | | | |")
+        p50 = (p["after"]["p50_ms"] / p["before"]["p50_ms"]) if p["after"]["p50_ms"] and p["before"]["p50_ms"] else None
+        rows.append(f"| | | | after/before | **{fmt(p['ratio_requests_per_s'], '.2f')}**x | {fmt(p50, '.2f')}x "
+                    "| | | | | | | |")
     return (f"Serve matrix, {result['date']}, {result['machine'].get('cpu_model', '')} "
             f"({result['machine']['cpu_count']} CPUs), model {result['model']}, batch 1, "
             f"{result['seconds']} s per point, median of {result['rounds']} round(s).\n"
@@ -184,9 +186,10 @@ def markdown(result: dict) -> str:
 
 
 def median_of(runs: list[dict]) -> dict:
-    """The run with the median req/s, with every run's req/s."""
+    """The run with the median req/s, with every run's req/s and p50."""
     mid = dict(sorted(runs, key=lambda r: r["requests_per_s"])[len(runs) // 2])
     mid["rounds_requests_per_s"] = [r["requests_per_s"] for r in runs]
+    mid["rounds_p50_ms"] = [r["p50_ms"] for r in runs]
     return mid
 
 
@@ -235,6 +238,11 @@ def main() -> None:
                 try:
                     k = 0
                     for protocol in args.protocols:
+                        # each server's first load on a protocol (connections, gRPC's threads) is not measured
+                        for name, (proc, http_port, grpc_port) in servers.items():
+                            url = f"127.0.0.1:{http_port if protocol == 'http' else grpc_port}"
+                            pool.drive(protocol, url, model, shape, max(args.users), 0.0, args.warmup, proc.pid,
+                                       http_port)
                         for users in args.users:
                             runs: dict[str, list[dict]] = {"before": [], "after": []}
                             for _ in range(args.rounds):
@@ -247,14 +255,15 @@ def main() -> None:
                                                    proc.pid, http_port)
                                     runs[name].append(m)
                                     log(f"{device} {protocol} {users:>3} users {name:6}: {m['requests_per_s']:8,.0f} req/s"
-                                        f"  p50 {m['p50_ms']:.2f} ms  p99 {m['p99_ms']:.2f} ms"
+                                        f"  p50 {m['p50_ms'] or 0:.2f} ms  p99 {m['p99_ms'] or 0:.2f} ms"
                                         f"  batch {m['mean_batch'] or 0:.2f}  queue {m['queue_us'] or 0:.0f} us"
                                         f"  compute {m['compute_infer_us'] or 0:.0f} us"
                                         f"  clients {m['client_cpu_cores']:.2f} cores")
                             point = {"device": device, "protocol": protocol, "users": users,
                                      **{name: median_of(r) for name, r in runs.items()}}
-                            point["ratio_requests_per_s"] = (point["after"]["requests_per_s"]
-                                                             / point["before"]["requests_per_s"])
+                            before_rate = point["before"]["requests_per_s"]
+                            point["ratio_requests_per_s"] = (point["after"]["requests_per_s"] / before_rate
+                                                             if before_rate else None)
                             points.append(point)
                 finally:
                     for proc, _, _ in servers.values():
