@@ -5,6 +5,9 @@ are driven in turn, a few seconds each, alternating the order every round, so th
 both alike. One tritonclient HTTP client, one user, batch 1.
 
     python benchmarks/ab_servers.py --a . --b ../old-checkout --repository runs/R/model_repository --model cnn_cpu
+
+For HTTP and gRPC at several user counts from client processes, with each server's own mean batch,
+queue and compute time, on the CPU or a GPU: benchmarks/serve_matrix.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
-#   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc sweep-transformer
+#   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
@@ -44,6 +44,10 @@ serve-cpu-small)  # issue 14's 16-core CPU target: cnn small, servers and (a) on
 grpc)  # gRPC vs HTTP front end at c=16 batch 1, on the GPU model
   step grpc_vs_http_gpu 150 env OUT="$R/grpc-gpu" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream
   ;;
+serve-matrix)  # issue 23: an older checkout (BEFORE, default bench-before) vs this tree; HTTP and gRPC, 1/16/64 users,
+  # batch 1, CPU and GPU; servers on cores 0-7, client processes on the rest. $R/serve_matrix.{json,md}
+  step serve_matrix 330 env OUT="$R" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --device cpu cuda --server-cpus 0-7 ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)

@@ -10,7 +10,8 @@ requests that arrive while every instance is busy queue up and form the next bat
 is spent waiting for company only while another instance is busy or a preferred size is nearly
 reached, and the measured arrival rate says that size (or max_batch_size) will come before the delay
 runs out; so a lone request never waits for it. Triton instead waits up to the delay whenever a
-preferred size has not been reached.
+preferred size has not been reached. A short run of a lone request happens on the loop itself, and
+the rule for that (Batcher._on_loop) cannot confirm itself under load.
 """
 
 from __future__ import annotations
@@ -106,6 +107,7 @@ class _Request:
 
 NEARLY_FRACTION = 4  # a batch is "nearly" a preferred size when at most 1/4 of that size is missing
 GAP_CAP_DELAYS = 4  # an idle gap weighs in the arrival-gap average as at most this many queue delays
+LONE_CREDIT = 16  # runs on the loop granted by one run on a thread that no other request came during (_on_loop)
 
 
 class _Queue:
@@ -179,8 +181,12 @@ class Batcher:
         # While nothing runs and nothing waits, a short batch runs on the loop whatever the instance count:
         # no other instance could have used the time.
         self._idle_inline_ns = config.idle_inline_max_us * 1000
-        # A request that finds the batcher idle may run at once inside submit(), skipping the queue, a
-        # future and two event-loop turns, unless waiting for company is worth it (_worth_waiting).
+        # when the last run ended and the loop was free to read requests again, ns (_on_loop)
+        self._idle_since_ns = 0
+        # runs on the loop still allowed to a request that came sooner after the last run than a run takes
+        # (_on_loop): granted by a run on the thread during which no other request came, spent one per run
+        self._lone_credit = 0
+        self._submits = 0  # requests submitted so far: did any come while a run was on the thread?
         self._last_submit_ns = 0
         # moving average of the time between two submits, ns: how soon company can be expected. One long
         # idle gap counts as at most GAP_CAP_DELAYS queue delays, so load that resumes is noticed quickly.
@@ -214,13 +220,16 @@ class Batcher:
         if since < now:  # not the first request: there is a gap to learn from
             gap = min(since, self._gap_cap_ns)
             self._gap_ns = gap if self._gap_ns == float("inf") else 0.8 * self._gap_ns + 0.2 * gap
+        # A request that finds the batcher idle may run at once inside submit(), skipping the queue, a
+        # future and two event-loop turns, when it would run on the loop anyway and waiting for company
+        # is not worth it.
+        self._submits += 1
         idle = self._busy == 0 and not self._queue.items
-        if idle and not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000):
-            run_ns = self._run_ns.get(rows, float("inf"))
-            # Only when requests come further apart than a run takes: closer together, the next request
-            # is likely already read by the loop and waiting one turn lets the worker batch both.
-            if run_ns < self._idle_inline_ns and since > run_ns:
-                return self._run_direct(inputs, rows)
+        if not idle:
+            self._lone_credit = 0  # company: this request came while another waits or runs
+        elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000) \
+                and self._on_loop(rows, 1, now, queued=False):
+            return self._run_direct(inputs, rows)
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
         fut = asyncio.get_running_loop().create_future()
         self._queue.put(_Request(inputs, rows, key, fut, nbytes=sum(a.nbytes for a in inputs.values())))
@@ -276,22 +285,18 @@ class Batcher:
                     if not queue.items:
                         break  # the delay ran out with nobody new
             start = time.perf_counter_ns()
+            on_loop = self._on_loop(rows, len(batch), first.enqueued_ns, queued=True)
             self._busy += 1
             try:
-                run_ns = self._run_ns.get(rows, float("inf"))
-                # Inline when the batch is very short, or when nobody else is waiting or running, it is
-                # short enough not to matter and requests come further apart than it takes: at low load
-                # the hand-off to the instance thread (two thread wake-ups) costs more latency than the run
-                # itself, while under load a run on the loop would keep the loop from reading the requests
-                # that arrive meanwhile (on a GPU every batch would stay at one row).
-                if run_ns < self._inline_ns or (
-                    not queue.items and self._busy == 1 and run_ns < self._idle_inline_ns and self._gap_ns > run_ns
-                ):
+                if on_loop:
                     results, input_ns, infer_ns, output_ns = self._execute(instance, batch, rows)
                 else:
+                    submits = self._submits
                     results, input_ns, infer_ns, output_ns = await loop.run_in_executor(
                         executor, self._execute, instance, batch, rows
                     )
+                    if self._submits == submits and len(batch) == 1:  # the loop was free and nobody came
+                        self._lone_credit = LONE_CREDIT
             except Exception as e:
                 err = e if isinstance(e, ServeError) else self._model_failed(e)
                 for r in batch:
@@ -299,7 +304,7 @@ class Batcher:
                         r.future.set_exception(err)
                 continue
             finally:
-                self._busy -= 1
+                self._ran()
             self._note_run(rows, infer_ns)
             self.stats.record_execution(
                 rows, len(batch), sum(start - r.enqueued_ns for r in batch), input_ns, infer_ns, output_ns
@@ -307,6 +312,50 @@ class Batcher:
             for r, res in zip(batch, results):
                 if not r.future.done():  # the client may have gone away
                     r.future.set_result(res)
+
+    def _on_loop(self, rows: int, requests: int, arrived_ns: int, queued: bool) -> bool:
+        """Whether a batch of `rows` rows (`requests` requests, the first arrived at `arrived_ns`) runs on the
+        event loop itself instead of its instance's thread; for a request not yet `queued` that finds the
+        batcher idle, whether it runs at once, skipping the queue.
+
+        Handing a batch to the instance's thread costs two thread wake-ups (~0.1-0.3 ms on a busy CPU); a
+        run on the loop holds the loop that long, reading no request. So on the loop:
+        - a queued batch whose size ran faster than inline_max_us (one instance): no longer than a hand-off;
+        - a lone request whose size ran faster than idle_inline_max_us. Lone: nothing else waits or runs,
+          and either the batcher had been idle for longer than that run before it came, or a recent run
+          on the thread showed nobody else (a lone credit, below).
+        Why idle time since the last run ended, not the gap between two requests: while a run holds the
+        loop, the requests that come meanwhile are read only after it, so counted from the previous
+        request every gap is longer than a run and every request looks lone: the rule confirmed itself
+        (16 gRPC users on a GPU served one at a time, never batched). Counted from the end of the last
+        run, a request that waited through it comes within the loop's own work between two requests,
+        shorter than the run; it goes to the thread, the loop reads the others meanwhile, and they batch.
+        A run on the loop under load undoes itself instead of confirming itself. (Where the loop's own
+        work between two requests takes longer than the run, requests stay lone under load: the runs
+        are then the lesser part of the loop's time, and batching them would save little.)
+        One user whose next request comes sooner after an answer than a run takes looks the same. For
+        it, a run on the thread that no other request came during (the loop was free to read them) grants
+        LONE_CREDIT runs on the loop; any request that finds company ends the credit. Only runs on the
+        thread grant it, so it too cannot confirm itself: under load at most LONE_CREDIT requests run one
+        at a time before a run on the thread lets the others in.
+        """
+        run_ns = self._run_ns.get(rows, float("inf"))
+        if queued and run_ns < self._inline_ns:
+            return True
+        if requests > 1 or self._busy or self._queue.items or run_ns >= self._idle_inline_ns:
+            return False
+        if arrived_ns - self._idle_since_ns > run_ns:
+            return True
+        if self._lone_credit > 0:
+            self._lone_credit -= 1
+            return True
+        return False
+
+    def _ran(self) -> None:
+        """A run ended: one batch fewer running; when none is left, the batcher is idle from now (_on_loop)."""
+        self._busy -= 1
+        if self._busy == 0:
+            self._idle_since_ns = time.perf_counter_ns()
 
     def _worth_waiting(self, rows: int, rows_per_request: int, remaining_ns: float) -> bool:
         """Whether holding a batch of `rows` rows for company is likely to pay: only while another
@@ -335,7 +384,7 @@ class Batcher:
         except Exception as e:
             raise self._model_failed(e) from None
         finally:
-            self._busy -= 1
+            self._ran()
         self._note_run(rows, infer_ns)
         self.stats.record_execution(rows, 1, 0, input_ns, infer_ns, output_ns)
         return result

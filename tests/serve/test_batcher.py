@@ -140,28 +140,71 @@ def test_idle_inline_zero_sends_every_run_to_the_instance_threads(tmp_path):
     assert core.statistics("m")[0].execution_count == 3
 
 
-def test_an_idle_run_stays_off_the_loop_when_requests_come_closer_than_it_takes(tmp_path):
+def _where_runs(batcher) -> list[str]:
+    """The thread each following run of `batcher` happens on, appended as it runs (MainThread = the event loop)."""
     import threading
+
+    where: list[str] = []
+    execute = batcher._execute
+    batcher._execute = lambda *a: where.append(threading.current_thread().name) or execute(*a)
+    batcher._inline_ns = 0  # only the lone-request rule may put a run on the loop
+    return where
+
+
+def _as_if(batcher, run_ms: float, idle_ms: float) -> None:
+    """A batch of one row takes `run_ms`, and the last run ended `idle_ms` ago."""
     import time
+
+    batcher._run_ns[1] = run_ms * 1e6
+    batcher._idle_since_ns = time.perf_counter_ns() - int(idle_ms * 1e6)
+
+
+def test_a_run_is_on_the_loop_only_after_the_batcher_was_idle_longer_than_the_run(tmp_path):
+    from trainserve.serve.batcher import LONE_CREDIT
 
     repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
     x = np.ones((1, 4), np.float32)
 
     async def go(core):
         batcher = core.entry("m").batcher
-        batcher._inline_ns = 0  # only the idle rule may put a run on the loop
-        where = []
-        execute = batcher._execute
-        batcher._execute = lambda *a: where.append(threading.current_thread().name) or execute(*a)
-        for gap_ns in (5e6, 1e5):  # requests 5 ms apart, then 0.1 ms apart; a batch of 1 takes 1 ms
-            batcher._run_ns[1], batcher._gap_ns = 1e6, gap_ns
-            batcher._last_submit_ns = time.perf_counter_ns()  # just now: not a direct run, the worker's
+        where = _where_runs(batcher)
+        _as_if(batcher, run_ms=1, idle_ms=5)  # idle longer than a run: lone
+        await batcher.submit({"input": x}, 1)
+        # Just after the last run, as a request that waited through a run on the loop comes: not known to be
+        # lone, so the loop stays free while it runs and reads whoever else is there.
+        _as_if(batcher, run_ms=1, idle_ms=0)
+        await batcher.submit({"input": x}, 1)
+        # Nobody came during that run on the thread: the next LONE_CREDIT such requests run on the loop,
+        # then one goes to the thread again to look for company.
+        for _ in range(LONE_CREDIT + 1):
+            _as_if(batcher, run_ms=1, idle_ms=0)
             await batcher.submit({"input": x}, 1)
         return where
 
-    core, where = asyncio.run(_with_core(repo, go))
-    assert where[0] == "MainThread"  # idle and far apart: on the loop, no hand-off
-    assert where[1].startswith("m-0")  # closer than a run takes: the instance's thread, the loop keeps reading
+    _, where = asyncio.run(_with_core(repo, go))
+    on_thread = [not w == "MainThread" for w in where]
+    assert on_thread == [False, True] + [False] * LONE_CREDIT + [True]
+
+
+def test_a_request_that_comes_while_another_waits_ends_the_lone_credit(tmp_path):
+    from trainserve.serve.batcher import LONE_CREDIT
+
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
+    one, two = np.ones((1, 4), np.float32), np.ones((2, 4), np.float32)
+
+    async def go(core):
+        batcher = core.entry("m").batcher
+        where = _where_runs(batcher)
+        batcher._lone_credit = LONE_CREDIT  # as after a run on the thread that nobody came during
+        _as_if(batcher, run_ms=1, idle_ms=0)
+        # two rows have no run time yet: queued; the one-row request then finds company waiting
+        await asyncio.gather(batcher.submit({"input": two}, 2), batcher.submit({"input": one}, 1))
+        _as_if(batcher, run_ms=1, idle_ms=0)
+        await batcher.submit({"input": one}, 1)
+        return where
+
+    _, where = asyncio.run(_with_core(repo, go))
+    assert where[-1] != "MainThread"  # soon after a run, with company seen: on the thread
 
 
 def test_a_bad_idle_inline_parameter_leaves_the_model_not_ready(tmp_path):
