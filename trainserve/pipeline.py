@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.procs import (
@@ -32,6 +32,7 @@ from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
 from trainserve.report import build_report
 from trainserve.train.models import FAMILIES
+from trainserve.train.usermodel import cli_args
 
 if TYPE_CHECKING:
     from trainserve.report.cost import CostOptions
@@ -92,6 +93,8 @@ class RunConfig:
     cost: CostOptions | None = None  # prices, SLO and target load of the report's cost section; None: defaults
     dataset: str = "synthetic"  # training data: synthetic, digits, or an .npz path (trainserve train --dataset)
     target_accuracy: float | None = None  # train until this held-out accuracy; the time and energy it took per device
+    user_model: dict[str, Any] = field(default_factory=dict)  # your own model: TrainConfig's input_shape, ... (docs/run.md)
+    onnx: Path | None = None  # a model trained elsewhere: serve, load, price and plan it; no training stages
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
@@ -100,7 +103,9 @@ class RunConfig:
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise UserError(f"--target-accuracy {self.target_accuracy:g} is invalid; give a held-out accuracy "
                             "above 0 and at most 1, e.g. 0.95")
-        if self.model not in MODELS:
+        if self.onnx is not None:
+            self.model = _onnx_name(self.onnx)
+        elif self.model not in MODELS and ":" not in self.model:  # ":": path/to/file.py:build (train/usermodel.py)
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
         if self.device not in DEVICES:
             raise UserError(f"--device {self.device!r} is invalid; choose one of {', '.join(DEVICES)}")
@@ -148,13 +153,18 @@ class Pipeline:
     def run(self) -> Path:
         """Run every stage; return the report's path. Children are stopped on every way out."""
         gpu = self._gpu_devices()
+        self.name = self._check_model()
         with interrupts_stop_children():
             try:
-                self._train(gpu)
-                if self.cfg.sweep:
-                    for device in ["cpu"] + (["cuda"] if gpu else []):
-                        self._sweep(device, gpu)
-                self._export()
+                if self.cfg.onnx is not None:  # trained elsewhere: its file becomes the repository
+                    self._stage("export", self.argv("export", *self._run_args(), "--onnx", str(self.cfg.onnx)),
+                                "ONNX trained elsewhere, model repository")
+                else:
+                    self._train(gpu)
+                    if self.cfg.sweep:
+                        for device in ["cpu"] + (["cuda"] if gpu else []):
+                            self._sweep(device, gpu)
+                    self._export()
                 for device in ["cpu"] + (["cuda"] if gpu else []):
                     self._limits(device)  # before the server, which would compete for the same cores
                     self._serve_and_load(device)
@@ -174,7 +184,7 @@ class Pipeline:
         b, c = self.cfg.budget, self.cfg
         preset = c.preset or (b.preset_gpu if gpu else b.preset_cpu)
         samples = b.train_samples_gpu if gpu else b.train_samples
-        common = ["--model", c.model, "--preset", preset, "--samples", str(samples), "--dataset", c.dataset,
+        common = ["--model", c.model, "--preset", preset, *cli_args(c.user_model), "--samples", str(samples), "--dataset", c.dataset,
                   "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
         # with a target accuracy, training runs until it is reached, within a larger epoch budget
         target = ["--target-accuracy", f"{c.target_accuracy:g}"] if c.target_accuracy is not None else []
@@ -200,7 +210,7 @@ class Pipeline:
         budget = c.sweep_budget_s if c.sweep_budget_s is not None else b.sweep_budget_s
         name = f"sweep-{device}"
         argv = self.argv("compare", "--sweep", "--device", device, "--sweep-budget-s", f"{budget:g}",
-                         "--model", c.model, "--preset", preset, *self._run_args())
+                         "--model", c.model, "--preset", preset, *cli_args(c.user_model), *self._run_args())
         # the budget bounds the points; start-up, the last point and writing get a margin on top
         self._stage(name, argv, f"{c.model}/{preset} on the {_label(device)}, {budget:g} s budget",
                     timeout_s=budget * 1.5 + 60, lines=_sweep_point_line)
@@ -211,7 +221,7 @@ class Pipeline:
                     "ONNX, verification, model repository")
 
     def _limits(self, device: str) -> None:
-        model = f"{self.cfg.model}_{'gpu' if device == 'cuda' else 'cpu'}"
+        model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         budget = self.cfg.budget.limits_budget_s
         self._stage(f"limits-{device}", self.argv("limits", "--device", device, "--model", model,
                                                   "--budget-s", f"{budget:g}", *self._run_args()),
@@ -230,7 +240,7 @@ class Pipeline:
         except ChildFailed as e:
             raise _failed(name, e.child.log_path, str(e)) from None
         self.progress(StageEvent(name, "done", f"ready at http://{addresses.get('http')}", time.monotonic() - t0))
-        model = f"{self.cfg.model}_{'gpu' if device == 'cuda' else 'cpu'}"
+        model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         b = self.cfg.budget
         url = ["--url", addresses["http"], "--model", model, *self._run_args()]
         if addresses.get("metrics", "off") != "off":
@@ -264,6 +274,24 @@ class Pipeline:
         return html
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _check_model(self) -> str:
+        """The served model's name; a model of the user's own is first built, run on one batch and
+        exported in this process, so a model that cannot work fails in one sentence before any stage."""
+        c = self.cfg
+        if c.onnx is not None or ":" not in c.model:
+            return c.model
+        from trainserve.train.config import TrainConfig
+        from trainserve.train.usercheck import check_user_model
+        from trainserve.train.usermodel import model_name
+
+        self.progress(StageEvent("check", "start", f"{c.model}: one batch and an ONNX export"))
+        t0 = time.monotonic()
+        train_cfg = TrainConfig(model=c.model, dataset=c.dataset, **c.user_model)
+        config = check_user_model(train_cfg, export=True)
+        self.progress(StageEvent("check", "done", f"{config.name}: input {list(config.input_shape)} "
+                                 f"{config.input_dtype}, {config.num_classes} classes", time.monotonic() - t0))
+        return model_name(c.model)
 
     def _run_args(self) -> list[str]:
         args = ["--run", self.cfg.run]
@@ -379,6 +407,13 @@ def _last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1][:200] if lines else ""
+
+
+def _onnx_name(path: Path) -> str:
+    """The served name of an ONNX file trained elsewhere: its stem, as trainserve export --onnx names it."""
+    from trainserve.train.onnx_only import onnx_model_name
+
+    return onnx_model_name(Path(path))
 
 
 def _label(device: str) -> str:
