@@ -147,6 +147,7 @@ class Pipeline:
                             "a new dated one), or delete that folder to redo it")
         self.logs = self.root / "logs"
         self.env = _child_env()
+        self.name = self.cfg.model  # the served model's name; run() checks a model of the user's own first
 
     # --- the job ------------------------------------------------------------------------------
 
@@ -194,7 +195,7 @@ class Pipeline:
         find_max_batch = ["--find-max-batch"] if gpu else []  # CUDA only: largest batch, training vs inference
         self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
                                        "--epochs", epochs, *target),
-                    f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
+                    f"{self._what(preset)} on the {'GPU' if gpu else 'CPU'}")
         if gpu and (not c.sweep or target):
             # the same model, batch and precision on both devices: the training speedup without a sweep, and
             # each device's time to the target accuracy; fp32, the CPU's own precision (bf16 autocast on a CPU
@@ -212,7 +213,7 @@ class Pipeline:
         argv = self.argv("compare", "--sweep", "--device", device, "--sweep-budget-s", f"{budget:g}",
                          "--model", c.model, "--preset", preset, *cli_args(c.user_model), *self._run_args())
         # the budget bounds the points; start-up, the last point and writing get a margin on top
-        self._stage(name, argv, f"{c.model}/{preset} on the {_label(device)}, {budget:g} s budget",
+        self._stage(name, argv, f"{self._what(preset)} on the {_label(device)}, {budget:g} s budget",
                     timeout_s=budget * 1.5 + 60, lines=_sweep_point_line)
 
     def _export(self) -> None:
@@ -274,6 +275,10 @@ class Pipeline:
         return html
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _what(self, preset: str) -> str:
+        """The trained model in a stage's line: "cnn/tiny", or the name of a model of the user's own."""
+        return f"{self.cfg.model}/{preset}" if self.cfg.model in MODELS else self.name
 
     def _check_model(self) -> str:
         """The served model's name; a model of the user's own is first built, run on one batch and

@@ -51,7 +51,7 @@ def live_progress() -> Iterator[Callable[[Any], None]]:
 
 def print_summary(result: Any) -> None:
     rec, last = result.record, (result.history[-1] if result.history else {})
-    t = Table(title=f"trained {rec.model}/{rec.preset} on {rec.device} ({rec.device_name}), {rec.precision}",
+    t = Table(title=f"trained {rec.model}{'/' + rec.preset if rec.preset else ''} on {rec.device} ({rec.device_name}), {rec.precision}",
               show_header=False)
     t.add_column(style="bold")
     t.add_column()

@@ -409,6 +409,10 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
                   f"{', '.join(m['gpus']) if m['gpus'] else 'not measured'}")
     if s["versions"]:
         md.append("- **versions**: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
+    card = s.get("card") or {}
+    if card.get("reference"):  # a model of the user's own, or an ONNX file trained elsewhere
+        md.append(f"- **model**: {card.get('name')}: `{card['reference']}` · sha256 `{card.get('sha256')}` · "
+                  f"data: {card.get('dataset')}")
     md += ["", "## Summary", ""]
     md += [f"- {c}" for c in s["conclusions"]] + [""]
     md += withheld.md_section(s)
