@@ -7,6 +7,7 @@ samples before data is generated or anything is written.
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import zipfile
 from pathlib import Path
@@ -42,8 +43,14 @@ def check_export(config: ModelConfig) -> None:
                      inputs=[TensorSpec(**t) for t in inputs], outputs=[TensorSpec(**t) for t in outputs],
                      classes=[str(i) for i in range(config.num_classes)])
     model = build_model(config).eval()
-    with tempfile.TemporaryDirectory() as tmp:
-        export_onnx(model, card, Path(tmp) / "model.onnx")
+    export_log = logging.getLogger("trainserve.train.export")
+    level = export_log.level
+    export_log.setLevel(logging.ERROR)  # a fallback to the second exporter is not news here; its failure is
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            export_onnx(model, card, Path(tmp) / "model.onnx")
+    finally:
+        export_log.setLevel(level)
 
 
 def check_user_model(cfg: TrainConfig, export: bool) -> Any:
