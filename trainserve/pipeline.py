@@ -284,7 +284,11 @@ class Pipeline:
         """The served model's name; a model of the user's own is first built, run on one batch and
         exported in this process, so a model that cannot work fails in one sentence before any stage."""
         c = self.cfg
-        if c.onnx is not None or ":" not in c.model:
+        if c.onnx is not None:  # read from the graph and run on two samples: a file that cannot be served fails here
+            from trainserve.train.onnx_only import card_from_onnx
+
+            return card_from_onnx(c.onnx).name
+        if ":" not in c.model:
             return c.model
         from trainserve.train.config import TrainConfig
         from trainserve.train.usercheck import check_user_model
