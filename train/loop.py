@@ -403,8 +403,9 @@ def evaluate(forward: Any, splits: Splits, device: str, cfg: TrainConfig, channe
 
 def _card(cfg: TrainConfig, splits: Splits, n_params: int) -> ModelCard:
     inputs, outputs = io_spec(splits.config)
-    family = family_of(splits.config)
-    return ModelCard(family=family, preset=cfg.preset if family == cfg.model else None, config=config_to_dict(splits.config),
+    family = family_of(splits.config)  # "user" for a model of your own, which has no preset
+    return ModelCard(family=family, preset=cfg.preset if family == cfg.model else None,
+                     config=config_to_dict(splits.config),
                      inputs=[TensorSpec(**t) for t in inputs], outputs=[TensorSpec(**t) for t in outputs],
                      classes=splits.classes, precision=cfg.precision, dataset=splits.source,
                      data=splits.params, parameters=n_params)

@@ -70,8 +70,9 @@ def card_from_onnx(path: Path) -> ModelCard:
         raise UserError(f"{path} has {len(inputs)} inputs and {len(outputs)} outputs; it needs at least one of each")
     k = outputs[0].shape[-1] if len(outputs[0].shape) == 1 else None
     if k is None:
-        raise UserError(f"{path}: output {outputs[0].name!r} has shape (batch, {', '.join(map(str, outputs[0].shape))}); "
-                        "serve a classifier whose first output is (batch, K) logits")
+        dims = ", ".join(map(str, outputs[0].shape))
+        raise UserError(f"{path}: output {outputs[0].name!r} has shape (batch, {dims}); serve a classifier whose "
+                        "first output is (batch, K) logits")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     card = ModelCard(family=FAMILY, preset=None,
                      config={"file": str(path), "sha256": digest, "name": onnx_model_name(path)},

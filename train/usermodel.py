@@ -28,7 +28,7 @@ from trainserve.core.errors import UserError
 
 FAMILY = "user"
 INPUT_DTYPES = ("float32", "int64")  # int64: token ids, drawn below --vocab-size
-INPUT_NAME, OUTPUT_NAME = "input", "logits"
+MIN_VOCAB = 10  # loadtest/model_info.py and serve/tuning.py send random token ids 0..9
 
 
 def is_reference(model: str) -> bool:
@@ -55,9 +55,9 @@ class UserModelConfig:
                             "without the batch, each >= 1, e.g. 3,64,64")
         if self.input_dtype not in INPUT_DTYPES:
             raise UserError(f"--input-dtype {self.input_dtype!r} is invalid; choose one of {', '.join(INPUT_DTYPES)}")
-        if self.input_dtype == "int64" and (self.vocab_size is None or self.vocab_size < 2):
+        if self.input_dtype == "int64" and (self.vocab_size is None or self.vocab_size < MIN_VOCAB):
             raise UserError(f"--vocab-size {self.vocab_size} is invalid for int64 inputs; give the number of token "
-                            "ids the model's embedding takes (>= 2)")
+                            f"ids the model's embedding takes (>= {MIN_VOCAB}: the load tests send ids 0..9)")
         if self.num_classes < 2:
             raise UserError(f"--num-classes {self.num_classes} is invalid; a classifier needs at least 2")
         if not self.name:
@@ -69,7 +69,8 @@ def parse_shape(text: str) -> tuple[int, ...]:
     try:
         shape = tuple(int(p) for p in text.replace("x", ",").split(",") if p.strip())
     except ValueError:
-        raise UserError(f"--input-shape {text!r} is invalid; give one sample's sizes as integers, e.g. 3,64,64") from None
+        raise UserError(f"--input-shape {text!r} is invalid; give one sample's sizes as integers, "
+                        "e.g. 3,64,64") from None
     if not shape or any(d < 1 for d in shape):
         raise UserError(f"--input-shape {text!r} is invalid; give one sample's sizes, each >= 1, e.g. 3,64,64")
     return shape

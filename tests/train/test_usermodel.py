@@ -141,3 +141,11 @@ def test_train_writes_a_card_that_names_the_model(tmp_path):
     assert card["inputs"] == [{"name": "input", "shape": [8], "dtype": "float32"}] and len(card["classes"]) == 3
     profile = json.loads((tmp_path / "runs/T/train/profile.json").read_text())
     assert profile["model"] == "mymodel" and profile["speed"]["flops_per_sample"] > 0  # counted by torch
+
+
+def test_the_example_in_examples_builds_and_runs_one_batch():
+    from tests.conftest import REPO_ROOT
+
+    cfg = model_config(TrainConfig(model=str(REPO_ROOT / "examples" / "resnet_small.py") + ":build",
+                                   input_shape=(3, 64, 64), num_classes=10))
+    assert cfg.name == "resnet_small" and cfg.num_classes == 10 and cfg.input_shape == (3, 64, 64)

@@ -15,7 +15,8 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", help=(
     f"A zoo family ({', '.join(FAMILIES)}), or your own: path/to/file.py:build or package.module:build, a function "
     "returning a torch.nn.Module that maps a batch to (batch, K) logits (with --input-shape)."))]
 InputShapeOpt = Annotated[str | None, typer.Option("--input-shape", help=(
-    "Your own model: one sample's input without the batch, e.g. 3,64,64 (or 128 token ids with --input-dtype int64)."))]
+    "Your own model: one sample's input without the batch, e.g. 3,64,64 (or 128 token ids with "
+    "--input-dtype int64)."))]
 InputDtypeOpt = Annotated[str, typer.Option("--input-dtype", help=(
     f"Your own model: {' or '.join(INPUT_DTYPES)} (token ids, with --vocab-size)."))]
 VocabOpt = Annotated[int | None, typer.Option("--vocab-size", help="Your own model with int64 inputs: token ids 0..V-1.")]

@@ -80,8 +80,8 @@ def run(
     # prices and targets are checked before any stage runs, so a typo never costs a training run
     cost = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     fields = model_fields(model, input_shape, input_dtype, vocab_size, num_classes)
-    cfg = RunConfig(model=fields.pop("model"), user_model={k: v for k, v in fields.items() if v not in (None, "float32")},
-                    onnx=onnx, preset=preset.value if preset else None, device=device.value, quick=quick,
+    user_model = {k: v for k, v in fields.items() if k != "model" and v not in (None, "float32")}
+    cfg = RunConfig(model=fields["model"], user_model=user_model, onnx=onnx, preset=preset.value if preset else None, device=device.value, quick=quick,
                     run=run_name, runs_dir=runs_dir, sweep=sweep, sweep_budget_s=sweep_budget_s, cost=cost,
                     dataset=dataset, target_accuracy=target_accuracy)
     console = Console()

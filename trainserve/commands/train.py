@@ -95,7 +95,8 @@ def train(
     from trainserve.train.config import TrainConfig
 
     devices = device.value.split(",")
-    cfg = TrainConfig(**model_fields(model, input_shape, input_dtype, vocab_size, num_classes), preset=preset.value, device=devices[0], precision=precision.value,
+    mine = model_fields(model, input_shape, input_dtype, vocab_size, num_classes)  # zoo family or your own
+    cfg = TrainConfig(**mine, preset=preset.value, device=devices[0], precision=precision.value,
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale.value, seed=seed,
                       workers=workers, compile=compile, dataset=dataset, samples=samples,
                       warmup_steps=warmup_steps, sync_timing=sync_timing, find_max_batch=find_max_batch,
@@ -170,7 +171,8 @@ def compare(
     from trainserve.core.runs import run_dir
     from trainserve.train.config import TrainConfig
 
-    cfg = TrainConfig(**model_fields(model, input_shape, input_dtype, vocab_size, num_classes), preset=preset.value, device="cpu", precision=precision.value,
+    mine = model_fields(model, input_shape, input_dtype, vocab_size, num_classes)  # zoo family or your own
+    cfg = TrainConfig(**mine, preset=preset.value, device="cpu", precision=precision.value,
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers,
                       compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
                       target_accuracy=target_accuracy)
