@@ -104,6 +104,9 @@ class RunConfig:
             raise UserError(f"--target-accuracy {self.target_accuracy:g} is invalid; give a held-out accuracy "
                             "above 0 and at most 1, e.g. 0.95")
         if self.onnx is not None:
+            if ":" in self.model or self.target_accuracy is not None:
+                raise UserError("--onnx serves a model trained elsewhere, so it takes neither --model nor "
+                                "--target-accuracy; pass one of --onnx and --model")
             self.model = _onnx_name(self.onnx)
         elif self.model not in MODELS and ":" not in self.model:  # ":": path/to/file.py:build (train/usermodel.py)
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
