@@ -32,6 +32,7 @@ from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
 from trainserve.report import build_report
 from trainserve.train.models import FAMILIES
+from trainserve.train.onnx_only import card_from_onnx, onnx_model_name
 from trainserve.train.usermodel import cli_args
 
 if TYPE_CHECKING:
@@ -82,7 +83,7 @@ FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_s
 class RunConfig:
     """What `trainserve run` does."""
 
-    model: str = "cnn"  # zoo family
+    model: str = "cnn"  # zoo family, or your own: path/to/file.py:build (train/usermodel.py)
     preset: str | None = None  # None: the budget's (tiny with --quick or without a GPU, else small)
     device: str = "auto"  # auto: the CPU, plus the GPU when there is one; cpu: CPU only; cuda: require a GPU
     quick: bool = False
@@ -93,7 +94,7 @@ class RunConfig:
     cost: CostOptions | None = None  # prices, SLO and target load of the report's cost section; None: defaults
     dataset: str = "synthetic"  # training data: synthetic, digits, or an .npz path (trainserve train --dataset)
     target_accuracy: float | None = None  # train until this held-out accuracy; the time and energy it took per device
-    user_model: dict[str, Any] = field(default_factory=dict)  # your own model: TrainConfig's input_shape, ... (docs/run.md)
+    user_model: dict[str, Any] = field(default_factory=dict)  # your own model: TrainConfig's input_shape, ...
     onnx: Path | None = None  # a model trained elsewhere: serve, load, price and plan it; no training stages
 
     def __post_init__(self) -> None:
@@ -107,7 +108,7 @@ class RunConfig:
             if ":" in self.model or self.target_accuracy is not None:
                 raise UserError("--onnx serves a model trained elsewhere, so it takes neither --model nor "
                                 "--target-accuracy; pass one of --onnx and --model")
-            self.model = _onnx_name(self.onnx)
+            self.model = onnx_model_name(self.onnx)
         elif self.model not in MODELS and ":" not in self.model:  # ":": path/to/file.py:build (train/usermodel.py)
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
         if self.device not in DEVICES:
@@ -188,8 +189,8 @@ class Pipeline:
         b, c = self.cfg.budget, self.cfg
         preset = c.preset or (b.preset_gpu if gpu else b.preset_cpu)
         samples = b.train_samples_gpu if gpu else b.train_samples
-        common = ["--model", c.model, "--preset", preset, *cli_args(c.user_model), "--samples", str(samples), "--dataset", c.dataset,
-                  "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
+        common = ["--model", c.model, "--preset", preset, *cli_args(c.user_model), "--samples", str(samples),
+                  "--dataset", c.dataset, "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
         # with a target accuracy, training runs until it is reached, within a larger epoch budget
         target = ["--target-accuracy", f"{c.target_accuracy:g}"] if c.target_accuracy is not None else []
         epochs = str(b.accuracy_epochs if target else b.train_epochs)
@@ -287,15 +288,12 @@ class Pipeline:
         """The served model's name; a model of the user's own is first built, run on one batch and
         exported in this process, so a model that cannot work fails in one sentence before any stage."""
         c = self.cfg
-        if c.onnx is not None:  # read from the graph and run on two samples: a file that cannot be served fails here
-            from trainserve.train.onnx_only import card_from_onnx
-
+        if c.onnx is not None:  # read from the graph and run on two samples: a file that cannot be served ends here
             return card_from_onnx(c.onnx).name
         if ":" not in c.model:
             return c.model
         from trainserve.train.config import TrainConfig
-        from trainserve.train.usercheck import check_user_model
-        from trainserve.train.usermodel import model_name
+        from trainserve.train.usercheck import check_user_model  # imports torch: only for a model of your own
 
         self.progress(StageEvent("check", "start", f"{c.model}: one batch and an ONNX export"))
         t0 = time.monotonic()
@@ -303,7 +301,7 @@ class Pipeline:
         config = check_user_model(train_cfg, export=True)
         self.progress(StageEvent("check", "done", f"{config.name}: input {list(config.input_shape)} "
                                  f"{config.input_dtype}, {config.num_classes} classes", time.monotonic() - t0))
-        return model_name(c.model)
+        return config.name
 
     def _run_args(self) -> list[str]:
         args = ["--run", self.cfg.run]
@@ -419,13 +417,6 @@ def _last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1][:200] if lines else ""
-
-
-def _onnx_name(path: Path) -> str:
-    """The served name of an ONNX file trained elsewhere: its stem, as trainserve export --onnx names it."""
-    from trainserve.train.onnx_only import onnx_model_name
-
-    return onnx_model_name(Path(path))
 
 
 def _label(device: str) -> str:

@@ -81,9 +81,9 @@ def run(
     cost = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     fields = model_fields(model, input_shape, input_dtype, vocab_size, num_classes)
     user_model = {k: v for k, v in fields.items() if k != "model" and v not in (None, "float32")}
-    cfg = RunConfig(model=fields["model"], user_model=user_model, onnx=onnx, preset=preset.value if preset else None, device=device.value, quick=quick,
-                    run=run_name, runs_dir=runs_dir, sweep=sweep, sweep_budget_s=sweep_budget_s, cost=cost,
-                    dataset=dataset, target_accuracy=target_accuracy)
+    cfg = RunConfig(model=fields["model"], user_model=user_model, onnx=onnx, preset=preset.value if preset else None,
+                    device=device.value, quick=quick, run=run_name, runs_dir=runs_dir, sweep=sweep,
+                    sweep_budget_s=sweep_budget_s, cost=cost, dataset=dataset, target_accuracy=target_accuracy)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
