@@ -16,6 +16,7 @@ from trainserve.serve.repository import (
     model_config_from_card,
     write_repository,
 )
+from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
 from trainserve.train.export import EXPORT_SCHEMA_VERSION, FP32_FILE, ExportConfig, ExportResult, export_run
 from trainserve.train.onnx_only import card_from_onnx
@@ -45,6 +46,8 @@ def publish_onnx(run_folder: Path, onnx_path: Path, repo_cfg: RepositoryConfig) 
     """
     import shutil
 
+    if (run_folder / "train" / "checkpoint.pt").exists():  # its card would no longer describe its checkpoint
+        raise UserError(f"run {run_folder.name!r} has a model trained here; publish the ONNX file into another --run")
     card = card_from_onnx(onnx_path)
     (run_folder / "train").mkdir(parents=True, exist_ok=True)
     card.save(run_folder / "train")
