@@ -154,7 +154,7 @@ def _cwd_on_path() -> None:
 def load_function(reference: str) -> Any:
     """The function a reference names, imported; one sentence when the file or the function is missing."""
     where, func = split_reference(reference)
-    resolved, path = resolve_reference(reference)
+    _, path = resolve_reference(reference)
     if _is_file_ref(where):
         module_name = f"trainserve_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
         module = sys.modules.get(module_name)
@@ -186,16 +186,19 @@ def load_function(reference: str) -> Any:
     return fn
 
 
-def build(config: UserModelConfig, check_hash: bool = True) -> Any:
-    """The user's module, freshly built; refuses one whose file changed since `config` was made."""
+def build(config: UserModelConfig, pass_classes: bool = True) -> Any:
+    """The user's module, freshly built; refuses one whose file changed since `config` was made.
+
+    `pass_classes`: call the function with num_classes=K when it takes that parameter (off while K
+    is still to be read from the output, so the function's own default decides it)."""
     from torch import nn
 
-    resolved, path = resolve_reference(config.reference)
-    if check_hash and config.sha256 and file_sha256(path) != config.sha256:
+    _, path = resolve_reference(config.reference)
+    if config.sha256 and file_sha256(path) != config.sha256:
         raise UserError(f"{path} changed since this model was trained (sha256 {config.sha256[:12]}…, now "
                         f"{file_sha256(path)[:12]}…); restore that file or train again")
     fn = load_function(config.reference)
-    kwargs = {"num_classes": config.num_classes} if _takes(fn, "num_classes") else {}
+    kwargs = {"num_classes": config.num_classes} if pass_classes and _takes(fn, "num_classes") else {}
     try:
         module = fn(**kwargs)
     except Exception as e:
@@ -239,7 +242,7 @@ def make_config(reference: str, input_shape: tuple[int, ...] | None, input_dtype
                         "(e.g. 3,64,64, or 128 for 128 token ids with --input-dtype int64)")
     config = UserModelConfig(resolved, tuple(input_shape), input_dtype, vocab_size, num_classes or 10,
                              sha256=file_sha256(path))
-    model = build(config).eval()
+    model = build(config, pass_classes=num_classes is not None).eval()
     x = example_batch(config)
     try:
         with torch.no_grad():

@@ -149,3 +149,9 @@ def test_the_example_in_examples_builds_and_runs_one_batch():
     cfg = model_config(TrainConfig(model=str(REPO_ROOT / "examples" / "resnet_small.py") + ":build",
                                    input_shape=(3, 64, 64), num_classes=10))
     assert cfg.name == "resnet_small" and cfg.num_classes == 10 and cfg.input_shape == (3, 64, 64)
+
+
+def test_without_num_classes_the_function_s_own_default_decides(tmp_path):
+    path = _file(tmp_path, LINEAR + "\ndef build(num_classes=6):\n    return Net(num_classes)\n")
+    cfg = model_config(TrainConfig(model=f"{path}:build", input_shape=(8,)))
+    assert cfg.num_classes == 6 and usermodel.build(cfg)(usermodel.example_batch(cfg)).shape == (2, 6)
