@@ -3,8 +3,9 @@
     trainserve run --model examples/resnet_small.py:build --input-shape 3,64,64 --num-classes 10
 
 `build` returns a torch.nn.Module that maps a batch of images (B, 3, H, W) to logits (B, num_classes);
-trainserve passes `num_classes` because the function takes a parameter of that name. Nothing here
-knows about trainserve: the same file trains, exports and serves unchanged (docs/run.md, "Your own model").
+since it takes a parameter named `num_classes`, trainserve passes --num-classes to it (without the
+option, the default here decides). Nothing here knows about trainserve: the same file trains,
+exports and serves unchanged (docs/run.md, "Your own model").
 """
 
 from __future__ import annotations
