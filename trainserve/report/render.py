@@ -19,12 +19,12 @@ from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
 NOT_TRAINED_HERE = "not trained here"  # trainserve run --onnx: a model trained elsewhere
+FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch", "sweep")
 
 
 def _absent(model: dict[str, Any], label: str) -> str:
     """What an empty column says: training columns of a model trained elsewhere say so."""
     return NOT_TRAINED_HERE if label.startswith("Train") and not model.get("trained_here", True) else NOT_MEASURED
-FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch", "sweep")
 
 
 def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
