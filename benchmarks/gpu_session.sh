@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example
+#           export run example usermodel
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -57,6 +57,9 @@ run)
 example)  # docs/example-report: the main job on digits, trained to 95% on each device, priced, planned for 10k req/s
   step example 570 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" --dataset digits \
     --target-accuracy 0.95 --qps 10000 --slo-p99-ms 20 ;;
+usermodel)  # issue 25: the example model of one's own (examples/resnet_small.py), every stage, priced and planned
+  step usermodel 580 $py -m trainserve run --model examples/resnet_small.py:build --input-shape 3,64,64 \
+    --num-classes 10 --qps 1000 --run gpu-usermodel --runs-dir "$R/runs" ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null

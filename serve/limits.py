@@ -273,8 +273,12 @@ def measure_model(entry: repository.ModelEntry, cfg: LimitsConfig, budget_s: flo
             lambda: _make_session(path, cfg.device, 1, 1, device_id, False, CUDNN_SEARCH.get(search, "HEURISTIC")),
             feeds, cfg.device, device_id)
 
-    if cfg.device == "cpu":  # first: its time comes out of the budget like every point's
+    if cfg.device == "cpu":  # first, before the timed points share the budget; its own seconds are not theirs
+        probe_t0 = time.perf_counter()
         result.working_set = probe()
+        spent = time.perf_counter() - probe_t0
+        deadline += spent
+        t0 += spent
     for t in threads:
         sess = session(t, False)  # as the server runs its sessions (serve.model.SessionOptions.allow_spinning)
         point(sess, "threads", 1, t, False)

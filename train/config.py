@@ -33,8 +33,12 @@ def _check(cond: bool, field: str, value: Any, allowed: str) -> None:
 class TrainConfig:
     """How to train: device, precision, batch, schedule, data and measurement settings."""
 
-    model: str = "cnn"  # zoo family: mlp | cnn | transformer
-    preset: str = "tiny"  # size preset of that family
+    model: str = "cnn"  # zoo family (mlp | cnn | transformer), or a reference: file.py:build | package.module:build
+    preset: str = "tiny"  # size preset of a zoo family (a model of your own has none)
+    input_shape: tuple[int, ...] | None = None  # your own model: one sample's input, batch excluded, e.g. (3, 64, 64)
+    input_dtype: str = "float32"  # your own model: float32 | int64 (token ids)
+    vocab_size: int | None = None  # your own model with int64 inputs: ids are 0..vocab_size-1
+    num_classes: int | None = None  # your own model: K of its (batch, K) logits; None -> read from its output
     device: str = "auto"  # cpu | cuda | auto (cuda when a GPU is visible)
     precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 adds a GradScaler)
     batch_size: int = 64  # samples per optimizer step (per process)
@@ -58,6 +62,13 @@ class TrainConfig:
     target_accuracy: float | None = None  # stop at the first end-of-epoch test accuracy >= this (0 < A <= 1)
 
     def __post_init__(self) -> None:
+        if self.input_shape is not None:
+            self.input_shape = tuple(self.input_shape)
+        if ":" not in self.model and (self.input_shape is not None or self.vocab_size is not None
+                                      or self.num_classes is not None or self.input_dtype != "float32"):
+            raise UserError(f"--input-shape, --input-dtype, --vocab-size and --num-classes describe a model of your "
+                            f"own (--model file.py:build); the zoo's {self.model!r} takes its shape from --preset "
+                            "and the data")
         _check(self.device in DEVICES, "device", self.device, " | ".join(DEVICES))
         _check(self.precision in PRECISIONS, "precision", self.precision, " | ".join(PRECISIONS))
         _check(isinstance(self.batch_size, int) and self.batch_size >= 1, "batch_size", self.batch_size,

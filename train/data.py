@@ -16,7 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from trainserve.train.models import CNNConfig, MLPConfig, ModelConfig, TransformerConfig, config_from_dict, family_of
+from trainserve.train.models import (
+    CNNConfig,
+    MLPConfig,
+    ModelConfig,
+    TransformerConfig,
+    UserModelConfig,
+    config_from_dict,
+    family_of,
+)
 from trainserve.core.errors import UserError
 
 KEYWORDS_PER_CLASS = 2  # transformer synthetic data: token ids reserved per class
@@ -42,7 +50,12 @@ def load_splits(config: ModelConfig, dataset: str, samples: int, seed: int) -> S
     if dataset == "synthetic":
         return _synthetic(config, samples, seed)
     if dataset == "digits":
+        if isinstance(config, UserModelConfig):
+            raise UserError("--dataset digits is shaped for the zoo's models; for your own model pass "
+                            "--dataset PATH.npz (arrays x, y) or leave it out for synthetic data")
         return _digits(config, seed)
+    if isinstance(config, UserModelConfig):
+        return _user_npz(config, Path(dataset), seed)
     return _npz(config, Path(dataset), seed)
 
 
@@ -73,7 +86,7 @@ def _synthetic(config: ModelConfig, samples: int, seed: int) -> Splits:
     n_test = max(256, samples // 4)
     # one stream for the class structure, one each for the train and test draws
     s_struct, s_train, s_test = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(3))
-    make = {"mlp": _synth_tabular, "cnn": _synth_images, "transformer": _synth_tokens}[family]
+    make = {"mlp": _synth_tabular, "cnn": _synth_images, "transformer": _synth_tokens, "user": _synth_user}[family]
     structure = make(config, s_struct, None, 0)
     x_tr, y_tr = make(config, s_train, structure, samples)
     x_te, y_te = make(config, s_test, structure, n_test)
@@ -125,6 +138,22 @@ def _synth_tokens(cfg: TransformerConfig, rng: np.random.Generator, structure: A
     return x.astype(np.int64), y.astype(np.int64)
 
 
+def _synth_user(cfg: UserModelConfig, rng: np.random.Generator, structure: Any, n: int) -> Any:
+    """A model of the user's own: class templates plus noise (floats), or planted keyword tokens (int64),
+    in its input shape."""
+    if cfg.input_dtype == "int64":
+        flat = TransformerConfig(vocab_size=int(cfg.vocab_size or 2), seq_len=int(np.prod(cfg.input_shape)),
+                                 d_model=2, n_heads=1, n_layers=1, d_ff=1, num_classes=cfg.num_classes)
+        out = _synth_tokens(flat, rng, structure, n)
+        return out if structure is None else (out[0].reshape(n, *cfg.input_shape), out[1])
+    if structure is None:
+        return rng.normal(0.0, 1.0, (cfg.num_classes, *cfg.input_shape)).astype(np.float32)  # (K, *shape)
+    y = rng.integers(0, cfg.num_classes, n)
+    x = rng.standard_normal((n, *cfg.input_shape), dtype=np.float32)
+    x += structure[y]
+    return x, y.astype(np.int64)
+
+
 # --- scikit-learn digits (8x8 grey images, 0..16, 1797 rows) --------------------------------
 
 def _digits(config: ModelConfig, seed: int) -> Splits:
@@ -156,7 +185,7 @@ def _holdout(x: np.ndarray, y: np.ndarray, seed: int) -> tuple[np.ndarray, ...]:
 
 
 def _dtype(config: ModelConfig) -> type:
-    return np.int64 if family_of(config) == "transformer" else np.float32
+    return np.int64 if family_of(config) == "transformer" else np.float32  # digits: never a user model
 
 
 # --- user .npz ----------------------------------------------------------------------------
@@ -198,6 +227,60 @@ def _npz(config: ModelConfig, path: Path, seed: int) -> Splits:
         config = dataclasses.replace(config, vocab_size=max(2, vocab), seq_len=x.shape[1], num_classes=n_classes)
     return Splits(x_tr, y_tr, x_te, y_te, [str(i) for i in range(n_classes)], config,
                   str(path), {"source": str(path), "seed": seed})
+
+
+def _user_npz(config: UserModelConfig, path: Path, seed: int) -> Splits:
+    """A user's .npz for a model of the user's own: rows must have the model's input shape, labels < K."""
+    path = path.expanduser().resolve()
+    arrays = _read_npz(path)
+    shape, kind = list(config.input_shape), config.input_dtype
+
+    def checked(xk: str, yk: str) -> tuple[np.ndarray, np.ndarray]:
+        x, y = arrays[xk], arrays[yk]
+        if y.ndim != 1 or not np.issubdtype(y.dtype, np.integer) or len(y) != len(x) or len(x) == 0:
+            raise UserError(f"{path}: {yk} must be a 1-D integer array of class ids, one per row of {xk} "
+                            f"({len(x)} rows), got shape {y.shape} dtype {y.dtype}")
+        if list(x.shape[1:]) != shape:
+            raise UserError(f"{path}: {xk} rows have shape {list(x.shape[1:])} but the model takes {shape}; "
+                            "make --input-shape match the data")
+        if y.min() < 0 or y.max() >= config.num_classes:
+            raise UserError(f"{path}: {yk} has class ids {int(y.min())}..{int(y.max())} but the model outputs "
+                            f"{config.num_classes} classes; use ids 0..{config.num_classes - 1}")
+        if kind == "int64":
+            if not np.issubdtype(x.dtype, np.integer) or x.min() < 0 or x.max() >= int(config.vocab_size or 0):
+                raise UserError(f"{path}: {xk} must hold token ids 0..{config.vocab_size - 1} for --vocab-size "
+                                f"{config.vocab_size}, got dtype {x.dtype}")
+            return x.astype(np.int64), y.astype(np.int64)
+        x = x.astype(np.float32)
+        if not np.isfinite(x).all():
+            raise UserError(f"{path}: {xk} contains NaN or infinite values; clean the data first")
+        return x, y.astype(np.int64)
+
+    x, y = checked("x", "y")
+    if "x_test" in arrays and "y_test" in arrays:
+        (x_tr, y_tr), (x_te, y_te) = (x, y), checked("x_test", "y_test")
+    elif len(x) < 2:
+        raise UserError(f"{path} has {len(x)} row; give at least 2 (one is held out for evaluation)")
+    else:
+        x_tr, y_tr, x_te, y_te = _holdout(x, y, seed)
+    return Splits(x_tr, y_tr, x_te, y_te, [str(i) for i in range(config.num_classes)], config,
+                  str(path), {"source": str(path), "seed": seed})
+
+
+def _read_npz(path: Path) -> dict[str, np.ndarray]:
+    if not path.is_file():
+        raise UserError(f"dataset {path} not found; pass --dataset synthetic, digits, or an existing .npz file")
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            arrays = {k: f[k] for k in f.files}
+    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as e:
+        raise UserError(f"{path} is not a readable .npz file ({type(e).__name__}); save it with numpy.savez(path, x=..., y=...)") from None
+    for key in ("x", "y"):
+        if key not in arrays:
+            raise UserError(f"{path} has no array {key!r} (it has {sorted(arrays)}); save it with numpy.savez(path, x=..., y=...)")
+    if ("x_test" in arrays) != ("y_test" in arrays):
+        raise UserError(f"{path} has only one of x_test / y_test; give both or neither")
+    return arrays
 
 
 _SHAPES = {"mlp": "(rows, features)", "cnn": "(rows, channels, H, W) with H == W >= 8", "transformer": "(rows, tokens)"}

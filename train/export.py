@@ -10,6 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import re
+import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -151,8 +155,14 @@ def export_onnx(model: Any, card: ModelCard, path: Path, opset: int | None = Non
         log.warning("dynamo ONNX export failed (%s); falling back to the TorchScript exporter", reason)
         exporter = "torchscript"
         try:
-            _export_torchscript(model, args, card, path, opset)
+            with _quiet_output():  # on failure it prints its whole graph from C++
+                _export_torchscript(model, args, card, path, opset)
         except Exception as e2:
+            op = refused_operator(str(e2), str(e))
+            if op:
+                raise UserError(f"the ONNX exporters cannot convert the operator {op} that the model uses "
+                                f"(torchscript: {_first_line(e2)}); replace it with operations ONNX has, or try "
+                                "another --opset") from None
             raise UserError(f"ONNX export failed with both exporters (dynamo: {reason}; torchscript: "
                             f"{type(e2).__name__}: {_first_line(e2)}); try another --opset") from None
     proto = onnx.load(str(path))
@@ -163,6 +173,16 @@ def export_onnx(model: Any, card: ModelCard, path: Path, opset: int | None = Non
     _check_signature(proto, card)
     return {"exporter": exporter, "fallback_reason": reason, "opset": _opset(proto),
             "seconds": round(time.perf_counter() - t0, 3), "torch": torch.__version__, "onnx": onnx.__version__}
+
+
+def refused_operator(*messages: str) -> str | None:
+    """The operator an exporter refused, from its message: "Exporting the operator 'aten::cummax' ..."
+    (TorchScript) or "No ONNX function found for <OpOverload(op='aten.cummax', ...)>" (dynamo)."""
+    for text in messages:
+        found = re.search(r"operator '([\w:.]+)'", text) or re.search(r"op='([\w:.]+)'", text)
+        if found:
+            return found.group(1)
+    return None
 
 
 def _check_signature(proto: Any, card: ModelCard) -> None:
@@ -304,3 +324,23 @@ def _quiet(*loggers: str) -> Iterator[None]:
     finally:
         for lg, level in saved:
             lg.setLevel(level)
+
+
+@contextlib.contextmanager
+def _quiet_output() -> Iterator[None]:
+    """File descriptors 1 and 2 to a scratch file for the duration: the TorchScript exporter's C++ log
+    writes its whole graph there on failure, past sys.stdout and sys.stderr."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    with tempfile.TemporaryFile() as scratch:
+        os.dup2(scratch.fileno(), 1)
+        os.dup2(scratch.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)

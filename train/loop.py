@@ -41,7 +41,8 @@ from trainserve.train.loader import (
 from trainserve.train.maxbatch import max_batches
 from trainserve.train.measure import StepTimer
 from trainserve.train.memory import MemoryTracker, cpu_step_peak_bytes, tensor_bytes
-from trainserve.train.models import build_model, config_to_dict, io_spec, preset_config
+from trainserve.train.models import build_model, config_to_dict, family_of, io_spec
+from trainserve.train.usercheck import model_config
 from trainserve.train.record import build_record
 from trainserve.train.step import train_step
 from trainserve.train.target import AccuracyTarget
@@ -87,7 +88,7 @@ class _Setup:
 
 def prepare(cfg: TrainConfig, out_dir: Path, resume: bool) -> _Setup:
     """Check everything the user can get wrong; writes nothing."""
-    model_cfg = preset_config(cfg.model, cfg.preset)
+    model_cfg = model_config(cfg)  # a model of the user's own is built and run on one batch here
     device = resolve_device(cfg.device)
     check_precision(device, cfg.precision)
     if cfg.find_max_batch and device != "cuda":
@@ -373,7 +374,7 @@ def search_max_batch(model: Any, splits: Splits, cfg: TrainConfig, device: str) 
 
     def make_batch(n: int) -> tuple[Any, Any]:
         shape = (n, *sample.shape[1:])
-        x = (torch.randint(0, high, shape, device=device) if cfg.model == "transformer"
+        x = (torch.randint(0, high, shape, device=device) if not sample.is_floating_point()
              else torch.randn(shape, device=device))
         if cfg.model == "cnn":
             x = x.contiguous(memory_format=torch.channels_last)
@@ -408,7 +409,9 @@ def evaluate(forward: Any, splits: Splits, device: str, cfg: TrainConfig, channe
 
 def _card(cfg: TrainConfig, splits: Splits, n_params: int) -> ModelCard:
     inputs, outputs = io_spec(splits.config)
-    return ModelCard(family=cfg.model, preset=cfg.preset, config=config_to_dict(splits.config),
+    family = family_of(splits.config)  # "user" for a model of your own, which has no preset
+    return ModelCard(family=family, preset=cfg.preset if family == cfg.model else None,
+                     config=config_to_dict(splits.config),
                      inputs=[TensorSpec(**t) for t in inputs], outputs=[TensorSpec(**t) for t in outputs],
                      classes=splits.classes, precision=cfg.precision, dataset=splits.source,
                      data=splits.params, parameters=n_params)

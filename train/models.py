@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.train import usermodel
+from trainserve.train.usermodel import FAMILY as USER_FAMILY
+from trainserve.train.usermodel import UserModelConfig
 
 
 def _check(cond: bool, field: str, value: Any, allowed: str) -> None:
@@ -76,7 +79,7 @@ class TransformerConfig:
         _check(0.0 <= self.dropout < 1.0, "dropout", self.dropout, "0 <= dropout < 1")
 
 
-ModelConfig = MLPConfig | CNNConfig | TransformerConfig
+ModelConfig = MLPConfig | CNNConfig | TransformerConfig | UserModelConfig
 
 
 # --- presets ---------------------------------------------------------------------------------
@@ -125,8 +128,9 @@ PRESETS: dict[str, dict[str, Callable[[], ModelConfig]]] = {
     "cnn": {"tiny": cnn_tiny, "small": cnn_small, "base": cnn_base},
     "transformer": {"tiny": transformer_tiny, "small": transformer_small, "base": transformer_base},
 }
-CONFIG_TYPES: dict[str, type] = {"mlp": MLPConfig, "cnn": CNNConfig, "transformer": TransformerConfig}
-FAMILIES = tuple(PRESETS)
+FAMILIES = tuple(PRESETS)  # the zoo; a model of the user's own is the "user" family (train/usermodel.py)
+CONFIG_TYPES: dict[str, type] = {"mlp": MLPConfig, "cnn": CNNConfig, "transformer": TransformerConfig,
+                                 USER_FAMILY: UserModelConfig}
 
 
 def preset_config(family: str, preset: str) -> ModelConfig:
@@ -161,8 +165,15 @@ def family_of(config: ModelConfig) -> str:
 
 # --- modules (torch imported here: this module is only used where torch is needed) -------------
 
+def model_name(config: ModelConfig) -> str:
+    """What reports and the repository call the model: the zoo family, or the user model's name."""
+    return config.name if isinstance(config, UserModelConfig) else family_of(config)
+
+
 def build_model(config: ModelConfig) -> Any:
     """Make the torch module for a config (weights freshly initialised)."""
+    if isinstance(config, UserModelConfig):
+        return usermodel.build(config)
     mlp, cnn, transformer = _torch_modules()
     return {"mlp": mlp, "cnn": cnn, "transformer": transformer}[family_of(config)](config)
 
@@ -244,7 +255,9 @@ def _torch_modules():  # defined lazily so importing train.models does not impor
 def io_spec(config: ModelConfig) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Input and output tensors of one sample (batch dimension excluded), as the model card lists them."""
     family = family_of(config)
-    if family == "mlp":
+    if isinstance(config, UserModelConfig):
+        inputs = [{"name": "input", "shape": list(config.input_shape), "dtype": config.input_dtype}]
+    elif family == "mlp":
         inputs = [{"name": "input", "shape": [config.in_features], "dtype": "float32"}]
     elif family == "cnn":
         inputs = [{"name": "input", "shape": [config.in_channels, config.image_size, config.image_size], "dtype": "float32"}]

@@ -20,6 +20,7 @@ from trainserve.train.flops import achieved_tflops, flops_per_sample, mfu, peak_
 from trainserve.train.mathmode import current
 from trainserve.train.measure import StepTimes
 from trainserve.train.memory import MemoryTracker, analytic_estimate
+from trainserve.train.models import model_name
 
 log = logging.getLogger(__name__)
 
@@ -32,9 +33,10 @@ def build_record(cfg: TrainConfig, device: str, model: Any, splits: Splits, time
                  channels_last: bool, wall_s: float) -> ProfileRecord:
     import torch
 
-    rec = ProfileRecord(phase="train", model=cfg.model, backend="torch", device=device,  # type: ignore[arg-type]
+    name = model_name(splits.config)  # the zoo family, or the name of a model of your own (which has no preset)
+    rec = ProfileRecord(phase="train", model=name, backend="torch", device=device,  # type: ignore[arg-type]
                         device_name=device_name(device), precision=cfg.precision, batch_size=cfg.batch_size,
-                        preset=cfg.preset)
+                        preset=cfg.preset if name == cfg.model else None)
     rec.speed.latency = LatencyStats.from_samples_ms(times.step_ms)
     if times.total_s > 0:
         rec.speed.throughput_samples_s = round(times.samples / times.total_s, 2)

@@ -39,7 +39,8 @@ from trainserve.train.device import (
 from trainserve.train.maxbatch import is_oom, release_memory
 from trainserve.train.measure import StepTimer
 from trainserve.train.memory import MemoryTracker, tensor_bytes
-from trainserve.train.models import build_model, preset_config
+from trainserve.train.models import build_model
+from trainserve.train.usercheck import model_config
 from trainserve.train.record import build_record
 from trainserve.train.step import train_step
 
@@ -145,10 +146,11 @@ def sweep(base: TrainConfig, device: str, config: SweepConfig,
 
 
     device = resolve_device(device)
+    model_cfg = model_config(base)  # a model of your own is built and run once here: not the sweep's time
     t0 = time.monotonic()
     deadline = t0 + config.budget_s
     # a small split: the sweep tiles it into batches on the device, it never iterates over it
-    splits = load_splits(preset_config(base.model, base.preset), base.dataset, min(base.samples, 1024), base.seed)
+    splits = load_splits(model_cfg, base.dataset, min(base.samples, 1024), base.seed)
     max_batch = config.max_batch or (CPU_MAX_BATCH if device == "cpu" else 2**20)
     probe = None
     if config.precisions is not None:

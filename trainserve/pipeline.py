@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.procs import (
@@ -32,6 +32,8 @@ from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
 from trainserve.report import build_report
 from trainserve.train.models import FAMILIES
+from trainserve.train.onnx_only import card_from_onnx, onnx_model_name
+from trainserve.train.usermodel import cli_args
 
 if TYPE_CHECKING:
     from trainserve.report.cost import CostOptions
@@ -81,7 +83,7 @@ FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_s
 class RunConfig:
     """What `trainserve run` does."""
 
-    model: str = "cnn"  # zoo family
+    model: str = "cnn"  # zoo family, or your own: path/to/file.py:build (train/usermodel.py)
     preset: str | None = None  # None: the budget's (tiny with --quick or without a GPU, else small)
     device: str = "auto"  # auto: the CPU, plus the GPU when there is one; cpu: CPU only; cuda: require a GPU
     quick: bool = False
@@ -93,6 +95,8 @@ class RunConfig:
     dataset: str = "synthetic"  # training data: synthetic, digits, or an .npz path (trainserve train --dataset)
     target_accuracy: float | None = None  # train until this held-out accuracy; the time and energy it took per device
     seeds: int | None = None  # with target_accuracy: trainings per device (None: the train stage's default, 3)
+    user_model: dict[str, Any] = field(default_factory=dict)  # your own model: TrainConfig's input_shape, ...
+    onnx: Path | None = None  # a model trained elsewhere: serve, load, price and plan it; no training stages
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
@@ -104,7 +108,12 @@ class RunConfig:
         if self.seeds is not None and not (1 <= self.seeds <= 100 and (self.seeds == 1 or self.target_accuracy)):
             raise UserError(f"--seeds {self.seeds} is invalid; give 1 to 100 trainings per device, more than 1 "
                             "only with --target-accuracy")
-        if self.model not in MODELS:
+        if self.onnx is not None:
+            if ":" in self.model or self.target_accuracy is not None:
+                raise UserError("--onnx serves a model trained elsewhere, so it takes neither --model nor "
+                                "--target-accuracy; pass one of --onnx and --model")
+            self.model = onnx_model_name(self.onnx)
+        elif self.model not in MODELS and ":" not in self.model:  # ":": path/to/file.py:build (train/usermodel.py)
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
         if self.device not in DEVICES:
             raise UserError(f"--device {self.device!r} is invalid; choose one of {', '.join(DEVICES)}")
@@ -146,19 +155,25 @@ class Pipeline:
                             "a new dated one), or delete that folder to redo it")
         self.logs = self.root / "logs"
         self.env = _child_env()
+        self.name = self.cfg.model  # the served model's name; run() checks a model of the user's own first
 
     # --- the job ------------------------------------------------------------------------------
 
     def run(self) -> Path:
         """Run every stage; return the report's path. Children are stopped on every way out."""
         gpu = self._gpu_devices()
+        self.name = self._check_model()
         with interrupts_stop_children():
             try:
-                self._train(gpu)
-                if self.cfg.sweep:
-                    for device in ["cpu"] + (["cuda"] if gpu else []):
-                        self._sweep(device, gpu)
-                self._export()
+                if self.cfg.onnx is not None:  # trained elsewhere: its file becomes the repository
+                    self._stage("export", self.argv("export", *self._run_args(), "--onnx", str(self.cfg.onnx)),
+                                "ONNX trained elsewhere, model repository")
+                else:
+                    self._train(gpu)
+                    if self.cfg.sweep:
+                        for device in ["cpu"] + (["cuda"] if gpu else []):
+                            self._sweep(device, gpu)
+                    self._export()
                 for device in ["cpu"] + (["cuda"] if gpu else []):
                     self._limits(device)  # before the server, which would compete for the same cores
                     self._serve_and_load(device)
@@ -178,8 +193,8 @@ class Pipeline:
         b, c = self.cfg.budget, self.cfg
         preset = c.preset or (b.preset_gpu if gpu else b.preset_cpu)
         samples = b.train_samples_gpu if gpu else b.train_samples
-        common = ["--model", c.model, "--preset", preset, "--samples", str(samples), "--dataset", c.dataset,
-                  "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
+        common = ["--model", c.model, "--preset", preset, *cli_args(c.user_model), "--samples", str(samples),
+                  "--dataset", c.dataset, "--batch-size", str(b.train_batch), "--warmup-steps", str(b.warmup_steps), *self._run_args()]
         # with a target accuracy, training runs until it is reached, within a larger epoch budget
         target = ["--target-accuracy", f"{c.target_accuracy:g}"] if c.target_accuracy is not None else []
         target += ["--seeds", str(c.seeds)] if target and c.seeds is not None else []
@@ -189,7 +204,7 @@ class Pipeline:
         find_max_batch = ["--find-max-batch"] if gpu else []  # CUDA only: largest batch, training vs inference
         self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
                                        "--epochs", epochs, *target),
-                    f"{c.model}/{preset} on the {'GPU' if gpu else 'CPU'}")
+                    f"{self._what(preset)} on the {'GPU' if gpu else 'CPU'}")
         if gpu and (not c.sweep or target):
             # the same model, batch and precision on both devices: the training speedup without a sweep, and
             # each device's time to the target accuracy; fp32, the CPU's own precision (bf16 autocast on a CPU
@@ -205,9 +220,9 @@ class Pipeline:
         budget = c.sweep_budget_s if c.sweep_budget_s is not None else b.sweep_budget_s
         name = f"sweep-{device}"
         argv = self.argv("compare", "--sweep", "--device", device, "--sweep-budget-s", f"{budget:g}",
-                         "--model", c.model, "--preset", preset, *self._run_args())
+                         "--model", c.model, "--preset", preset, *cli_args(c.user_model), *self._run_args())
         # the budget bounds the points; start-up, the last point and writing get a margin on top
-        self._stage(name, argv, f"{c.model}/{preset} on the {_label(device)}, {budget:g} s budget",
+        self._stage(name, argv, f"{self._what(preset)} on the {_label(device)}, {budget:g} s budget",
                     timeout_s=budget * 1.5 + 60, lines=_sweep_point_line)
 
     def _export(self) -> None:
@@ -216,7 +231,7 @@ class Pipeline:
                     "ONNX, verification, model repository")
 
     def _limits(self, device: str) -> None:
-        model = f"{self.cfg.model}_{'gpu' if device == 'cuda' else 'cpu'}"
+        model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         budget = self.cfg.budget.limits_budget_s
         self._stage(f"limits-{device}", self.argv("limits", "--device", device, "--model", model,
                                                   "--budget-s", f"{budget:g}", *self._run_args()),
@@ -235,7 +250,7 @@ class Pipeline:
         except ChildFailed as e:
             raise _failed(name, e.child.log_path, str(e)) from None
         self.progress(StageEvent(name, "done", f"ready at http://{addresses.get('http')}", time.monotonic() - t0))
-        model = f"{self.cfg.model}_{'gpu' if device == 'cuda' else 'cpu'}"
+        model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         b = self.cfg.budget
         url = ["--url", addresses["http"], "--model", model, *self._run_args()]
         if addresses.get("metrics", "off") != "off":
@@ -269,6 +284,29 @@ class Pipeline:
         return html
 
     # --- helpers ------------------------------------------------------------------------------
+
+    def _what(self, preset: str) -> str:
+        """The trained model in a stage's line: "cnn/tiny", or the name of a model of the user's own."""
+        return f"{self.cfg.model}/{preset}" if self.cfg.model in MODELS else self.name
+
+    def _check_model(self) -> str:
+        """The served model's name; a model of the user's own is first built, run on one batch and
+        exported in this process, so a model that cannot work fails in one sentence before any stage."""
+        c = self.cfg
+        if c.onnx is not None:  # read from the graph and run on two samples: a file that cannot be served ends here
+            return card_from_onnx(c.onnx).name
+        if ":" not in c.model:
+            return c.model
+        from trainserve.train.config import TrainConfig
+        from trainserve.train.usercheck import check_user_model  # imports torch: only for a model of your own
+
+        self.progress(StageEvent("check", "start", f"{c.model}: one batch and an ONNX export"))
+        t0 = time.monotonic()
+        train_cfg = TrainConfig(model=c.model, dataset=c.dataset, **c.user_model)
+        config = check_user_model(train_cfg, export=True)
+        self.progress(StageEvent("check", "done", f"{config.name}: input {list(config.input_shape)} "
+                                 f"{config.input_dtype}, {config.num_classes} classes", time.monotonic() - t0))
+        return config.name
 
     def _run_args(self) -> list[str]:
         args = ["--run", self.cfg.run]

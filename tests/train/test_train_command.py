@@ -68,11 +68,12 @@ BAD = {
     "npz wrong dtype": (["--model", "transformer", "--dataset", "{flat}"], "integer token ids"),
     "resume without checkpoint": (["--resume"], "no checkpoint"),
     "max batch on cpu": (["--find-max-batch"], "--find-max-batch needs a CUDA device"),
+    # --model also takes a reference to your own function, so it is not a fixed choice
+    "unknown model": (["--model", "rnn"], "'rnn' is neither a zoo family (mlp, cnn, transformer) nor a reference"),
 }
 
 
 NOT_A_CHOICE = {
-    "unknown model": (["--model", "rnn"], "'rnn' is not one of 'mlp', 'cnn', 'transformer'"),
     "unknown preset": (["--preset", "huge"], "'huge' is not one of 'tiny', 'small', 'base'"),
     "bad device list": (["--device", "cpu,tpu"], "'cpu,tpu' is not one of 'cpu', 'cuda', 'auto', 'cpu,cuda'"),
     "unknown precision": (["--precision", "fp8"], "'fp8' is not one of 'fp32', 'bf16', 'fp16'"),

@@ -51,7 +51,8 @@ def live_progress() -> Iterator[Callable[[Any], None]]:
 
 def print_summary(result: Any) -> None:
     rec, last = result.record, (result.history[-1] if result.history else {})
-    t = Table(title=f"trained {rec.model}/{rec.preset} on {rec.device} ({rec.device_name}), {rec.precision}",
+    name = rec.model + (f"/{rec.preset}" if rec.preset else "")  # a model of your own has no preset
+    t = Table(title=f"trained {name} on {rec.device} ({rec.device_name}), {rec.precision}",
               show_header=False)
     t.add_column(style="bold")
     t.add_column()
@@ -107,7 +108,7 @@ def target_line(rec: Any) -> str:
 
 def print_compare(records: dict[str, Any], speedups: dict[str, Any], out_dir: Path) -> None:
     c, g = records["cpu"], records["cuda"]
-    t = Table(title=f"{c.model}/{c.preset}, batch {c.batch_size}, {c.precision}")
+    t = Table(title=f"{c.model}{'/' + c.preset if c.preset else ''}, batch {c.batch_size}, {c.precision}")
     for col in ("", "cpu", "cuda"):
         t.add_column(col)
     t.add_row("device", c.device_name, g.device_name)

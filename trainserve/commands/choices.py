@@ -20,7 +20,7 @@ from trainserve.serve.model import DEVICES as SERVE_DEVICES
 from trainserve.serve.repository import CPU_VARIANTS, GPU_VARIANTS
 from trainserve.train.config import DEVICES as TRAIN_DEVICES
 from trainserve.train.config import LR_SCALES, PLACEMENTS, PRECISIONS
-from trainserve.train.models import FAMILIES, PRESETS
+from trainserve.train.models import PRESETS
 
 # None: trainserve.core.runs.default_runs_dir(), the one default every command shares
 RunsDirOpt = Annotated[Path | None, typer.Option("--runs-dir", help=f"Folder of runs (default: ${RUNS_ENV}, else ./runs).")]
@@ -30,7 +30,6 @@ def _choices(name: str, values: tuple[str, ...] | list[str]) -> type[StrEnum]:
     return StrEnum(name, {v: v for v in values})  # type: ignore[return-value]
 
 
-Family = _choices("Family", FAMILIES)
 Preset = _choices("Preset", list(dict.fromkeys(p for presets in PRESETS.values() for p in presets)))
 Precision = _choices("Precision", PRECISIONS)
 LrScale = _choices("LrScale", LR_SCALES)

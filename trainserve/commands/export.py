@@ -32,6 +32,9 @@ def export(
     tensorrt: Annotated[bool, typer.Option("--tensorrt", help="Add the TensorRT FP16 accelerator to the GPU model.")] = False,
     eval_samples: Annotated[int, typer.Option("--eval-samples", help="Evaluation samples for the accuracy of each variant.")] = 1024,
     seed: Annotated[int | None, typer.Option("--seed", help="Seed of the random verification inputs (default: fresh).")] = None,
+    onnx: Annotated[Path | None, typer.Option("--onnx", help=(
+        "A model trained elsewhere: serve this ONNX file (fp32, batch dimension dynamic) instead of exporting "
+        "the run's checkpoint; its card is read from the graph."))] = None,
 ) -> None:
     """Export a trained run to ONNX (fp32, fp16, int8), verify each against PyTorch, and write a Triton model repository."""
     from trainserve.core.runs import existing_run_dir, run_dir
@@ -47,6 +50,12 @@ def export(
                                 max_queue_delay_us=max_queue_delay_us, cpu_instances=cpu_instances,
                                 gpu_instances=gpu_instances, cpu_threads=cpu_threads, tensorrt=tensorrt,
                                 cpu_variant=cpu_variant.value, gpu_variant=gpu_variant.value)  # type: ignore[arg-type]
+    if onnx is not None:
+        from trainserve.publish import publish_onnx
+
+        repo = publish_onnx(run_dir(run, runs_dir, writable=True), onnx, repo_cfg)
+        typer.echo(f"repository: {repo}  (served as it is, fp32, on both devices: trained elsewhere)")
+        return
     cfg = ExportConfig(opset=opset, eval_limit=eval_samples, seed=seed)
     folder = (existing_run_dir(run, runs_dir, writable=True) if checkpoint is None and card is None
               else run_dir(run, runs_dir, writable=True))

@@ -17,12 +17,20 @@ from trainserve.commands._cost_options import (
     SloP99,
     cost_options,
 )
-from trainserve.commands.choices import Family, Preset, RunDevice, RunsDirOpt
+from trainserve.commands._model_options import (
+    InputDtypeOpt,
+    InputShapeOpt,
+    ModelOpt,
+    NumClassesOpt,
+    VocabOpt,
+    model_fields,
+)
+from trainserve.commands.choices import Preset, RunDevice, RunsDirOpt
 from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS
 
 
 def run(
-    model: Annotated[Family, typer.Option("--model", "-m", help="Model family.")] = Family("cnn"),
+    model: ModelOpt = "cnn",
     preset: Annotated[Preset | None, typer.Option("--preset", "-p",
                                                help="Size preset (default: small on a GPU machine, tiny with --quick or "
                                                     "without a GPU).")] = None,
@@ -43,6 +51,13 @@ def run(
         "device (with a GPU, a CPU-vs-GPU training stage is added for it)."))] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help=(
         "With --target-accuracy: trainings per device, time to accuracy as mean ± sd (default 3)."))] = None,
+    input_shape: InputShapeOpt = None,
+    input_dtype: InputDtypeOpt = "float32",
+    vocab_size: VocabOpt = None,
+    num_classes: NumClassesOpt = None,
+    onnx: Annotated[Path | None, typer.Option("--onnx", help=(
+        "Serve a model trained elsewhere: skip training; its inputs are read from the graph, whose batch "
+        "dimension must be dynamic."))] = None,
     prices: PricesFile = None,
     price_cpu_core_hour: CpuCoreHour = None,
     price_gpu_hour: GpuHour = None,
@@ -66,9 +81,12 @@ def run(
 
     # prices and targets are checked before any stage runs, so a typo never costs a training run
     cost = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
-    cfg = RunConfig(model=model.value, preset=preset.value if preset else None, device=device.value, quick=quick,
-                    run=run_name, runs_dir=runs_dir, sweep=sweep, sweep_budget_s=sweep_budget_s, cost=cost,
-                    dataset=dataset, target_accuracy=target_accuracy, seeds=seeds)
+    fields = model_fields(model, input_shape, input_dtype, vocab_size, num_classes)
+    user_model = {k: v for k, v in fields.items() if k != "model" and v not in (None, "float32")}
+    cfg = RunConfig(model=fields["model"], user_model=user_model, onnx=onnx, preset=preset.value if preset else None,
+                    device=device.value, quick=quick, run=run_name, runs_dir=runs_dir, sweep=sweep,
+                    sweep_budget_s=sweep_budget_s, cost=cost, dataset=dataset, target_accuracy=target_accuracy,
+                    seeds=seeds)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display

@@ -7,8 +7,15 @@ from typing import Annotated
 
 import typer
 
+from trainserve.commands._model_options import (
+    InputDtypeOpt,
+    InputShapeOpt,
+    ModelOpt,
+    NumClassesOpt,
+    VocabOpt,
+    model_fields,
+)
 from trainserve.commands.choices import (
-    Family,
     LrScale,
     Placement,
     Precision,
@@ -19,7 +26,6 @@ from trainserve.commands.choices import (
 )
 from trainserve.core.errors import UserError
 
-ModelOpt = Annotated[Family, typer.Option("--model", "-m", help="Model family.")]
 PresetOpt = Annotated[Preset, typer.Option("--preset", "-p", help="Size preset.")]
 PrecisionOpt = Annotated[Precision, typer.Option(help="Autocast precision; fp16 adds a GradScaler.")]
 BatchOpt = Annotated[int, typer.Option("--batch-size", "-b", help="Samples per optimizer step.")]
@@ -45,8 +51,12 @@ SeedsOpt = Annotated[int | None, typer.Option("--seeds", help=(
 
 
 def train(
-    model: ModelOpt = Family("cnn"),
+    model: ModelOpt = "cnn",
     preset: PresetOpt = Preset("tiny"),
+    input_shape: InputShapeOpt = None,
+    input_dtype: InputDtypeOpt = "float32",
+    vocab_size: VocabOpt = None,
+    num_classes: NumClassesOpt = None,
     device: Annotated[TrainDevice, typer.Option(help=(
         "auto: cuda when a GPU is visible, else cpu; cpu,cuda trains on both (trainserve compare)."))] = TrainDevice("auto"),
     precision: PrecisionOpt = Precision("fp32"),
@@ -89,7 +99,8 @@ def train(
     from trainserve.train.config import TrainConfig
 
     devices = device.value.split(",")
-    cfg = TrainConfig(model=model.value, preset=preset.value, device=devices[0], precision=precision.value,
+    mine = model_fields(model, input_shape, input_dtype, vocab_size, num_classes)  # zoo family or your own
+    cfg = TrainConfig(**mine, preset=preset.value, device=devices[0], precision=precision.value,
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, lr_scale=lr_scale.value, seed=seed,
                       workers=workers, compile=compile, dataset=dataset, samples=samples,
                       warmup_steps=warmup_steps, sync_timing=sync_timing, find_max_batch=find_max_batch,
@@ -145,8 +156,12 @@ SweepBudgetOpt = Annotated[float, typer.Option("--sweep-budget-s", help=(
 
 
 def compare(
-    model: ModelOpt = Family("cnn"),
+    model: ModelOpt = "cnn",
     preset: PresetOpt = Preset("tiny"),
+    input_shape: InputShapeOpt = None,
+    input_dtype: InputDtypeOpt = "float32",
+    vocab_size: VocabOpt = None,
+    num_classes: NumClassesOpt = None,
     precision: PrecisionOpt = Precision("fp32"),
     batch_size: BatchOpt = 64,
     epochs: EpochsOpt = 1,
@@ -176,7 +191,8 @@ def compare(
     from trainserve.core.runs import run_dir
     from trainserve.train.config import TrainConfig
 
-    cfg = TrainConfig(model=model.value, preset=preset.value, device="cpu", precision=precision.value,
+    mine = model_fields(model, input_shape, input_dtype, vocab_size, num_classes)  # zoo family or your own
+    cfg = TrainConfig(**mine, preset=preset.value, device="cpu", precision=precision.value,
                       batch_size=batch_size, epochs=epochs, steps=steps, lr=lr, seed=seed, workers=workers,
                       compile=compile, dataset=dataset, samples=samples, warmup_steps=warmup_steps,
                       target_accuracy=target_accuracy)

@@ -32,7 +32,7 @@ class TensorSpec:
 class ModelCard:
     """What a trained model is: family, preset, architecture config, I/O, classes, precision."""
 
-    family: str  # "mlp" | "cnn" | "transformer"
+    family: str  # "mlp" | "cnn" | "transformer" | "user" (file.py:build) | "onnx" (trained elsewhere)
     preset: str | None
     config: dict[str, Any]  # the family's config dataclass as a dict
     inputs: list[TensorSpec]
@@ -49,8 +49,9 @@ class ModelCard:
 
     @property
     def name(self) -> str:
-        """The model's name in a model repository ("cnn" -> "cnn_cpu", "cnn_gpu")."""
-        return self.family
+        """The model's name in a model repository ("cnn" -> "cnn_cpu", "cnn_gpu"); a model of your own (family
+        "user") or an ONNX file trained elsewhere ("onnx") carries its name in its config."""
+        return str(self.config.get("name") or self.family) if self.family in ("user", "onnx") else self.family
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -102,6 +103,6 @@ def example_inputs(card: ModelCard, batch: int, seed: int = 0) -> dict[str, Any]
         if np.dtype(t.dtype).kind == "f":
             out[t.name] = rng.standard_normal(shape).astype(t.dtype)
         else:
-            high = int(card.config.get("vocab_size", 2))
+            high = int(card.config.get("vocab_size") or 2)  # an ONNX file trained elsewhere names no vocabulary
             out[t.name] = rng.integers(0, high, size=shape).astype(t.dtype)
     return out

@@ -49,6 +49,8 @@ def analyse(collection: Collection) -> dict[str, Any]:
     for name in sorted({model_key(e.record) for e in entries}):
         mine = [e for e in entries if model_key(e.record) == name]
         models[name] = _model_section(name, mine)
+        # an ONNX file trained elsewhere (trainserve run --onnx): its training columns say so, not "not measured"
+        models[name]["trained_here"] = (collection.card or {}).get("family") != "onnx"
     conclusions = [c for m in models.values() for c in m["conclusions"]]
     return {
         "schema_version": SUMMARY_SCHEMA_VERSION,
@@ -462,6 +464,10 @@ def _card_summary(card: dict[str, Any] | None) -> dict[str, Any] | None:
     out = {k: card.get(k) for k in ("family", "preset", "parameters", "dataset", "precision", "metrics")}
     data = card.get("data")
     out["train_samples"] = data.get("samples") if isinstance(data, dict) else None  # rows per epoch
+    config = card.get("config") or {}
+    if card.get("family") in ("user", "onnx"):  # which model was measured: the file and its hash
+        out |= {"name": config.get("name"), "reference": config.get("reference") or config.get("file"),
+                "sha256": config.get("sha256")}
     return out
 
 

@@ -18,7 +18,13 @@ from trainserve.report.plots import safe_name
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
+NOT_TRAINED_HERE = "not trained here"  # trainserve run --onnx: a model trained elsewhere
 FIGURE_ORDER = ("throughput", "latency", "memory", "ramp", "frontier", "maxbatch", "sweep")
+
+
+def _absent(model: dict[str, Any], label: str) -> str:
+    """What an empty column says: training columns of a model trained elsewhere say so."""
+    return NOT_TRAINED_HERE if label.startswith("Train") and not model.get("trained_here", True) else NOT_MEASURED
 
 
 def figures_of(model: str, figures: dict[str, bytes]) -> list[str]:
@@ -125,6 +131,8 @@ def _html_header(s: dict[str, Any]) -> str:
     if card:
         rows.append(("model card", f"{card.get('family')} / {card.get('preset') or 'custom'} · "
                      f"{u.num(card.get('parameters'))} parameters · {card.get('dataset') or 'dataset ?'}"))
+        if card.get("reference"):  # a model of the user's own, or an ONNX file trained elsewhere
+            rows.append(("model", f"{card.get('name')}: {card['reference']} · sha256 {card.get('sha256')}"))
     dl = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
     return (f"<header><h1>Training vs serving — run <code>{escape(s['run'])}</code></h1>"
             f"<div class='sub'>{len(s['records'])} profile records · generated {escape(s['generated'])}</div>"
@@ -177,7 +185,7 @@ def _html_measured_tiles(model: dict[str, Any]) -> str:
                  + lim.tile_note(model, d, "saturated"))):
             shown = withheld.html_tile_value(value) or (f"<div class='v small'>{escape(value)}</div>"
                                                         if value and value != u.MISSING
-                     else f"<div class='v nm'>{NOT_MEASURED}</div>")
+                     else f"<div class='v nm'>{_absent(model, 'Train' if title == 'training' else '')}</div>")
             tiles.append(f"<div class='tile {d}'><div class='k'>{DEVICE_LABEL[d]} · {escape(title)}</div>{shown}"
                          f"<div class='d'>{escape(detail)}</div></div>")
     return f"<div class='tiles'>{''.join(tiles)}</div>" if tiles else ""
@@ -188,7 +196,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     cols = columns(model)
     head = "".join(
         f"<th class='{v['device'] if v else _col_device(label)}'>{_two_lines(label)}"
-        + ("" if v else f"<span class='nm'>{NOT_MEASURED}</span>") + "</th>"
+        + ("" if v else f"<span class='nm'>{_absent(model, label)}</span>") + "</th>"
         for label, v in cols)
     body = []
     for group, rows in GROUPS:
@@ -414,6 +422,10 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
                   f"{', '.join(m['gpus']) if m['gpus'] else 'not measured'}")
     if s["versions"]:
         md.append("- **versions**: " + ", ".join(f"{k} {v}" for k, v in s["versions"].items()))
+    card = s.get("card") or {}
+    if card.get("reference"):  # a model of the user's own, or an ONNX file trained elsewhere
+        md.append(f"- **model**: {card.get('name')}: `{card['reference']}` · sha256 `{card.get('sha256')}` · "
+                  f"data: {card.get('dataset')}")
     md += ["", "## Summary", ""]
     md += [f"- {c}" for c in s["conclusions"]] + [""]
     md += withheld.md_section(s)
@@ -451,7 +463,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
         rows.append([f"**{group}**"] + [""] * len(cols))
         for label, cell in group_rows:
             rows.append([label] + [(withheld.md_text(cell(v)) if v else u.MISSING) for _, v in cols])
-    rows.append(["record"] + [f"`{v['source']}`" if v else NOT_MEASURED for _, v in cols])
+    rows.append(["record"] + [f"`{v['source']}`" if v else _absent(model, label) for label, v in cols])
     md += _md_table([""] + [label for label, _ in cols], rows)
     md += _md_limits(model)
     if model["max_batch"]:
