@@ -30,6 +30,7 @@ from trainserve.core.procs import (
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
+from trainserve.loadtest.servedrecord import add_server_cpu
 from trainserve.report import build_report
 from trainserve.train.models import FAMILIES
 
@@ -334,6 +335,7 @@ class _ServerWatch:
         self.sampler = Sampler(interval_s=0.2, pid=pid)
 
     def __enter__(self) -> _ServerWatch:
+        self.started_wall = time.time()  # the ramp's steps carry wall times; the sampler's timeline is relative
         self.sampler.start()
         return self
 
@@ -356,6 +358,7 @@ class _ServerWatch:
             u.cpu_process_max_percent = s["cpu_process_max_percent"]
         record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
             "sampled_by": "trainserve run (the server's pid and its children)"}
+        add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"])  # front end's share
         record.save(path)
 
 

@@ -31,7 +31,8 @@ def load(
     rate: Annotated[float | None, typer.Option(help="Open loop: Poisson arrivals per second.")] = None,
     duration: Annotated[str, typer.Option(help="Run time, e.g. 30s or 2m (with --ramp: the upper bound).")] = "30s",
     batch: Annotated[int, typer.Option(help="Rows per request.")] = 1,
-    processes: Annotated[int, typer.Option(help="Locust processes on this machine (master + workers).")] = 1,
+    processes: Annotated[int, typer.Option(help=(
+        "Locust processes on this machine (master + workers); 0: enough for the target within the free cores."))] = 0,
     ramp: Annotated[bool, typer.Option(help="Step users up until the p99 SLO breaks or throughput stops growing.")] = False,
     slo_p99_ms: Annotated[float, typer.Option(help="Ramp: p99 latency SLO in ms.")] = 100.0,
     ramp_step_s: Annotated[float, typer.Option(help="Ramp: seconds per step.")] = 10.0,

@@ -23,6 +23,8 @@ from trainserve.core.speedup import (
 from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
+from trainserve.report.attribution import attribution_section
+from trainserve.report.attribution import conclusions as attribution_conclusions
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.limits import (
     in_process_batch1,
@@ -160,7 +162,8 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
         "devices_measured": sorted({e.record.device for e in entries}, key=DEVICES.index),
     }
     section.update(limits_section(entries, section))
-    section["conclusions"] = _conclusions(section)
+    section.update(attribution_section(infer_entries))  # latency split and bounds (report/attribution.py)
+    section["conclusions"] = _conclusions(section) + attribution_conclusions(section)
     return section
 
 
