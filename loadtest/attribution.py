@@ -2,13 +2,13 @@
 
 The client's own time is calibrated against a null endpoint (trainserve.loadtest.nullserver): the
 same client code (loadtest/clients.py, the same request bytes, the same answer parsing) calls a
-loopback endpoint that answers a real server's canned answer at once, in another process. The
-client's CPU per call there (time.process_time over a few hundred calls, all threads of the
-process) is its own work per request: encoding, system calls, parsing. Wall time against the null
-endpoint is recorded beside it but not used, as it also holds the loopback hop and the null
-endpoint's reply, which belong to "network" under load. The server's health endpoint was the other
-candidate; it would fold the server's HTTP handling into the client's share, which is what this
-split is meant to separate.
+loopback endpoint that answers a real server's canned answer at once, in another process. Over a few
+hundred calls, the round trip minus the null endpoint's own CPU per call (read from its process) is
+the client's time per request: its CPU (encoding, system calls, parsing) and its own waiting, such as
+gRPC's hand-offs between its threads, plus a loopback hop of microseconds. The client's CPU per call
+is its floor. Locust's bookkeeping after a request is outside the timed call, so it is rightly not
+here. The server's health endpoint was the other candidate; it would fold the server's HTTP handling
+into the client's share, which is what this split is meant to separate.
 
 Queue and compute come from the server's own statistics (loadtest/serverstats.py) read before and
 after the window; the server's front end is its request duration minus those; the network is what
@@ -109,7 +109,7 @@ def capture_answer(url: str, info: ModelInfo, arrays: dict[str, np.ndarray], pro
 
 @contextlib.contextmanager
 def null_endpoint(protocol: str, answer: bytes):
-    """A running null endpoint (its own process) for the block; yields its HOST:PORT."""
+    """A running null endpoint (its own process) for the block; yields (HOST:PORT, its pid)."""
     with tempfile.TemporaryDirectory(prefix="trainserve-null.") as tmp:
         path = Path(tmp) / "answer.bin"
         path.write_bytes(answer)
@@ -119,7 +119,7 @@ def null_endpoint(protocol: str, answer: bytes):
             line = proc.stdout.readline().decode().strip() if proc.stdout else ""
             if not line.startswith("port "):
                 raise RuntimeError(f"the null endpoint did not start (exit code {proc.poll()})")
-            yield f"127.0.0.1:{line.split()[1]}"
+            yield f"127.0.0.1:{line.split()[1]}", proc.pid
         finally:
             proc.kill()
             proc.wait()
@@ -129,24 +129,46 @@ def null_endpoint(protocol: str, answer: bytes):
 
 def calibrate_client(url: str, info: ModelInfo, arrays: dict[str, np.ndarray], protocol: str, http_client: str,
                      want_outputs: bool, calls: int = CALIBRATION_CALLS) -> dict[str, Any]:
-    """The client's own time per request: {"client_cpu_ms", "null_rtt_ms", "calls"} (see the module docstring)."""
+    """The client's own time per request: {"client_ms", "client_cpu_ms", "null_rtt_ms", "null_cpu_ms", "calls"}."""
     from trainserve.loadtest.clients import GrpcInfer, HttpInfer
 
     answer = capture_answer(url, info, arrays, protocol)
-    with null_endpoint(protocol, answer) as null_url:
+    with null_endpoint(protocol, answer) as (null_url, pid):
         client: Any = (GrpcInfer(null_url, info, arrays, want_outputs=want_outputs) if protocol == "grpc" else
                        HttpInfer(null_url, info, arrays, mode=http_client, want_outputs=want_outputs))
         try:
             for _ in range(WARMUP_CALLS):
                 client.call()
+            n0 = _cpu_s(pid)
             cpu0, wall0 = time.process_time(), time.perf_counter()
             for _ in range(calls):
                 client.call()
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+            null_cpu = _cpu_s(pid) - n0
         finally:
             client.close()
-    return {"client_cpu_ms": round(min(cpu, wall) / calls * 1000, 4), "null_rtt_ms": round(wall / calls * 1000, 4),
-            "calls": calls, "protocol": protocol, "http_client": http_client if protocol == "http" else None}
+    per = lambda s: round(s / calls * 1000, 4)  # noqa: E731 -- seconds over all calls -> ms per call
+    client_ms = max(min(cpu, wall), wall - null_cpu)
+    return {"client_ms": per(client_ms), "client_cpu_ms": per(min(cpu, wall)), "null_rtt_ms": per(wall),
+            "null_cpu_ms": per(null_cpu), "calls": calls, "protocol": protocol,
+            "http_client": http_client if protocol == "http" else None}
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds of a process, all its threads, at nanosecond resolution where Linux's schedstat has them.
+
+    psutil's CPU times count clock ticks (10 ms), coarser than a few hundred calls of microseconds each.
+    """
+    total, seen = 0, False
+    for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            total += int(stat.read_text().split()[0])  # ns spent running
+            seen = True
+    if seen:
+        return total / 1e9
+    import psutil
+
+    return float(sum(psutil.Process(pid).cpu_times()[:2]))
 
 
 # --- ramp steps (runs on the Locust master, beside shapes.StepRamp) -------------------------------

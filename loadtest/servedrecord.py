@@ -25,7 +25,7 @@ def instances_of(instance_group: Any) -> int:
 def annotate(record: ProfileRecord, results: dict[str, Any], calibration: dict[str, Any] | None,
              server: dict[str, Any] | None, instances: int, slo_p99_ms: float) -> None:
     """Set record.served and each ramp row's client_cpu / attribution / bound."""
-    client_ms = (calibration or {}).get("client_cpu_ms")
+    client_ms = (calibration or {}).get("client_ms")
     client = from_results(results.get("load_generator") or {}, record.validity.window_s, results.get("workers") or 0)
     served = record.served = Served(client=client, device_busy_fraction=busy_fraction(server, instances))
     served.attribution = attribute(record.speed.latency.mean_ms, client_ms, server)
