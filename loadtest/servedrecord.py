@@ -66,10 +66,10 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
         if "SLO" in reason:
             served.bound = Bound("slo", f"the latency SLO: the next step had {reason}")
         elif "grew less" in reason:
-            served.bound = Bound("plateau", f"{reason}, while neither the device, the front end nor the client "
-                                            "was measured saturated (a limit this run does not measure)")
+            served.bound = Bound("plateau", f"a plateau: {reason}, while neither the device, the front end nor the "
+                                            "client was measured saturated (a limit this run does not measure)")
         else:
-            served.bound = Bound("load", reason or "the ramp's user or time limit")
+            served.bound = Bound("load", f"the offered load: {reason or 'the ramp reached its user or time limit'}")
         return
     served.bound = _decide(record, served.client, served.device_busy_fraction, served.frontend_cpu_cores, None)
 

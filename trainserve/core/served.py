@@ -62,7 +62,7 @@ class Attribution:
 
 @dataclass
 class Bound:
-    """What limited a figure: kind in BOUND_KINDS, and the sentence that says so."""
+    """What limited a figure: kind in BOUND_KINDS, and a clause that names it first ("the GPU: busy ...")."""
 
     kind: str
     detail: str
@@ -92,8 +92,8 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
                  server_cpu_cores_available: int | None = None) -> Bound:
     """The one rule: the client first (its figure is not the server's), then the device, the front end, the SLO."""
     if client.saturated:
-        return Bound("client", f"the load generator was saturated ({client.note}): this is the client's limit, "
-                               "not the server's; add --processes")
+        return Bound("client", f"the client: the load generator was saturated ({client.note}), so this is the "
+                               "client's limit, not the server's; add --processes")
     busy = [f"its model executions kept it busy {device_busy:.0%} of the time"] \
         if device_busy is not None and device_busy >= BUSY_FRACTION else []
     if device == "cuda" and gpu_util_percent is not None and gpu_util_percent >= BUSY_FRACTION * 100:
@@ -102,9 +102,9 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
             and frontend_cpu_cores >= BUSY_FRACTION * server_cpu_cores_available:
         busy.append(f"the server used {frontend_cpu_cores:.1f} of {server_cpu_cores_available} cores")
     if busy:
-        return Bound("device", f"the {'GPU' if device == 'cuda' else 'CPU'} was busy: " + "; ".join(busy))
+        return Bound("device", f"the {'GPU' if device == 'cuda' else 'CPU'}: busy, " + "; ".join(busy))
     if device == "cuda" and frontend_cpu_cores is not None and frontend_cpu_cores >= BUSY_FRACTION * frontends:
-        return Bound("frontend", f"the server's front end was CPU-bound: {frontend_cpu_cores:.2f} cores for "
+        return Bound("frontend", f"the server's front end: CPU-bound at {frontend_cpu_cores:.2f} cores for "
                                  f"{frontends} front-end process{'es' if frontends != 1 else ''} (one core each)")
     if slo_broken:
         return Bound("slo", f"the latency SLO: {slo_broken}")

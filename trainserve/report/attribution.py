@@ -18,9 +18,6 @@ from trainserve.report.collect import Entry
 
 PART_LABELS = {"client": "client's own time", "network": "network and the rest", "frontend": "server front end",
                "queue": "server queue", "compute": "server compute"}
-BOUND_WORDS = {"client": "the client (load generator saturated)", "device": "the device (busy ≥ 90%)",
-               "frontend": "the server's front end (CPU-bound)", "slo": "the latency SLO",
-               "plateau": "a plateau (nothing measured saturated)", "load": "the offered load (nothing saturated)"}
 
 
 def attribution_section(entries: list[Entry]) -> dict[str, Any]:
@@ -73,12 +70,12 @@ def _bound(b: Any) -> dict[str, str] | None:
 
 
 def bound_sentence(p: dict[str, Any]) -> str:
-    """"GPU · batch 1 · 16 users: 5,012 req/s — bounded by the device (busy ≥ 90%): ..."."""
+    """"GPU · batch 1 · 16 users: 5,012 req/s — bounded by the GPU: busy, ..."."""
     b = p.get("bound")
     what = f"{u.num(p['requests_s'])} req/s" if p.get("requests_s") is not None else "no throughput"
     if not b:
         return f"{p['label']}: {what} — bound not measured (a record from before attribution)."
-    return f"{p['label']}: {what} — bounded by {BOUND_WORDS.get(b['kind'], b['kind'])}: {b['detail']}."
+    return f"{p['label']}: {what} — bounded by {b['detail']}."
 
 
 def capacity_sentences(section: dict[str, Any]) -> list[str]:
@@ -92,8 +89,7 @@ def capacity_sentences(section: dict[str, Any]) -> list[str]:
             continue
         slo = f" (p99 ≤ {c['slo_p99_ms']:g} ms)" if c.get("slo_p99_ms") else ""
         out.append(f"{where}: capacity within the SLO{slo} is {u.num(c['requests_s'])} req/s at {c['users']} users, "
-                   f"bounded by {BOUND_WORDS.get(b.get('kind', ''), b.get('kind', 'an unknown limit'))}: "
-                   f"{b.get('detail', 'not measured')}.")
+                   f"bounded by {b.get('detail', 'a limit not measured')}.")
     return out
 
 
