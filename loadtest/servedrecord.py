@@ -119,12 +119,15 @@ class ServedWindow:
 
         self.calibration: dict[str, Any] | None = None
         self.problem: str | None = None
-        try:
-            self.calibration = calibrate_client(url, info, arrays, protocol, http_client, want_outputs)
-        except Exception as e:  # noqa: BLE001 -- no calibration leaves the client's share unknown, not the load undone
-            self.problem = f"the client's own time was not calibrated ({e}); its share is left out"
-            logging.getLogger(__name__).warning("%s", self.problem)
         self.reader = StatsReader(url, info.name, protocol)
+        # without the server's statistics there is nothing to split, so the server is not sent the calibration's
+        # one real request either
+        if self.reader.snapshot() is not None:
+            try:
+                self.calibration = calibrate_client(url, info, arrays, protocol, http_client, want_outputs)
+            except Exception as e:  # noqa: BLE001 -- the client's share unknown, the load still done
+                self.problem = f"the client's own time was not calibrated ({e}); its share is left out"
+                logging.getLogger(__name__).warning("%s", self.problem)
         self.before = self.reader.snapshot()
         self._clock = time.perf_counter
         self.t0 = self._clock()
