@@ -72,6 +72,9 @@ def test_html_and_markdown_show_the_stacked_bars_and_the_bounds(report: Path) ->
     assert png.is_file() and png.read_bytes().startswith(b"\x89PNG")
     assert "Where the time goes, and what bounded each figure" in html and "alt='attribution-cnn.png'" in html
     assert "![attribution-cnn.png](attribution-cnn.png)" in md
+    # the main table names each served column's bound: the saturated GPU column is the client's figure
+    row = next(line for line in md.splitlines() if line.startswith("| bounded by |"))
+    assert "client" in row
     for text in (html, md):
         assert "4 users: 293 req/s — bounded by the client: the load generator was saturated" in text
         assert "1 user (ramp): 1,087 req/s — bounded by the offered load: nothing saturated." in text

@@ -23,7 +23,7 @@ from trainserve.core.speedup import (
 from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
-from trainserve.report.attribution import attribution_section
+from trainserve.report.attribution import attribution_section, bound_of
 from trainserve.report.attribution import conclusions as attribution_conclusions
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.limits import (
@@ -126,6 +126,7 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[s
         "partial": r.validity.partial,
         "errors": bounds.errors_of(r, point),  # {field: {"short", "error"}}: figures withheld, null above
         "warnings": list(r.validity.warnings),
+        "bound": bound_of(r, point),  # what limited this figure (core/served.py), None before attribution
     }
 
 

@@ -57,6 +57,14 @@ def attribution_section(entries: list[Entry]) -> dict[str, Any]:
     return {"attribution": points, "capacity_bounds": capacity}
 
 
+def bound_of(record: Any, point: dict[str, Any] | None) -> dict[str, str] | None:
+    """The bound of a record's own figure, or of one ramp step."""
+    if point is not None:
+        b = point.get("bound")
+        return {"kind": b["kind"], "detail": b["detail"]} if isinstance(b, dict) and "kind" in b else None
+    return _bound(record.served.bound) if record.served is not None else None
+
+
 def _label(device: str, batch: int, users: int | None) -> str:
     who = "open loop" if users is None else f"{users} user{'s' if users != 1 else ''}"
     return f"{DEVICE_LABEL[device]} · batch {batch} · {who}"
