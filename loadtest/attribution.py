@@ -2,13 +2,15 @@
 
 The client's own time is calibrated against a null endpoint (trainserve.loadtest.nullserver): the
 same client code (loadtest/clients.py, the same request bytes, the same answer parsing) calls a
-loopback endpoint that answers a real server's canned answer at once, in another process. Over a few
-hundred calls, the round trip minus the null endpoint's own CPU per call (read from its process) is
-the client's time per request: its CPU (encoding, system calls, parsing) and its own waiting, such as
-gRPC's hand-offs between its threads, plus a loopback hop of microseconds. The client's CPU per call
-is its floor. Locust's bookkeeping after a request is outside the timed call, so it is rightly not
-here. The server's health endpoint was the other candidate; it would fold the server's HTTP handling
-into the client's share, which is what this split is meant to separate.
+loopback endpoint that answers a real server's canned answer at once, in another process; the client
+runs in a process of its own set up as a Locust worker is (gevent's monkey-patching, gRPC on gevent's
+loop: loadtest/calibrate.py), as that setup costs time of its own. Over a few hundred calls, the
+median round trip minus the null endpoint's own CPU per call (read from its process) is the client's
+time per request: its CPU (encoding, system calls, parsing) and its own waiting, such as gRPC's
+hand-offs between its threads, plus a loopback hop of microseconds. The client's CPU per call is its
+floor. Locust's bookkeeping after a request is outside the timed call, so it is rightly not here. The
+server's health endpoint was the other candidate; it would fold the server's HTTP handling into the
+client's share, which is what this split is meant to separate.
 
 Queue and compute come from the server's own statistics (loadtest/serverstats.py) read before and
 after the window; the server's front end is its request duration minus those; the network is what
@@ -128,29 +130,31 @@ def null_endpoint(protocol: str, answer: bytes):
 
 
 def calibrate_client(url: str, info: ModelInfo, arrays: dict[str, np.ndarray], protocol: str, http_client: str,
-                     want_outputs: bool, calls: int = CALIBRATION_CALLS) -> dict[str, Any]:
-    """The client's own time per request: {"client_ms", "client_cpu_ms", "null_rtt_ms", "null_cpu_ms", "calls"}."""
-    from trainserve.loadtest.clients import GrpcInfer, HttpInfer
+                     want_outputs: bool, batch: int, input_data: str, calls: int = CALIBRATION_CALLS) -> dict[str, Any]:
+    """The client's own time per request: {"client_ms", "client_cpu_ms", "null_rtt_ms", "null_cpu_ms", "calls"}.
+
+    The calls come from a child process set up as a Locust worker is (loadtest/calibrate.py).
+    """
+    import json
 
     answer = capture_answer(url, info, arrays, protocol)
+    spec = {"server": url, "model": info.name, "protocol": protocol, "batch": batch, "input_data": input_data,
+            "http_client": http_client, "want_outputs": want_outputs, "calls": calls, "warmup": WARMUP_CALLS}
     with null_endpoint(protocol, answer) as (null_url, pid):
-        client: Any = (GrpcInfer(null_url, info, arrays, want_outputs=want_outputs) if protocol == "grpc" else
-                       HttpInfer(null_url, info, arrays, mode=http_client, want_outputs=want_outputs))
-        try:
-            for _ in range(WARMUP_CALLS):
-                client.call()
-            n0 = _cpu_s(pid)
-            cpu0, wall0 = time.process_time(), time.perf_counter()
-            for _ in range(calls):
-                client.call()
-            cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-            null_cpu = _cpu_s(pid) - n0
-        finally:
-            client.close()
-    per = lambda s: round(s / calls * 1000, 4)  # noqa: E731 -- seconds over all calls -> ms per call
-    client_ms = max(min(cpu, wall), wall - null_cpu)
-    return {"client_ms": per(client_ms), "client_cpu_ms": per(min(cpu, wall)), "null_rtt_ms": per(wall),
-            "null_cpu_ms": per(null_cpu), "calls": calls, "protocol": protocol,
+        n0 = _cpu_s(pid)
+        done = subprocess.run([sys.executable, "-m", "trainserve.loadtest.calibrate", json.dumps({**spec, "null": null_url})],
+                              capture_output=True, text=True, env=child_env(), timeout=120)
+        null_cpu = _cpu_s(pid) - n0
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        raise RuntimeError(f"the calibration client failed (exit code {done.returncode}): "
+                           f"{(done.stderr.strip().splitlines() or ['no output'])[-1][:200]}")
+    got = json.loads(lines[-1])
+    cpu, wall = min(got["cpu_s"], got["wall_s"]) / calls, got["median_call_s"]  # s per call
+    null_cpu = null_cpu / (calls + WARMUP_CALLS)  # the null endpoint also answered the warm-up calls
+    ms = lambda s: round(s * 1000, 4)  # noqa: E731
+    return {"client_ms": ms(max(cpu, wall - null_cpu)), "client_cpu_ms": ms(cpu), "null_rtt_ms": ms(wall),
+            "null_cpu_ms": ms(null_cpu), "calls": calls, "protocol": protocol,
             "http_client": http_client if protocol == "http" else None}
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import socket
 import sys
-import threading
 from pathlib import Path
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
@@ -20,9 +19,9 @@ MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
 def _serve_http(answer: bytes) -> None:
     listener = socket.create_server(("127.0.0.1", 0))
     print(f"port {listener.getsockname()[1]}", flush=True)
-    while True:
-        conn, _ = listener.accept()
-        threading.Thread(target=_http_connection, args=(conn, answer), daemon=True).start()
+    while True:  # one connection at a time, on the main thread: the calibration's one client, and its CPU
+        conn, _ = listener.accept()  # stays on a thread that outlives it (the caller reads it per thread)
+        _http_connection(conn, answer)
 
 
 def _http_connection(conn: socket.socket, answer: bytes) -> None:

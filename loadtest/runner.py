@@ -144,7 +144,8 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         results_path = staging / "results.json"
         cmd = locust_command(config, staging / target, results_path)
         log.debug("load: %s", " ".join(cmd))
-        served = ServedWindow(config.url, info, arrays, config.protocol, config.http_client, config.validate != "off")
+        served = ServedWindow(config.url, info, arrays, config.protocol, config.http_client, config.validate != "off",
+                              config.batch, config.input_data)
         scraper = MetricsScraper(config.metrics_url or "", config.model).start()
         returncode, stderr_tail = _run_locust(cmd, config.duration_s + 60.0 + (600.0 if config.ramp else 0.0))
         scraper.stop()

@@ -110,7 +110,7 @@ class ServedWindow:
     """Around one load test: the client's calibration and the server's statistics before, then after."""
 
     def __init__(self, url: str, info: Any, arrays: dict[str, Any], protocol: str, http_client: str,
-                 want_outputs: bool) -> None:
+                 want_outputs: bool, batch: int, input_data: str) -> None:
         import logging
         import time
 
@@ -124,7 +124,8 @@ class ServedWindow:
         # one real request either
         if self.reader.snapshot() is not None:
             try:
-                self.calibration = calibrate_client(url, info, arrays, protocol, http_client, want_outputs)
+                self.calibration = calibrate_client(url, info, arrays, protocol, http_client, want_outputs,
+                                                    batch, input_data)
             except Exception as e:  # noqa: BLE001 -- the client's share unknown, the load still done
                 self.problem = f"the client's own time was not calibrated ({e}); its share is left out"
                 logging.getLogger(__name__).warning("%s", self.problem)
