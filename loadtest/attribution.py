@@ -102,7 +102,8 @@ def capture_answer(url: str, info: ModelInfo, arrays: dict[str, np.ndarray], pro
         data = resp.read()
         if resp.status != 200:
             raise RuntimeError(f"the server answered {resp.status}: {data[:200]!r}")
-        keep = [(k, v) for k, v in resp.getheaders() if k.lower() in ("content-type", "inference-header-content-length")]
+        wanted = ("content-type", "inference-header-content-length")
+        keep = [(k, v) for k, v in resp.getheaders() if k.lower() in wanted]
     finally:
         conn.close()
     head = ["HTTP/1.1 200 OK", *(f"{k}: {v}" for k, v in keep), f"Content-Length: {len(data)}"]
@@ -142,8 +143,8 @@ def calibrate_client(url: str, info: ModelInfo, arrays: dict[str, np.ndarray], p
             "http_client": http_client, "want_outputs": want_outputs, "calls": calls, "warmup": WARMUP_CALLS}
     with null_endpoint(protocol, answer) as (null_url, pid):
         n0 = _cpu_s(pid)
-        done = subprocess.run([sys.executable, "-m", "trainserve.loadtest.calibrate", json.dumps({**spec, "null": null_url})],
-                              capture_output=True, text=True, env=child_env(), timeout=120)
+        argv = [sys.executable, "-m", "trainserve.loadtest.calibrate", json.dumps({**spec, "null": null_url})]
+        done = subprocess.run(argv, capture_output=True, text=True, env=child_env(), timeout=120)
         null_cpu = _cpu_s(pid) - n0
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:

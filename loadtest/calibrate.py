@@ -1,4 +1,4 @@
-"""The calibration's client process: the load's own client code, under gevent as in a Locust worker, against the null endpoint.
+"""The calibration's client: the load's own client code, under gevent as in a Locust worker, against the null endpoint.
 
 `python -m trainserve.loadtest.calibrate SPEC_JSON` reads the model's metadata from the real server,
 builds the same request the users send, makes `calls` timed calls to the null endpoint after a

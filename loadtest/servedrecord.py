@@ -1,4 +1,4 @@
-"""Fill a load record's `served` part (trainserve.core.served): client CPU, attribution and bound, per record and per ramp step.
+"""Fill a load record's `served` part (core/served.py): client CPU, attribution and bound, per record and per ramp step.
 
 `annotate` runs in the load runner once Locust is done; `add_server_cpu` runs in `trainserve run`,
 which alone samples the server process's CPU, and re-decides the bounds with it.

@@ -1,4 +1,4 @@
-"""Latency attribution on the real embedded server over loopback: the parts, the server's own counts, the null endpoint."""
+"""Latency attribution on the real embedded server over loopback: the parts, the server's counts, the null endpoint."""
 
 from __future__ import annotations
 

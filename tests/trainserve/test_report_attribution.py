@@ -37,7 +37,8 @@ def _add_served(run: Path) -> Path:
     gpu.served = Served(client=ClientCpu(per_process_core_fraction={"local": 0.97}, cores=1, saturated=True,
                                          note="process local used 97% of a core"),
                         attribution=_split(13.9, 6.2, 2.0, 4.0, 0.8),
-                        bound=Bound("client", "the client: the load generator was saturated (process local used 97% of a core)"))
+                        bound=Bound("client", "the client: the load generator was saturated (process local used "
+                                              "97% of a core)"))
     gpu.save(run / "load" / "embedded-gpu-b512.json")
     return run
 

@@ -112,7 +112,8 @@ def server_adds_sentences(section: dict[str, Any]) -> list[str]:
         p = min(mine, key=lambda q: (q["batch_size"], q["attribution"]["latency_ms"]))
         a = p["attribution"]
         client = f"the client's own time {u.ms(a['client'])}, " if a.get("client") is not None else ""
-        out.append(f"{section['model']} on the {DEVICE_LABEL[d]} ({p['label']}): the server adds {u.ms(a['server_ms'])} "
+        out.append(f"{section['model']} on the {DEVICE_LABEL[d]} ({p['label']}): the server adds "
+                   f"{u.ms(a['server_ms'])} "
                    f"by its own statistics (queue {u.ms(a['queue'])}, compute {u.ms(a['compute'])}, front end "
                    f"{u.ms(a['frontend'])}); of the client's mean latency {u.ms(a['latency_ms'])}, {client}"
                    f"network and the rest {u.ms(a['network'])}."
