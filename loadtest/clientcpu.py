@@ -22,16 +22,21 @@ REQUESTS_S_PER_PROCESS = 800.0
 USERS_PER_PROCESS = 16
 
 
-def auto_processes(*, mode: str, users: int | None, rate: float | None, ramp_max_users: int, device: str,
-                   cpus: int | None = None) -> int:
-    """Locust processes for a target: enough for its users or rate, within the cores the server leaves free.
+def process_cap(device: str, cpus: int | None = None) -> int:
+    """The most Locust processes beside a server on this machine.
 
-    Against a GPU server a quarter of the usable cores, at most 8 (the server's front end and its
-    sessions' threads need the rest); against a CPU server an eighth, since every client core is one
-    the server's onnxruntime threads lose when both share the machine.
+    Beside a GPU server half the usable cores, at most 16 (its front ends and the model's process need
+    the other half; the GPU's batch-1 capacity is tens of thousands of requests/s, a process's about a
+    thousand); beside a CPU server an eighth, since every client core is one its onnxruntime threads lose.
     """
     cpus = cpus or usable_cpus()
-    cap = max(1, min(8, cpus // 4)) if device == "cuda" else max(1, cpus // 8)
+    return max(1, min(16, cpus // 2)) if device == "cuda" else max(1, cpus // 8)
+
+
+def auto_processes(*, mode: str, users: int | None, rate: float | None, ramp_max_users: int, device: str,
+                   cpus: int | None = None) -> int:
+    """Locust processes for a target: enough for its users or rate, within `process_cap`."""
+    cap = process_cap(device, cpus)
     if mode == "open":
         need = math.ceil((rate or 0.0) / REQUESTS_S_PER_PROCESS)
     elif mode == "ramp":

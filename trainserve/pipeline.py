@@ -24,12 +24,12 @@ from trainserve.core.procs import (
     child_env,
     interrupts_stop_children,
     trainserve_argv,
-    usable_cpus,
     wait_ready,
 )
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
+from trainserve.loadtest.clientcpu import process_cap
 from trainserve.loadtest.servedrecord import add_server_cpu
 from trainserve.report import build_report
 from trainserve.train.models import FAMILIES
@@ -363,11 +363,9 @@ class _ServerWatch:
 
 
 def ramp_processes(device: str) -> int:
-    """Locust processes for the batch-1 ramp: 1 against a CPU server; against a GPU server a quarter of
-    the usable cores, at most 8 (the server's event loop and its sessions' threads need the rest)."""
-    if device != "cuda":
-        return 1
-    return max(1, min(8, usable_cpus() // 4))
+    """Locust processes for the batch-1 ramp: 1 against a CPU server (it needs the cores); against a GPU
+    server as many as the host spares (loadtest/clientcpu.process_cap), as the plan reads capacity off it."""
+    return process_cap("cuda") if device == "cuda" else 1
 
 
 def _failed(stage: str, log_path: Path, why: str) -> UserError:

@@ -13,11 +13,12 @@ from trainserve.loadtest.servedrecord import annotate
 
 
 def test_auto_processes_grow_with_the_target_within_the_free_cores() -> None:
-    # against a GPU server: enough for the users or rate, at most a quarter of the cores and 8
+    # against a GPU server: enough for the users or rate, at most half the cores and 16
     assert auto_processes(mode="closed", users=1, rate=None, ramp_max_users=64, device="cuda", cpus=16) == 1
     assert auto_processes(mode="ramp", users=None, rate=None, ramp_max_users=64, device="cuda", cpus=16) == 4
+    assert auto_processes(mode="ramp", users=None, rate=None, ramp_max_users=256, device="cuda", cpus=16) == 8
     assert auto_processes(mode="open", users=None, rate=5000, ramp_max_users=64, device="cuda", cpus=64) == 7
-    assert auto_processes(mode="open", users=None, rate=50000, ramp_max_users=64, device="cuda", cpus=128) == 8
+    assert auto_processes(mode="open", users=None, rate=50000, ramp_max_users=64, device="cuda", cpus=128) == 16
     # against a CPU server the client takes cores the server needs: an eighth; a 2-core machine gets one
     assert auto_processes(mode="ramp", users=None, rate=None, ramp_max_users=64, device="cpu", cpus=2) == 1
     assert auto_processes(mode="ramp", users=None, rate=None, ramp_max_users=64, device="cpu", cpus=32) == 4
