@@ -53,6 +53,9 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
         row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
                                        row.get("frontend_cpu_cores"), broken))
     saturation = record.extra.get("saturation") or {}
+    if rows and saturation and saturation.get("users") is None:
+        served.bound = Bound("slo", f"the latency SLO: no step met it ({saturation.get('reason') or 'from the first'})")
+        return
     if rows and saturation.get("users") is not None:
         i = next((k for k, r in enumerate(rows) if r.get("users") == saturation["users"]), None)
         # the capacity point and the step after it, where the ramp stopped: what saturated there bounds it

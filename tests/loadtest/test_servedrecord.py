@@ -44,3 +44,10 @@ def test_a_front_end_at_its_core_in_the_next_step_bounds_the_capacity() -> None:
 def test_instances_come_from_the_instance_groups() -> None:
     assert instances_of([{"kind": "KIND_GPU", "count": 2}, {"kind": "KIND_GPU", "count": 1}]) == 3
     assert instances_of(None) == 1 and instances_of([{}]) == 1
+
+
+def test_a_ramp_with_no_step_inside_the_slo_is_bounded_by_it() -> None:
+    r = _ramp_record()
+    r.extra["saturation"] = {"users": None, "requests_s": None, "reason": "p99 25 ms > SLO 20.0 ms"}
+    redecide(r)
+    assert r.served.bound.kind == "slo" and "no step met it (p99 25 ms > SLO 20.0 ms)" in r.served.bound.detail
