@@ -81,8 +81,11 @@ def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, fronte
             broken: str | None) -> Bound:
     served = record.served
     assert served is not None
-    gpu = record.utilization.gpu_util_mean_percent if not record.extra.get("ramp") else None
-    return decide_bound(client=client, device_busy=busy, gpu_util_percent=gpu, frontend_cpu_cores=frontend_cores,
+    # the whole run's means describe a plain record; a ramp's steps each have their own, unknown, share of them
+    whole = not record.extra.get("ramp")
+    return decide_bound(client=client, device_busy=busy, frontend_cpu_cores=frontend_cores,
+                        gpu_util_percent=record.utilization.gpu_util_mean_percent if whole else None,
+                        system_cpu_percent=record.utilization.cpu_system_mean_percent if whole else None,
                         frontends=served.frontends, device=record.device, slo_broken=broken,
                         server_cpu_cores_available=(record.host or {}).get("logical_cpus"))
 

@@ -25,6 +25,10 @@ def test_the_device_is_busy_by_its_executions_or_its_utilization() -> None:
     # a CPU server's process using nearly all cores: the CPU is the device, and it is busy
     b = _bound(device="cpu", frontend_cpu_cores=15.0, server_cpu_cores_available=16)
     assert b.kind == "device" and "15.0 of 16 cores" in b.detail
+    # a CPU server on loopback: its client's share of the host counts, the host's CPUs are the device
+    b = _bound(device="cpu", frontend_cpu_cores=1.2, server_cpu_cores_available=2, system_cpu_percent=96.0)
+    assert b.kind == "device" and "96% busy (server and client together)" in b.detail
+    assert _bound(device="cuda", system_cpu_percent=96.0).kind == "load"  # a GPU's host CPU is not its device
 
 
 def test_a_gpu_servers_front_end_saturates_at_one_core_per_process() -> None:

@@ -89,7 +89,7 @@ NESTED: dict[tuple[str, str], type] = {
 
 def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_percent: float | None,
                  frontend_cpu_cores: float | None, frontends: int, device: str, slo_broken: str | None,
-                 server_cpu_cores_available: int | None = None) -> Bound:
+                 server_cpu_cores_available: int | None = None, system_cpu_percent: float | None = None) -> Bound:
     """The one rule: the client first (its figure is not the server's), then the device, the front end, the SLO."""
     if client.saturated:
         return Bound("client", f"the client: the load generator was saturated ({client.note}), so this is the "
@@ -101,6 +101,9 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
     if device == "cpu" and frontend_cpu_cores is not None and server_cpu_cores_available \
             and frontend_cpu_cores >= BUSY_FRACTION * server_cpu_cores_available:
         busy.append(f"the server used {frontend_cpu_cores:.1f} of {server_cpu_cores_available} cores")
+    if device == "cpu" and system_cpu_percent is not None and system_cpu_percent >= BUSY_FRACTION * 100:
+        # a server on loopback shares the host's cores with its client: together they can fill them
+        busy.append(f"the host's CPUs were {system_cpu_percent:.0f}% busy (server and client together)")
     if busy:
         return Bound("device", f"the {'GPU' if device == 'cuda' else 'CPU'}: busy, " + "; ".join(busy))
     if device == "cuda" and frontend_cpu_cores is not None and frontend_cpu_cores >= BUSY_FRACTION * frontends:
