@@ -51,7 +51,7 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
         broken = f"p99 {row['p99_ms']} ms > {slo:g} ms" if slo and row.get("p99_ms") is not None \
             and row["p99_ms"] > slo else None
         row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
-                                       row.get("frontend_cpu_cores"), broken))
+                                       row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent")))
     saturation = record.extra.get("saturation") or {}
     if rows and saturation and saturation.get("users") is None:
         served.bound = Bound("slo", f"the latency SLO: no step met it ({saturation.get('reason') or 'from the first'})")
@@ -78,14 +78,14 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
 
 
 def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, frontend_cores: float | None,
-            broken: str | None) -> Bound:
+            broken: str | None, step_system_cpu: float | None = None) -> Bound:
     served = record.served
     assert served is not None
-    # the whole run's means describe a plain record; a ramp's steps each have their own, unknown, share of them
+    # the whole run's means describe a plain record; a ramp's steps have only what was sampled in their window
     whole = not record.extra.get("ramp")
     return decide_bound(client=client, device_busy=busy, frontend_cpu_cores=frontend_cores,
                         gpu_util_percent=record.utilization.gpu_util_mean_percent if whole else None,
-                        system_cpu_percent=record.utilization.cpu_system_mean_percent if whole else None,
+                        system_cpu_percent=record.utilization.cpu_system_mean_percent if whole else step_system_cpu,
                         frontends=served.frontends, device=record.device, slo_broken=broken,
                         server_cpu_cores_available=(record.host or {}).get("logical_cpus"))
 
@@ -96,7 +96,7 @@ def _client(d: dict[str, Any] | None) -> ClientCpu:
 
 def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], started_wall: float,
                    mean_percent: float | None) -> None:
-    """The server process's CPU (100 = one core), whole window and per ramp step, then the bounds again."""
+    """The server process's CPU (100 = one core) and the host's, per record and ramp step; then the bounds again."""
     if record.served is None:
         return
     if mean_percent is not None:
@@ -105,10 +105,13 @@ def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], starte
         t0, t1 = row.get("wall_start"), row.get("wall_end")
         if t0 is None or t1 is None:
             continue
-        inside = [p["cpu_process_percent"] for p in timeline
-                  if p.get("cpu_process_percent") is not None and t0 <= started_wall + p["t_s"] <= t1]
-        if inside:
-            row["frontend_cpu_cores"] = round(sum(inside) / len(inside) / 100, 3)
+        inside = [p for p in timeline if t0 <= started_wall + p["t_s"] <= t1]
+        process = [p["cpu_process_percent"] for p in inside if p.get("cpu_process_percent") is not None]
+        system = [p["cpu_system_percent"] for p in inside if p.get("cpu_system_percent") is not None]
+        if process:
+            row["frontend_cpu_cores"] = round(sum(process) / len(process) / 100, 3)
+        if system:
+            row["system_cpu_percent"] = round(sum(system) / len(system), 2)
     redecide(record)
 
 

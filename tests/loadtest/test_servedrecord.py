@@ -41,6 +41,18 @@ def test_a_front_end_at_its_core_in_the_next_step_bounds_the_capacity() -> None:
     assert r.served.bound.kind == "frontend" and "0.97 cores for 1 front-end process" in r.served.bound.detail
 
 
+def test_a_cpu_servers_step_with_the_host_busy_is_bounded_by_the_device() -> None:
+    r = _ramp_record()
+    r.device = "cpu"
+    timeline = [{"t_s": t, "cpu_process_percent": 120.0, "cpu_system_percent": 60.0 if t < 10 else 97.0}
+                for t in (1.0, 5.0, 11.0, 15.0)]
+    add_server_cpu(r, timeline, started_wall=1000.0, mean_percent=120.0)
+    steps = r.extra["ramp"]
+    assert [s["system_cpu_percent"] for s in steps] == [60.0, 97.0]
+    assert [s["bound"]["kind"] for s in steps] == ["load", "device"]
+    assert r.served.bound.kind == "device" and "97% busy" in r.served.bound.detail
+
+
 def test_instances_come_from_the_instance_groups() -> None:
     assert instances_of([{"kind": "KIND_GPU", "count": 2}, {"kind": "KIND_GPU", "count": 1}]) == 3
     assert instances_of(None) == 1 and instances_of([{}]) == 1

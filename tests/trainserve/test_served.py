@@ -27,7 +27,7 @@ def test_the_device_is_busy_by_its_executions_or_its_utilization() -> None:
     assert b.kind == "device" and "15.0 of 16 cores" in b.detail
     # a CPU server on loopback: its client's share of the host counts, the host's CPUs are the device
     b = _bound(device="cpu", frontend_cpu_cores=1.2, server_cpu_cores_available=2, system_cpu_percent=96.0)
-    assert b.kind == "device" and "96% busy (server and client together)" in b.detail
+    assert b.kind == "device" and "96% busy (the server, its client and anything else)" in b.detail
     assert _bound(device="cuda", system_cpu_percent=96.0).kind == "load"  # a GPU's host CPU is not its device
 
 

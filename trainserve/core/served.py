@@ -103,7 +103,7 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
         busy.append(f"the server used {frontend_cpu_cores:.1f} of {server_cpu_cores_available} cores")
     if device == "cpu" and system_cpu_percent is not None and system_cpu_percent >= BUSY_FRACTION * 100:
         # a server on loopback shares the host's cores with its client: together they can fill them
-        busy.append(f"the host's CPUs were {system_cpu_percent:.0f}% busy (server and client together)")
+        busy.append(f"the host's CPUs were {system_cpu_percent:.0f}% busy (the server, its client and anything else)")
     if busy:
         return Bound("device", f"the {'GPU' if device == 'cuda' else 'CPU'}: busy, " + "; ".join(busy))
     if device == "cuda" and frontend_cpu_cores is not None and frontend_cpu_cores >= BUSY_FRACTION * frontends:
