@@ -6,13 +6,18 @@ which alone samples the server process's CPU, and re-decides the bounds with it.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 from trainserve.core.profile import ProfileRecord
-from trainserve.core.served import BUSY_FRACTION, Bound, ClientCpu, Served, as_dict, decide_bound
-from trainserve.loadtest.attribution import attribute
+from trainserve.core.served import Bound, ClientCpu, Served, as_dict, decide_bound
+from trainserve.loadtest.attribution import attribute, calibrate_client
 from trainserve.loadtest.clientcpu import from_results
-from trainserve.loadtest.serverstats import busy_fraction
+from trainserve.loadtest.model_info import ModelInfo
+from trainserve.loadtest.serverstats import StatsReader, busy_fraction, window
+
+log = logging.getLogger(__name__)
 
 
 def instances_of(instance_group: Any) -> int:
@@ -118,14 +123,8 @@ def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], starte
 class ServedWindow:
     """Around one load test: the client's calibration and the server's statistics before, then after."""
 
-    def __init__(self, url: str, info: Any, arrays: dict[str, Any], protocol: str, http_client: str,
+    def __init__(self, url: str, info: ModelInfo, arrays: dict[str, Any], protocol: str, http_client: str,
                  want_outputs: bool, batch: int, input_data: str) -> None:
-        import logging
-        import time
-
-        from trainserve.loadtest.attribution import calibrate_client
-        from trainserve.loadtest.serverstats import StatsReader
-
         self.calibration: dict[str, Any] | None = None
         self.problem: str | None = None
         self.reader = StatsReader(url, info.name, protocol)
@@ -137,16 +136,13 @@ class ServedWindow:
                                                     batch, input_data)
             except Exception as e:  # noqa: BLE001 -- the client's share unknown, the load still done
                 self.problem = f"the client's own time was not calibrated ({e}); its share is left out"
-                logging.getLogger(__name__).warning("%s", self.problem)
+                log.warning("%s", self.problem)
         self.before = self.reader.snapshot()
-        self._clock = time.perf_counter
-        self.t0 = self._clock()
+        self.t0 = time.perf_counter()
         self.server: dict[str, Any] | None = None
 
     def stop(self) -> None:
-        from trainserve.loadtest.serverstats import window
-
-        self.server = window(self.before, self.reader.snapshot(), self._clock() - self.t0)
+        self.server = window(self.before, self.reader.snapshot(), time.perf_counter() - self.t0)
 
     def annotate(self, record: ProfileRecord, results: dict[str, Any], instances: int, slo_p99_ms: float) -> None:
         annotate(record, results, self.calibration, self.server, instances, slo_p99_ms)
@@ -155,6 +151,3 @@ class ServedWindow:
         elif self.server is None:
             record.validity.warnings.append("the server did not answer its statistics extension: no latency "
                                             "attribution and no device-busy figure")
-
-
-__all__ = ["BUSY_FRACTION", "ServedWindow", "add_server_cpu", "annotate", "instances_of", "redecide"]
