@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import json
 import logging
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from trainserve.core.procs import child_env
-from trainserve.core.served import Attribution
+from trainserve.core.served import Attribution, as_dict
 from trainserve.loadtest.clientcpu import StepCpu
 from trainserve.loadtest.model_info import ModelInfo
 from trainserve.loadtest.serverstats import StatsReader, window
@@ -136,8 +137,6 @@ def calibrate_client(url: str, info: ModelInfo, arrays: dict[str, np.ndarray], p
 
     The calls come from a child process set up as a Locust worker is (loadtest/calibrate.py).
     """
-    import json
-
     answer = capture_answer(url, info, arrays, protocol)
     spec = {"server": url, "model": info.name, "protocol": protocol, "batch": batch, "input_data": input_data,
             "http_client": http_client, "want_outputs": want_outputs, "calls": calls, "warmup": WARMUP_CALLS}
@@ -189,8 +188,6 @@ class StepWindow:
         self.t0, self.wall0 = time.perf_counter(), time.time()
 
     def finish(self, mean_ms: float | None) -> dict[str, Any]:
-        from trainserve.core.served import as_dict
-
         seconds = time.perf_counter() - self.t0
         return {"mean_ms": mean_ms, "client_cpu": as_dict(self.cpu.finish()),
                 "server": window(self.before, self.reader.snapshot(), seconds),
