@@ -44,6 +44,8 @@ def test_the_parts_sum_to_the_client_latency_from_the_servers_own_counts(tmp_pat
     assert cal["protocol"] == protocol and 0 < cal["client_cpu_ms"] <= a["client_ms"] == cal["client_ms"]
     assert rec["served"]["bound"]["kind"] in ("load", "device", "frontend", "client")
     assert rec["served"]["client"]["cores"] == 1 and rec["settings"]["processes"] == 1  # 2 users: one process
+    assert f"(the server adds {a['server_ms']:.2f} ms by its own statistics)" in p.stdout  # the CLI says it too
+    assert "bounded by " in p.stdout
 
 
 def test_the_null_endpoint_calibrates_and_leaves_no_process(embedded_server: dict[str, str]) -> None:

@@ -62,5 +62,10 @@ def load(
     lat = record.speed.latency
     typer.echo(f"{record.speed.requests_s} req/s, {record.speed.throughput_samples_s} samples/s, "
                f"p50 {lat.p50_ms} ms, p99 {lat.p99_ms} ms, p99.9 {lat.p999_ms} ms -> {path}")
+    served = record.served
+    if served is not None and served.attribution is not None:
+        typer.echo(served.attribution.line())
+    if served is not None and served.bound is not None:
+        typer.echo(f"bounded by {served.bound.detail}")
     for w in record.validity.warnings:
         typer.secho(f"warning: {w}", err=True, fg="yellow")

@@ -54,6 +54,14 @@ class Attribution:
     consistent: bool = True  # the measured parts fit inside the latency (within tolerance)
     note: str = ""
 
+    def line(self) -> str:
+        """One line for the CLI: "mean 2.21 ms = client 0.01 + network 1.47 + ... (the server adds 0.77 ms)"."""
+        f = lambda x: "?" if x is None else f"{x:.2f}"  # noqa: E731
+        return (f"mean {f(self.latency_ms)} ms = client {f(self.client_ms)} + network and the rest "
+                f"{f(self.network_ms)} + server front end {f(self.frontend_ms)} + queue {f(self.queue_ms)} + compute "
+                f"{f(self.compute_ms)} ms (the server adds {f(self.server_ms)} ms by its own statistics)"
+                + ("" if self.consistent else f"; inconsistent: {self.note}"))
+
     def parts(self) -> dict[str, float | None]:
         """The stacked bar's segments, bottom to top; they sum to latency_ms."""
         return {"client": self.client_ms, "network": self.network_ms, "frontend": self.frontend_ms,
