@@ -10,9 +10,10 @@ from trainserve.report import units as u
 from trainserve.report.attribution import PART_LABELS, bound_sentence, capacity_sentences
 from trainserve.report.attribution_plot import figure_name
 
-INTRO = ("Each served point's mean latency, split: the client's own time (its CPU per request against a null "
-         "endpoint that answers at once), the server's front end, queue and compute (the server's own statistics "
-         "over the same window), and network and the rest (what is left). Beside each point, what bounded it.")
+INTRO = ("Each served point's mean latency, split: the client's own time (its calls, timed against a null endpoint "
+         "that answers at once, less that endpoint's own CPU), the server's front end, queue and compute (the "
+         "server's own statistics over the same window), and network and the rest (what is left). Beside each "
+         "point, what bounded it.")
 HEADER = ["point", "mean latency", *PART_LABELS.values(), "server total", "mean batch", "bound"]
 
 
