@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example usermodel
+#           export run example usermodel attribution
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -52,6 +52,8 @@ sweep-transformer)  # the training sweep of the small transformer on both device
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)
   step export_gpu 150 env OUT="$R" $py benchmarks/export_gpu.py --preset small --repeats 20 ;;
+attribution)  # issue 23 items 3-4: client CPU, latency split and bound per point, through `trainserve load`
+  step attribution_check 560 env OUT="$R" $py benchmarks/attribution_check.py --device cuda --preset small --seconds 10 --ramp-step-s 15 --ramp-max-users 32 ;;
 run)
   step run 580 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" ;;
 example)  # docs/example-report: the main job on digits, trained to 95% on each device, priced, planned for 10k req/s

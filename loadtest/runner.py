@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainserve.loadtest.clientcpu import auto_processes
 from trainserve.loadtest.metrics import MetricsScraper
 from trainserve.loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
 from trainserve.loadtest.options import strip_scheme
+from trainserve.loadtest.servedrecord import ServedWindow, instances_of
 from trainserve.core.errors import UserError
 from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
@@ -35,7 +37,6 @@ from trainserve.core.runs import run_dir
 log = logging.getLogger(__name__)
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 _TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-CPU_WARN_FRACTION = 0.9  # of one core per load-generator process
 
 
 @dataclass
@@ -49,7 +50,7 @@ class LoadConfig:
     rate: float | None = None  # open loop: Poisson arrivals per second
     duration_s: float = 30.0  # measured run time (the ramp's upper bound)
     batch: int = 1  # rows per request
-    processes: int = 1  # Locust processes (>1: master and workers)
+    processes: int = 0  # Locust processes (>1: master and workers); 0: enough for the target (clientcpu.py)
     ramp: bool = False  # step ramp of users until saturation
     run: str = "default"
     runs_dir: Path | None = None
@@ -79,7 +80,7 @@ class LoadConfig:
             ("rate", self.rate, self.rate is None or self.rate > 0, "> 0 per second"),
             ("duration", self.duration_s, self.duration_s > 0, "> 0 s"),
             ("batch", self.batch, self.batch >= 1, ">= 1"),
-            ("processes", self.processes, self.processes >= 1, ">= 1"),
+            ("processes", self.processes, self.processes >= 0, ">= 0 (0: from the target and the cores)"),
             ("slo_p99_ms", self.slo_p99_ms, self.slo_p99_ms > 0, "> 0 ms"),
             ("ramp_step_s", self.ramp_step_s, self.ramp_step_s > 0, "> 0 s"),
             ("ramp_max_users", self.ramp_max_users, self.ramp_max_users >= 1, ">= 1"),
@@ -130,7 +131,10 @@ def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[
 def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
     """Run one load test; returns the record's path and the record (raises UserError after writing a partial one)."""
     info = fetch_model_info(config.url, config.model, config.protocol)
-    build_arrays(info, config.batch, config.input_data)  # a bad batch or .npz fails here, not in every user
+    arrays = build_arrays(info, config.batch, config.input_data)  # a bad batch or .npz fails here, not in every user
+    if config.processes == 0:
+        config.processes = auto_processes(mode=config.mode, users=config.users, rate=config.rate,
+                                          ramp_max_users=config.ramp_max_users, device=info.device)
     target = config.target or default_target(config, info)
     out_dir = run_dir(config.run, config.runs_dir, writable=True) / "load"
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -141,14 +145,18 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         results_path = staging / "results.json"
         cmd = locust_command(config, staging / target, results_path)
         log.debug("load: %s", " ".join(cmd))
+        served = ServedWindow(config.url, info, arrays, config.protocol, config.http_client, config.validate != "off",
+                              config.batch, config.input_data)
         scraper = MetricsScraper(config.metrics_url or "", config.model).start()
         returncode, stderr_tail = _run_locust(cmd, config.duration_s + 60.0 + (600.0 if config.ramp else 0.0))
         scraper.stop()
+        served.stop()
         if not results_path.exists():
             raise UserError(f"Locust stopped before measuring anything (exit code {returncode}): "
                             f"{stderr_tail or 'no output'}")
         results = json.loads(results_path.read_text())
         record = build_record(config, info, target, results, scraper.summary(), returncode)
+        served.annotate(record, results, instances_of(info.config.get("instance_group")), config.slo_p99_ms)
         for f in [*staging.glob(f"{target}_*.csv"), *staging.glob(f"{target}.html")]:
             os.replace(f, out_dir / f.name)
         path = out_dir / f"{target}.json"
@@ -205,10 +213,6 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
     gen = results.get("load_generator") or {}
     v = record.validity
     v.window_s, v.samples = window, ok * config.batch
-    frac = gen.get("max_process_core_fraction")
-    if frac is not None and frac >= CPU_WARN_FRACTION:
-        v.warnings.append(f"a load-generator process used {frac:.0%} of a core: the client, not the server, may "
-                          "limit this measurement; add --processes")
     if results.get("failures"):
         v.warnings.append(f"{results['failures']} of {results['requests']} requests failed")
     if results.get("aborted"):

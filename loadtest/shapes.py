@@ -18,6 +18,7 @@ from typing import Any
 
 from locust import LoadTestShape
 
+from trainserve.loadtest.attribution import StepWindow
 from trainserve.loadtest.histogram import Histogram
 from trainserve.loadtest.options import LoadOptions
 from trainserve.loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser
@@ -75,6 +76,7 @@ class StepRamp(LoadTestShape):
             self.step_started = time.perf_counter()
             self.snapshot = collector.total.copy()
             self.failures_at_start = self.runner.stats.total.num_failures
+            self.served = StepWindow(collector, opts.server_url, opts.model_name, opts.protocol)
         cls = TritonGrpcUser if opts.protocol == "grpc" else TritonHttpUser
         return users, float(max(users, 1)) * 10, [cls]  # spawn the whole step at once
 
@@ -89,7 +91,7 @@ class StepRamp(LoadTestShape):
                "throughput_samples_s": round(requests_s * opts.batch_size, 2),
                "p50_ms": summary["p50_ms"], "p90_ms": summary["p90_ms"], "p99_ms": summary["p99_ms"],
                "p999_ms": summary["p999_ms"], "failures": self.runner.stats.total.num_failures - self.failures_at_start,
-               "window_s": round(window, 3)}
+               "window_s": round(window, 3), **self.served.finish(summary["mean_ms"])}
         steps = collector.ramp
         steps.append(row)
         log.info("ramp step: %d users, %.1f req/s, p99 %s ms", users, requests_s, summary["p99_ms"])

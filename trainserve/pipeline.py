@@ -24,12 +24,13 @@ from trainserve.core.procs import (
     child_env,
     interrupts_stop_children,
     trainserve_argv,
-    usable_cpus,
     wait_ready,
 )
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
+from trainserve.loadtest.clientcpu import process_cap
+from trainserve.loadtest.servedrecord import add_server_cpu
 from trainserve.report import build_report
 from trainserve.train.models import FAMILIES
 from trainserve.train.onnx_only import card_from_onnx, onnx_model_name
@@ -377,6 +378,7 @@ class _ServerWatch:
         self.sampler = Sampler(interval_s=0.2, pid=pid)
 
     def __enter__(self) -> _ServerWatch:
+        self.started_wall = time.time()  # the ramp's steps carry wall times; the sampler's timeline is relative
         self.sampler.start()
         return self
 
@@ -399,15 +401,14 @@ class _ServerWatch:
             u.cpu_process_max_percent = s["cpu_process_max_percent"]
         record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
             "sampled_by": "trainserve run (the server's pid and its children)"}
+        add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"])  # front end's share
         record.save(path)
 
 
 def ramp_processes(device: str) -> int:
-    """Locust processes for the batch-1 ramp: 1 against a CPU server; against a GPU server a quarter of
-    the usable cores, at most 8 (the server's event loop and its sessions' threads need the rest)."""
-    if device != "cuda":
-        return 1
-    return max(1, min(8, usable_cpus() // 4))
+    """Locust processes for the batch-1 ramp: 1 against a CPU server (it needs the cores); against a GPU
+    server as many as the host spares (loadtest/clientcpu.process_cap), as the plan reads capacity off it."""
+    return process_cap("cuda") if device == "cuda" else 1
 
 
 def _failed(stage: str, log_path: Path, why: str) -> UserError:

@@ -31,7 +31,8 @@ def load(
     rate: Annotated[float | None, typer.Option(help="Open loop: Poisson arrivals per second.")] = None,
     duration: Annotated[str, typer.Option(help="Run time, e.g. 30s or 2m (with --ramp: the upper bound).")] = "30s",
     batch: Annotated[int, typer.Option(help="Rows per request.")] = 1,
-    processes: Annotated[int, typer.Option(help="Locust processes on this machine (master + workers).")] = 1,
+    processes: Annotated[int, typer.Option(help=(
+        "Locust processes on this machine (master + workers); 0: enough for the target within the free cores."))] = 0,
     ramp: Annotated[bool, typer.Option(help="Step users up until the p99 SLO breaks or throughput stops growing.")] = False,
     slo_p99_ms: Annotated[float, typer.Option(help="Ramp: p99 latency SLO in ms.")] = 100.0,
     ramp_step_s: Annotated[float, typer.Option(help="Ramp: seconds per step.")] = 10.0,
@@ -61,5 +62,10 @@ def load(
     lat = record.speed.latency
     typer.echo(f"{record.speed.requests_s} req/s, {record.speed.throughput_samples_s} samples/s, "
                f"p50 {lat.p50_ms} ms, p99 {lat.p99_ms} ms, p99.9 {lat.p999_ms} ms -> {path}")
+    served = record.served
+    if served is not None and served.attribution is not None:
+        typer.echo(served.attribution.line())
+    if served is not None and served.bound is not None:
+        typer.echo(f"bounded by {served.bound.detail}")
     for w in record.validity.warnings:
         typer.secho(f"warning: {w}", err=True, fg="yellow")

@@ -152,7 +152,10 @@ def check_record(record: ProfileRecord, limit: Limit | None = None) -> list[Viol
 
 def _check_point(point: dict[str, Any], record: ProfileRecord, limit: Limit | None) -> list[Violation]:
     gen = record.extra.get("load_generator")
-    found = [check_client(gen.get("max_process_core_fraction") if isinstance(gen, dict) else None)]
+    step = point.get("client_cpu")  # the step's own client CPU (core/served.py): a late step's saturation is its own
+    fraction = max(step.get("per_process_core_fraction", {}).values(), default=None) if isinstance(step, dict) \
+        else gen.get("max_process_core_fraction") if isinstance(gen, dict) else None
+    found = [check_client(fraction)]
     if limit is None:
         return [v for v in found if v is not None]
     found += [check_latency(point.get("p50_ms"), limit.p50_ms_by_batch.get(record.batch_size), record.device,

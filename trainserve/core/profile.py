@@ -20,6 +20,8 @@ from typing import Any, Literal
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
+from trainserve.core.served import NESTED as _SERVED_NESTED
+from trainserve.core.served import Served
 from trainserve.core.version import version as trainserve_version
 
 SCHEMA_VERSION = 1
@@ -165,6 +167,7 @@ class ProfileRecord:
     energy: Energy = field(default_factory=Energy)
     validity: Validity = field(default_factory=Validity)
     time_to_accuracy: TimeToAccuracy | None = None  # training with --target-accuracy only
+    served: Served | None = None  # inference under load: client CPU, latency attribution, bound (core/served.py)
     settings: dict[str, Any] = field(default_factory=dict)  # threads, workers, compile, lr, ...
     extra: dict[str, Any] = field(default_factory=dict)  # stage-specific details
     versions: dict[str, str] = field(default_factory=dict)
@@ -220,6 +223,8 @@ _NESTED: dict[tuple[str, str], type] = {
     ("ProfileRecord", "validity"): Validity,
     ("ProfileRecord", "time_to_accuracy"): TimeToAccuracy,
     ("Speed", "latency"): LatencyStats,
+    ("ProfileRecord", "served"): Served,
+    **_SERVED_NESTED,
 }
 
 

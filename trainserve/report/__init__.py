@@ -15,6 +15,7 @@ from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
 from trainserve.report import perf_csv
 from trainserve.report.analysis import analyse
+from trainserve.report.attribution_plot import attribution_figures
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
 from trainserve.report.cost_plot import cost_figures
@@ -50,6 +51,7 @@ def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
     figures: dict[str, bytes] = cost_figures(summary)
     for section in summary["models"].values():
         figures.update(model_figures(section))
+        figures.update(attribution_figures(section))
     final = run_dir / "report"
     with staged_dir(final) as tmp:
         for name, png in figures.items():

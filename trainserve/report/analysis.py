@@ -23,6 +23,8 @@ from trainserve.core.speedup import (
 from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
+from trainserve.report.attribution import attribution_section, bound_of
+from trainserve.report.attribution import conclusions as attribution_conclusions
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.memory_compare import memory_compare
 from trainserve.report.memory_compare import sentences as memory_sentences
@@ -128,6 +130,7 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[s
         "partial": r.validity.partial,
         "errors": bounds.errors_of(r, point),  # {field: {"short", "error"}}: figures withheld, null above
         "warnings": list(r.validity.warnings),
+        "bound": bound_of(r, point),  # what limited this figure (core/served.py), None before attribution
     }
 
 
@@ -166,7 +169,8 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
     }
     section.update(limits_section(entries, section))
     section["memory_compare"] = memory_compare(entries, section)
-    section["conclusions"] = _conclusions(section)
+    section.update(attribution_section(infer_entries))  # latency split and bounds (report/attribution.py)
+    section["conclusions"] = _conclusions(section) + attribution_conclusions(section)
     return section
 
 

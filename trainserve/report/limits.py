@@ -103,7 +103,8 @@ def limit_conclusions(section: dict[str, Any]) -> list[str]:
         b1 = f"onnxruntime in process answers batch 1 in {u.ms(lim['batch1_p50_ms'])} ({lim['batch1_threads']} " \
              f"thread{'s' if lim['batch1_threads'] != 1 else ''})"
         if svl.get("batch1_overhead_ms") is not None:
-            b1 += f"; the server adds {u.ms(svl['batch1_overhead_ms'])} to that"
+            # the client's view; what the server itself adds comes from its own statistics (report/attribution.py)
+            b1 += f"; the served p50 is {u.ms(svl['batch1_overhead_ms'])} above that"
         peak = f"its best is {u.num(lim['best_throughput_samples_s'])} samples/s at batch {lim['best_batch']}"
         if svl.get("saturated_efficiency") is not None:
             peak += f", of which the saturated server reaches {u.fraction(svl['saturated_efficiency'])}"

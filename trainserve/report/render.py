@@ -10,7 +10,7 @@ import base64
 from html import escape
 from typing import Any
 
-from trainserve.report import cost_render, withheld
+from trainserve.report import attribution_render, cost_render, withheld
 from trainserve.report import limits as lim
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
@@ -223,7 +223,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
             + _html_limits(model) + _html_max_batch(model) + _html_time_to_accuracy(model)
             + _html_operating_points(model)
             + (f"<div class='figs'>{figs}</div>" if figs else "")
-            + _html_ramps(model) + "</section>")
+            + _html_ramps(model) + attribution_render.html_section(model, figures) + "</section>")
 
 
 def _path(path: str) -> str:
@@ -485,6 +485,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
                         [[_users_or_rate(p), *map(withheld.md_text, _ramp_cells(p))] for p in r["points"]])
     md += [f"![{n}]({n})" for n in figures_of(model["model"], figures)] + [""]
+    md += attribution_render.md_section(model, figures, _md_table)
     return md
 
 

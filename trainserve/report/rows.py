@@ -48,6 +48,7 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("p99", _lat("p99_ms")),
         ("p99.9", _lat("p999_ms")),
         ("max", _lat("max_ms")),
+        ("bounded by", lambda v: "" if v["phase"] == "train" else (v.get("bound") or {}).get("kind", u.MISSING)),
     ]),
     ("Limit: onnxruntime in process, no server", [
         ("in-process limit (batch-1 p50 / best samples/s)", row_limit),

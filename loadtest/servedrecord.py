@@ -1,0 +1,153 @@
+"""Fill a load record's `served` part (core/served.py): client CPU, attribution and bound, per record and per ramp step.
+
+`annotate` runs in the load runner once Locust is done; `add_server_cpu` runs in `trainserve run`,
+which alone samples the server process's CPU, and re-decides the bounds with it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from trainserve.core.profile import ProfileRecord
+from trainserve.core.served import Bound, ClientCpu, Served, as_dict, decide_bound
+from trainserve.loadtest.attribution import attribute, calibrate_client
+from trainserve.loadtest.clientcpu import from_results
+from trainserve.loadtest.model_info import ModelInfo
+from trainserve.loadtest.serverstats import StatsReader, busy_fraction, window
+
+log = logging.getLogger(__name__)
+
+
+def instances_of(instance_group: Any) -> int:
+    """Model instances a server runs (Triton's instance_group counts), 1 when not stated."""
+    if not isinstance(instance_group, list):
+        return 1
+    return max(1, sum(int(g.get("count", 1) or 1) for g in instance_group if isinstance(g, dict)))
+
+
+def annotate(record: ProfileRecord, results: dict[str, Any], calibration: dict[str, Any] | None,
+             server: dict[str, Any] | None, instances: int, slo_p99_ms: float) -> None:
+    """Set record.served and each ramp row's client_cpu / attribution / bound."""
+    client_ms = (calibration or {}).get("client_ms")
+    client = from_results(results.get("load_generator") or {}, record.validity.window_s, results.get("workers") or 0)
+    served = record.served = Served(client=client, device_busy_fraction=busy_fraction(server, instances))
+    served.attribution = attribute(record.speed.latency.mean_ms, client_ms, server)
+    record.extra["attribution"] = {"calibration": calibration, "server_window": server, "instances": instances}
+    for row in record.extra.get("ramp") or []:
+        row["attribution"] = as_dict(attribute(row.get("mean_ms"), client_ms, row.get("server")))
+        row["device_busy_fraction"] = busy_fraction(row.get("server"), instances)
+    record.settings["slo_p99_ms"] = slo_p99_ms
+    redecide(record, slo_p99_ms)
+    if client.saturated:
+        record.validity.warnings.append(f"the load generator was saturated ({client.note}): the figures are the "
+                                        "client's limit, not the server's; add --processes")
+
+
+def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
+    """The bound of every ramp step and of the record's own figure (the ramp's capacity, or the record's load)."""
+    served = record.served
+    if served is None:
+        return
+    slo = slo_p99_ms if slo_p99_ms is not None else (record.settings.get("slo_p99_ms") or None)
+    rows = record.extra.get("ramp") or []
+    for row in rows:
+        broken = f"p99 {row['p99_ms']} ms > {slo:g} ms" if slo and row.get("p99_ms") is not None \
+            and row["p99_ms"] > slo else None
+        row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
+                                       row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent")))
+    saturation = record.extra.get("saturation") or {}
+    if rows and saturation and saturation.get("users") is None:
+        served.bound = Bound("slo", f"the latency SLO: no step met it ({saturation.get('reason') or 'from the first'})")
+        return
+    if rows and saturation.get("users") is not None:
+        i = next((k for k, r in enumerate(rows) if r.get("users") == saturation["users"]), None)
+        # the capacity point and the step after it, where the ramp stopped: what saturated there bounds it
+        near = rows[i:i + 2] if i is not None else rows[-1:]
+        for kind in ("client", "device", "frontend"):
+            hit = next((r["bound"] for r in near if r["bound"]["kind"] == kind), None)
+            if hit:
+                served.bound = Bound(hit["kind"], hit["detail"])
+                return
+        reason = saturation.get("reason") or ""
+        if "SLO" in reason:
+            served.bound = Bound("slo", f"the latency SLO: the next step had {reason}")
+        elif "grew less" in reason:
+            served.bound = Bound("plateau", f"a plateau: {reason}, while neither the device, the front end nor the "
+                                            "client was measured saturated (a limit this run does not measure)")
+        else:
+            served.bound = Bound("load", f"the offered load: {reason or 'the ramp reached its user or time limit'}")
+        return
+    served.bound = _decide(record, served.client, served.device_busy_fraction, served.frontend_cpu_cores, None)
+
+
+def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, frontend_cores: float | None,
+            broken: str | None, step_system_cpu: float | None = None) -> Bound:
+    served = record.served
+    assert served is not None
+    # the whole run's means describe a plain record; a ramp's steps have only what was sampled in their window
+    whole = not record.extra.get("ramp")
+    return decide_bound(client=client, device_busy=busy, frontend_cpu_cores=frontend_cores,
+                        gpu_util_percent=record.utilization.gpu_util_mean_percent if whole else None,
+                        system_cpu_percent=record.utilization.cpu_system_mean_percent if whole else step_system_cpu,
+                        frontends=served.frontends, device=record.device, slo_broken=broken,
+                        server_cpu_cores_available=(record.host or {}).get("logical_cpus"))
+
+
+def _client(d: dict[str, Any] | None) -> ClientCpu:
+    return ClientCpu(**d) if isinstance(d, dict) else ClientCpu()
+
+
+def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], started_wall: float,
+                   mean_percent: float | None) -> None:
+    """The server process's CPU (100 = one core) and the host's, per record and ramp step; then the bounds again."""
+    if record.served is None:
+        return
+    if mean_percent is not None:
+        record.served.frontend_cpu_cores = round(mean_percent / 100, 3)
+    for row in record.extra.get("ramp") or []:
+        t0, t1 = row.get("wall_start"), row.get("wall_end")
+        if t0 is None or t1 is None:
+            continue
+        inside = [p for p in timeline if t0 <= started_wall + p["t_s"] <= t1]
+        process = [p["cpu_process_percent"] for p in inside if p.get("cpu_process_percent") is not None]
+        system = [p["cpu_system_percent"] for p in inside if p.get("cpu_system_percent") is not None]
+        if process:
+            row["frontend_cpu_cores"] = round(sum(process) / len(process) / 100, 3)
+        if system:
+            row["system_cpu_percent"] = round(sum(system) / len(system), 2)
+    redecide(record)
+
+
+class ServedWindow:
+    """Around one load test: the client's calibration and the server's statistics before, then after."""
+
+    def __init__(self, url: str, info: ModelInfo, arrays: dict[str, Any], protocol: str, http_client: str,
+                 want_outputs: bool, batch: int, input_data: str) -> None:
+        self.calibration: dict[str, Any] | None = None
+        self.problem: str | None = None
+        self.reader = StatsReader(url, info.name, protocol)
+        # without the server's statistics there is nothing to split, so the server is not sent the calibration's
+        # one real request either
+        if self.reader.snapshot() is not None:
+            try:
+                self.calibration = calibrate_client(url, info, arrays, protocol, http_client, want_outputs,
+                                                    batch, input_data)
+            except Exception as e:  # noqa: BLE001 -- the client's share unknown, the load still done
+                self.problem = f"the client's own time was not calibrated ({e}); its share is left out"
+                log.warning("%s", self.problem)
+        self.before = self.reader.snapshot()
+        self.t0 = time.perf_counter()
+        self.server: dict[str, Any] | None = None
+
+    def stop(self) -> None:
+        self.server = window(self.before, self.reader.snapshot(), time.perf_counter() - self.t0)
+
+    def annotate(self, record: ProfileRecord, results: dict[str, Any], instances: int, slo_p99_ms: float) -> None:
+        annotate(record, results, self.calibration, self.server, instances, slo_p99_ms)
+        if self.problem:
+            record.validity.warnings.append(self.problem)
+        elif self.server is None:
+            record.validity.warnings.append("the server did not answer its statistics extension: no latency "
+                                            "attribution and no device-busy figure")

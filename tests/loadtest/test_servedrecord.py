@@ -1,0 +1,65 @@
+"""The server process's CPU, added by `trainserve run` per ramp step, and the bounds decided again with it."""
+
+from __future__ import annotations
+
+from trainserve.core.profile import ProfileRecord
+from trainserve.core.served import ClientCpu, Served, as_dict
+from trainserve.loadtest.servedrecord import add_server_cpu, instances_of, redecide
+
+
+def _ramp_record() -> ProfileRecord:
+    r = ProfileRecord(phase="infer", model="cnn_gpu", backend="onnxruntime", device="cuda", batch_size=1)
+    r.served = Served(client=ClientCpu())
+    r.settings["slo_p99_ms"] = 20.0
+    idle = as_dict(ClientCpu(per_process_core_fraction={"w1": 0.3}))
+    r.extra["ramp"] = [
+        {"users": 4, "requests_s": 3000.0, "p99_ms": 5.0, "client_cpu": idle, "device_busy_fraction": 0.3,
+         "wall_start": 1000.0, "wall_end": 1010.0},
+        {"users": 8, "requests_s": 3100.0, "p99_ms": 25.0, "client_cpu": idle, "device_busy_fraction": 0.3,
+         "wall_start": 1010.0, "wall_end": 1020.0},
+    ]
+    r.extra["saturation"] = {"users": 4, "requests_s": 3000.0, "reason": "p99 25 ms > SLO 20.0 ms"}
+    return r
+
+
+def test_without_the_servers_cpu_the_capacity_is_bounded_by_the_slo() -> None:
+    r = _ramp_record()
+    redecide(r)
+    assert [s["bound"]["kind"] for s in r.extra["ramp"]] == ["load", "slo"]
+    assert r.served.bound.kind == "slo" and "the next step had p99 25 ms" in r.served.bound.detail
+
+
+def test_a_front_end_at_its_core_in_the_next_step_bounds_the_capacity() -> None:
+    r = _ramp_record()
+    # the sampler started at wall time 1000; its process CPU (100 = one core) is 40% in step 1, 97% in step 2
+    timeline = [{"t_s": t, "cpu_process_percent": 40.0 if t < 10 else 97.0} for t in (1.0, 5.0, 11.0, 15.0, 19.0)]
+    add_server_cpu(r, timeline, started_wall=1000.0, mean_percent=70.0)
+    steps = r.extra["ramp"]
+    assert steps[0]["frontend_cpu_cores"] == 0.4 and steps[1]["frontend_cpu_cores"] == 0.97
+    assert [s["bound"]["kind"] for s in steps] == ["load", "frontend"]
+    assert r.served.frontend_cpu_cores == 0.7
+    assert r.served.bound.kind == "frontend" and "0.97 cores for 1 front-end process" in r.served.bound.detail
+
+
+def test_a_cpu_servers_step_with_the_host_busy_is_bounded_by_the_device() -> None:
+    r = _ramp_record()
+    r.device = "cpu"
+    timeline = [{"t_s": t, "cpu_process_percent": 120.0, "cpu_system_percent": 60.0 if t < 10 else 97.0}
+                for t in (1.0, 5.0, 11.0, 15.0)]
+    add_server_cpu(r, timeline, started_wall=1000.0, mean_percent=120.0)
+    steps = r.extra["ramp"]
+    assert [s["system_cpu_percent"] for s in steps] == [60.0, 97.0]
+    assert [s["bound"]["kind"] for s in steps] == ["load", "device"]
+    assert r.served.bound.kind == "device" and "97% busy" in r.served.bound.detail
+
+
+def test_instances_come_from_the_instance_groups() -> None:
+    assert instances_of([{"kind": "KIND_GPU", "count": 2}, {"kind": "KIND_GPU", "count": 1}]) == 3
+    assert instances_of(None) == 1 and instances_of([{}]) == 1
+
+
+def test_a_ramp_with_no_step_inside_the_slo_is_bounded_by_it() -> None:
+    r = _ramp_record()
+    r.extra["saturation"] = {"users": None, "requests_s": None, "reason": "p99 25 ms > SLO 20.0 ms"}
+    redecide(r)
+    assert r.served.bound.kind == "slo" and "no step met it (p99 25 ms > SLO 20.0 ms)" in r.served.bound.detail
