@@ -5,7 +5,8 @@ collector (`collector.rate`), one rate at a time, from a greenlet of its own: Lo
 `tick` only once a second, too coarse for half-second windows. For each rate:
 
 1. the rate is set and a fresh window log (loadtest/windows.py) takes that rate's requests, by their
-   scheduled send time; the first `--warmup-s` of them are not counted;
+   scheduled send time; the first `--warmup-s` of them are not counted; a window lasts `--window-s`,
+   or long enough for 30 requests at a low rate;
 2. each window is judged `grace` after its end (the SLO and a margin), so a request due in it and not
    answered by then is counted as late, above the SLO; windows are added until three agree or
    `--search-probe-s` is spent;
@@ -18,6 +19,7 @@ One Locust process only: the rate and the windows live in this process (the runn
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from typing import Any
@@ -33,6 +35,7 @@ from trainserve.loadtest.windows import StabilityRule, WindowLog, merged, min_re
 log = logging.getLogger(__name__)
 DRAIN_S = 2.0  # most seconds to wait, between rates, for answers still in flight
 P99_REQUESTS = min_requests_for(99)
+WINDOW_REQUESTS = 30  # the fewest requests a window is expected to hold (it is made longer at low rates)
 
 
 class ServerSearch(LoadTestShape):
@@ -80,7 +83,10 @@ class ServerSearch(LoadTestShape):
             self.done = True
 
     def _probe(self, rate: float, config: SearchConfig, collector: Any, deadline: float) -> Probe:
-        rule = config.rule
+        # a window holds at least WINDOW_REQUESTS requests, or its median and count are mostly noise
+        rule = dataclasses.replace(config.rule, window_s=max(config.rule.window_s, WINDOW_REQUESTS / rate))
+        config = dataclasses.replace(config, rule=rule,
+                                     max_probe_s=max(config.max_probe_s, rule.window_s * rule.consecutive))
         grace = config.slo_p99_ms / 1000.0 * 1.2 + 0.02  # an unanswered request is then past the SLO
         start = time.time()
         probe_log = WindowLog(start, config.warmup_s, rule.window_s)
@@ -116,8 +122,12 @@ class ServerSearch(LoadTestShape):
 
 
 def search_config(opts: LoadOptions) -> SearchConfig:
-    """The search's settings from the load options (the volume rule: 20 s and the p99's requests, per rate)."""
-    rule = StabilityRule(window_s=opts.window_s, min_duration_s=20.0, min_requests=5000)
+    """The search's settings from the load options (the volume rule: 20 s and 5000 requests, per rate).
+
+    Median latencies within 5% of the SLO of each other agree: a swing that small cannot change the
+    decision the search makes, and a busy host's scheduling moves a 1 ms median by more than 10%."""
+    rule = StabilityRule(window_s=opts.window_s, min_duration_s=20.0, min_requests=5000,
+                         latency_floor_ms=max(StabilityRule.latency_floor_ms, 0.05 * opts.slo_p99_ms))
     return SearchConfig(slo_p99_ms=opts.slo_p99_ms, start_rate=opts.rate, min_rate=min(1.0, opts.rate),
                         budget_s=opts.search_budget_s, warmup_s=opts.warmup_s, max_probe_s=opts.search_probe_s,
                         rule=rule)
