@@ -9,14 +9,16 @@ from trainserve.loadtest.windows import StabilityRule, Window
 
 
 def simulated(rate: float, capacity: float, rng: random.Random, unstable: bool = False) -> list[Window]:
-    """Three 1 s windows of a server that answers in ~2 ms below `capacity` and queues above it."""
+    """Three 1 s windows of a server that answers in ~2 ms below `capacity` and queues above it (`unstable`:
+    the middle window answers 30 ms slower)."""
     out = []
     for i in range(3):
         w = Window(i, 1.0)
-        n = int(rate * (0.2 if unstable and i == 1 else 1.0))
+        n = int(rate)
         for k in range(n):
             backlog_ms = max(0.0, (rate - capacity) / capacity) * 1000.0 * (i + k / max(n, 1))
-            w.hist.record(2.0 + rng.random() * 0.2 + backlog_ms)
+            swing_ms = 30.0 if unstable and i == 1 else 0.0  # within the SLO, but not steady
+            w.hist.record(2.0 + rng.random() * 0.2 + backlog_ms + swing_ms)
         out.append(w)
     return out
 
