@@ -41,6 +41,8 @@ def run(
     target_accuracy: Annotated[float | None, typer.Option("--target-accuracy", help=(
         "Train until the held-out accuracy reaches A (0 < A <= 1) and report the time and energy it took on each "
         "device (with a GPU, a CPU-vs-GPU training stage is added for it)."))] = None,
+    repeats: Annotated[int, typer.Option(help=(
+        "Measure each served operating point N times; the report shows mean and 95% CI."))] = 1,
     prices: PricesFile = None,
     price_cpu_core_hour: CpuCoreHour = None,
     price_gpu_hour: GpuHour = None,
@@ -66,7 +68,7 @@ def run(
     cost = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     cfg = RunConfig(model=model.value, preset=preset.value if preset else None, device=device.value, quick=quick,
                     run=run_name, runs_dir=runs_dir, sweep=sweep, sweep_budget_s=sweep_budget_s, cost=cost,
-                    dataset=dataset, target_accuracy=target_accuracy)
+                    dataset=dataset, target_accuracy=target_accuracy, repeats=repeats)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
