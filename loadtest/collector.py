@@ -53,7 +53,7 @@ class Collector:
         self.first_request: float | None = None
         self.last_request: float | None = None
         # windows after the warm-up (loadtest/windows.py), by each request's start (open loop: due) time
-        self.log = WindowLog(time.time(), 0.0, 1.0)
+        self.log = WindowLog(None, 0.0, 1.0)
         self.stopped_wall: float | None = None
         # a search shape (loadtest/search_shape.py) sets the open-loop rate (None: --rate) and, while it
         # measures one rate, the window log that rate's requests go to instead of the run's
@@ -124,7 +124,7 @@ class Collector:
         self.cpu_start, self.cpu_stop, self.worker_cpu = time.process_time(), None, {}
         self.first_request = self.last_request = None
         opts = self._options()
-        self.log = WindowLog(time.time(), opts.warmup_s if opts else 0.0, opts.window_s if opts else 1.0)
+        self.log = WindowLog(None, opts.warmup_s if opts else 0.0, opts.window_s if opts else 1.0)
         self.stopped_wall, self.rate, self.probe, self.search = None, None, None, None
         self.scheduled_total = self.answered_total = 0
         self.started_wall = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -180,8 +180,9 @@ class Collector:
         end = self.stopped_wall if self.stopped_wall is not None else time.time()
         windows = self.log.complete(end)
         rule = StabilityRule(window_s=self.log.window_s)
+        start = self.log.measure_from if self.log.measure_from is not None else end
         return {"warmup_s": opts.warmup_s if opts else 0.0, "warmup_excluded": self.log.warmup_excluded,
-                "measured_window_s": round(max(0.0, end - self.log.measure_from), 3),
+                "measured_window_s": round(max(0.0, end - start), 3),
                 "windows": [w.row() for w in windows], "stability": judge(windows, rule).to_dict(),
                 "percentiles_short": percentiles_short(self.total.count)}
 

@@ -166,8 +166,11 @@ class WindowLog:
     window was closed is counted there already as late, so it is not counted again (`late_answers`).
     """
 
-    def __init__(self, t0: float, warmup_s: float, window_s: float) -> None:
-        self.measure_from = t0 + warmup_s
+    def __init__(self, t0: float | None, warmup_s: float, window_s: float) -> None:
+        # t0 None: the first request's start (Locust's start-up — connecting, preparing inputs — is not
+        # part of the warm-up the server gets)
+        self.warmup_s = warmup_s
+        self.measure_from = t0 + warmup_s if t0 is not None else None
         self.window_s = window_s
         self.windows: dict[int, Window] = {}
         self.sent: dict[int, int] = {}  # open loop: requests due per window
@@ -176,6 +179,8 @@ class WindowLog:
         self.late_answers = 0
 
     def index(self, start: float) -> int | None:
+        if self.measure_from is None:
+            self.measure_from = start + self.warmup_s
         return None if start < self.measure_from else int((start - self.measure_from) // self.window_s)
 
     def window(self, i: int) -> Window:
@@ -206,6 +211,8 @@ class WindowLog:
             self.sent[i] = self.sent.get(i, 0) + 1
 
     def window_end(self, i: int) -> float:
+        if self.measure_from is None:
+            raise ValueError("window_end of a window log that has seen no request and has no start")
         return self.measure_from + (i + 1) * self.window_s
 
     def close(self, i: int, now: float) -> Window:
@@ -223,6 +230,8 @@ class WindowLog:
 
     def complete(self, until: float) -> list[Window]:
         """The windows that ended by `until`, in order (a window cut short by the end is left out)."""
+        if self.measure_from is None:
+            return []
         return [self.windows.get(i) or Window(i, self.window_s)
                 for i in range(int(max(0.0, until - self.measure_from) // self.window_s))]
 
