@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc sweep-transformer
-#           export run example
+#           export run example repeats
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -53,6 +53,8 @@ run)
 example)  # docs/example-report: the main job on digits, trained to 95% on each device, priced, planned for 10k req/s
   step example 570 $py -m trainserve run --run gpu-example --runs-dir "$R/runs" --dataset digits \
     --target-accuracy 0.95 --qps 10000 --slo-p99-ms 20 ;;
+repeats)  # issue 24: every served operating point 3 times (mean and 95% CI, the noise table), on --quick's budget
+  step repeats 580 $py -m trainserve run --quick --repeats 3 --run gpu-repeats --runs-dir "$R/runs" --slo-p99-ms 20 ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null
