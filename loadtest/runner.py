@@ -255,7 +255,7 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
     v.warmup_excluded = int(results.get("warmup_excluded") or 0)
     v.stability = None if config.ramp else results.get("stability")
     frac = gen.get("max_process_core_fraction")
-    v.client_saturated = frac is not None and frac >= CPU_WARN_FRACTION
+    v.client_saturated = (frac is not None and frac >= CPU_WARN_FRACTION) or bool((search or {}).get("client_limited"))
     if frac is not None and frac >= CPU_WARN_FRACTION:
         v.warnings.append(f"a load-generator process used {frac:.0%} of a core: the client, not the server, may "
                           "limit this measurement; add --processes")

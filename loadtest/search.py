@@ -24,6 +24,7 @@ from typing import Any
 from trainserve.loadtest.windows import Stability, StabilityRule, Window, judge, merged, percentiles_short
 
 MAX_ERROR_FRACTION = 0.001  # MLPerf-style: at most 0.1% of requests may fail
+CLIENT_BUSY = 0.9  # a probe whose load-generator process used this share of a core or more was the client's
 
 
 @dataclass
@@ -71,6 +72,11 @@ class Probe:
     figure: Window  # the windows the figure comes from, merged
     passed: bool
     reasons: list[str]  # why it failed (empty when it passed)
+    client_core_fraction: float | None = None  # CPU of the load generator's process over the probe, cores
+
+    @property
+    def client_saturated(self) -> bool:
+        return self.client_core_fraction is not None and self.client_core_fraction >= CLIENT_BUSY
 
     @property
     def p99_ms(self) -> float | None:
@@ -82,11 +88,13 @@ class Probe:
                 "requests_s": round(self.figure.throughput, 3) if self.figure.length_s else None,
                 "window_s": round(self.figure.length_s, 3), **{k: v for k, v in s.items() if k != "count"},
                 "requests": self.figure.requests, "failures": self.figure.failures, "late": self.figure.late,
-                "stability": self.stability.to_dict()}
+                "client_core_fraction": self.client_core_fraction, "stability": self.stability.to_dict()}
 
 
-def evaluate(rate: float, windows: list[Window], config: SearchConfig) -> Probe:
-    """Judge one probe's windows against the SLO and the error bound."""
+def evaluate(rate: float, windows: list[Window], config: SearchConfig,
+             client_core_fraction: float | None = None) -> Probe:
+    """Judge one probe's windows against the SLO and the error bound; a probe whose load generator was
+    busy (`client_core_fraction` >= CLIENT_BUSY) fails, since late sends show as late answers."""
     stability = judge(windows, config.rule)
     figure = merged(windows, stability.windows_used)
     reasons = []
@@ -101,7 +109,10 @@ def evaluate(rate: float, windows: list[Window], config: SearchConfig) -> Probe:
     if figure.requests and figure.failures / figure.requests > config.max_error_fraction:
         reasons.append(f"{figure.failures} of {figure.requests} requests failed "
                        f"(more than {config.max_error_fraction:.1%})")
-    return Probe(rate, stability, figure, passed=not reasons, reasons=reasons)
+    if client_core_fraction is not None and client_core_fraction >= CLIENT_BUSY:
+        reasons.append(f"the load generator used {client_core_fraction:.0%} of a core: this rate measured the client")
+    return Probe(rate, stability, figure, passed=not reasons, reasons=reasons,
+                 client_core_fraction=client_core_fraction)
 
 
 class RateSearch:
@@ -152,8 +163,12 @@ class RateSearch:
         out: dict[str, Any] = {
             "capacity_req_s": round(best.rate, 3) if best else None,
             "upper_req_s": round(hi.rate, 3) if hi else None,  # lowest rate that failed
-            "lower_bound": best is not None and hi is None,  # nothing failed: the capacity is at least this
+            # nothing failed, or the client failed first: the server's capacity is at least this
+            "lower_bound": best is not None and (hi is None or hi.client_saturated),
             "bracket": round(hi.rate / best.rate - 1, 4) if best and hi and hi.rate > best.rate else None,
+            # the lowest failing rate failed because the client was busy: the capacity is the client's
+            # limit, a lower bound of the server's
+            "client_limited": bool(hi and hi.client_saturated),
             "stop_reason": self.stop_reason,
             "slo_p99_ms": self.config.slo_p99_ms,
             "max_error_fraction": self.config.max_error_fraction,

@@ -89,6 +89,7 @@ class ServerSearch(LoadTestShape):
                                      max_probe_s=max(config.max_probe_s, rule.window_s * rule.consecutive))
         grace = config.slo_p99_ms / 1000.0 * 1.2 + 0.02  # an unanswered request is then past the SLO
         start = time.time()
+        cpu0 = time.process_time()
         probe_log = WindowLog(start, config.warmup_s, rule.window_s)
         collector.probe, collector.rate = probe_log, rate
         windows = []
@@ -111,7 +112,8 @@ class ServerSearch(LoadTestShape):
                     and len(windows) >= rule.consecutive:
                 break  # far past the SLO in every window so far: more windows will not rescue it
         collector.probe = None
-        return evaluate(rate, windows, config)
+        busy = (time.process_time() - cpu0) / max(time.time() - start, 1e-9)  # cores of this process
+        return evaluate(rate, windows, config, client_core_fraction=round(busy, 3))
 
     @staticmethod
     def _drain(collector: Any) -> None:

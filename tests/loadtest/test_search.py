@@ -70,3 +70,16 @@ def test_errors_above_the_bound_fail_a_rate() -> None:
     windows[0].failures = 1  # 1 of 301: above 0.1%
     probe = evaluate(100.0, windows, config)
     assert not probe.passed and "requests failed" in probe.reasons[0]
+
+
+def test_a_busy_client_fails_its_rate_and_makes_the_capacity_a_lower_bound() -> None:
+    config = SearchConfig(slo_p99_ms=50.0, start_rate=100.0, warmup_s=0.0, max_probe_s=3.0,
+                          rule=StabilityRule(window_s=1.0))
+    search, rng = RateSearch(config), random.Random(4)
+    while (rate := search.next_rate(0.0)) is not None:
+        # the server never saturates; the client's process is busy from 400 requests/s on
+        search.record(evaluate(rate, simulated(rate, 1e9, rng), config, client_core_fraction=rate / 400 * 0.9))
+    result = search.result()
+    assert 200 <= result["capacity_req_s"] < 400
+    assert result["client_limited"] and result["lower_bound"]
+    assert any("load generator used" in r for p in result["probes"] for r in p["reasons"])
