@@ -100,6 +100,7 @@ class Collector:
         data[_KEY + "_cpu"] = now - self._cpu_mark
         data[_KEY + "_span"] = [self.first_request, self.last_request]
         data[_KEY + "_win"] = self.log.export()
+        data[_KEY + "_from"] = self.log.measure_from
         data[_KEY + "_warmup"] = self.log.warmup_excluded
         self.log.warmup_excluded = 0
         self._cpu_mark = now
@@ -107,6 +108,11 @@ class Collector:
     def on_worker_report(self, client_id: str, data: dict[str, Any]) -> None:
         if _KEY in data:
             self.total.merge(Histogram.from_dict(data[_KEY]))
+        # each worker's windows count from its own first request after its warm-up: the master's from the
+        # earliest (the workers start within moments of each other)
+        anchor = data.get(_KEY + "_from")
+        if anchor is not None and (self.log.measure_from is None or anchor < self.log.measure_from):
+            self.log.measure_from = anchor
         self.log.merge_rows(data.get(_KEY + "_win") or {})
         self.log.warmup_excluded += int(data.get(_KEY + "_warmup") or 0)
         first, last = data.get(_KEY + "_span") or (None, None)
