@@ -125,7 +125,8 @@ def judge(windows: list[Window], rule: StabilityRule) -> Stability:
         why = "throughput" if not t_ok else "median latency"
         spread = (f"{min(tput):.4g}-{max(tput):.4g} req/s" if not t_ok
                   else f"{min(m for m in means if m is not None):.3g}-{max(m for m in means if m is not None):.3g} ms")
-        windows_reason = f"the last {rule.consecutive} windows' {why} differ by more than {rule.tolerance:.0%} ({spread})"
+        windows_reason = (f"the last {rule.consecutive} windows' {why} differ by more than {rule.tolerance:.0%} "
+                          f"({spread})")
     else:
         windows_reason = f"only {len(full)} window(s) with requests, {rule.consecutive} needed"
     duration = sum(w.length_s for w in full)

@@ -92,7 +92,8 @@ def main() -> None:
                           concurrency=users, target=f"{a.url}/{a.model}")
         r.speed.throughput_samples_s = 800.0 * batch ** 0.5 * users
         r.speed.latency = LatencyStats.from_samples_ms([1.0 * batch ** 0.5, 1.2, 1.5])
-        r.validity.stability = {"stable": True, "rule": "windows", "reason": "3 windows agree", "windows_used": [1, 2, 3]}
+        r.validity.stability = {"stable": True, "rule": "windows", "reason": "3 windows agree",
+                                "windows_used": [1, 2, 3]}
         r.settings["scenario"] = "SingleStream" if users == 1 and batch == 1 else "Offline"
         r.extra.update(requests=3000, failures=0, percentiles_short=[])
         if a.search:  # the Server scenario (the pipeline starts it at 80% of the ramp's best, 3200 req/s)

@@ -97,7 +97,8 @@ def test_invalid_run_lists_every_reason_and_keeps_the_headline_from_invalid_figu
     v = s["verdict"]
     assert v["result"] == "INVALID"
     kinds = {(r["kind"], r["source"]) for r in v["reasons"]}
-    assert kinds == {("unstable", "load/embedded-cpu-batch1.json"), ("client_saturated", "load/embedded-cpu-batch1.json"),
+    assert kinds == {("unstable", "load/embedded-cpu-batch1.json"),
+                     ("client_saturated", "load/embedded-cpu-batch1.json"),
                      ("errors", "load/embedded-cuda-saturated.json"),
                      ("too_few_requests", "load/embedded-cuda-saturated.json")}
     conclusion = next(h for h in s["headline"] if h["kind"] == "conclusion")

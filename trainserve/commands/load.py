@@ -37,7 +37,8 @@ def load(
         "Server scenario: search the highest Poisson rate whose p99 (from the scheduled send time) meets "
         "--slo-p99-ms with <= 0.1% errors; --rate is the first rate tried, --duration the search's budget."))] = False,
     slo_p99_ms: Annotated[float, typer.Option(help="Ramp and search: p99 latency SLO in ms.")] = 100.0,
-    warmup_s: Annotated[float, typer.Option("--warmup-s", help="Seconds at the start not counted (not with --ramp).")] = 1.0,
+    warmup_s: Annotated[float, typer.Option("--warmup-s", help=(
+        "Seconds after the first request not counted (not with --ramp)."))] = 1.0,
     window_s: Annotated[float, typer.Option("--window-s", help=(
         "Measurement window, s: a figure is stable when 3 consecutive windows agree within 10%."))] = 1.0,
     search_probe_s: Annotated[float, typer.Option("--search-probe-s", help=(
