@@ -63,7 +63,7 @@ class Budget:
     saturate_users: int  # concurrent users of the saturating measurement
     saturate_batch: int  # rows per request of the saturating measurement (<= export's max batch 64)
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
-    search_budget_s: float = 12.0  # the Server scenario's capacity search, seconds per device
+    search_budget_s: float = 10.0  # the Server scenario's capacity search, seconds per device
     search_probe_s: float = 2.0  # ... most seconds of windows per rate tried
     window_s: float = 0.5  # measurement windows of every load figure (3 must agree within 10%)
     warmup_s: float = 0.5  # not counted, before each load figure (and each rate of the search)

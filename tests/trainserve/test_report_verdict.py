@@ -90,8 +90,11 @@ def test_invalid_run_lists_every_reason_and_keeps_the_headline_from_invalid_figu
     b1.validity.client_saturated = True
     sat = records["embedded-cuda-saturated"]
     sat.extra.update(requests=1000, failures=5)
-    sat.speed.latency.count = 200
+    sat.speed.latency.count = 200  # too few for a p99, but Offline's figure is its throughput: not a reason
     sat.extra["percentiles_short"] = ["p99_ms", "p999_ms"]
+    server = records["embedded-cuda-server"]
+    server.speed.latency.count = 300
+    server.extra["percentiles_short"] = ["p99_ms", "p999_ms"]
     html = build_report(_run(tmp_path, records))
     s = json.loads((html.parent / "summary.json").read_text())
     v = s["verdict"]
@@ -100,7 +103,7 @@ def test_invalid_run_lists_every_reason_and_keeps_the_headline_from_invalid_figu
     assert kinds == {("unstable", "load/embedded-cpu-batch1.json"),
                      ("client_saturated", "load/embedded-cpu-batch1.json"),
                      ("errors", "load/embedded-cuda-saturated.json"),
-                     ("too_few_requests", "load/embedded-cuda-saturated.json")}
+                     ("too_few_requests", "load/embedded-cuda-server.json")}
     conclusion = next(h for h in s["headline"] if h["kind"] == "conclusion")
     assert conclusion["text"].startswith("cnn: not stated") and "embedded-cpu-batch1" in conclusion["text"]
     single = s["scenarios"]["models"]["cnn"]["cpu"]["SingleStream"]

@@ -7,7 +7,9 @@ A load figure is held against five checks, each a reason of its own kind:
   (`validity.client_saturated`, set by the client-CPU check);
 - `errors`: more than 0.1% of its requests failed, or the load stopped early;
 - `withheld`: a bound check withheld a figure (trainserve/core/bounds.py, report/withheld.py);
-- `too_few_requests`: fewer requests than its p99 needs (loadtest/windows.py: 500).
+- `too_few_requests`: fewer requests than its p99 needs (loadtest/windows.py: 500), where the figure is
+  a latency (SingleStream, Server); an Offline figure is a throughput (as in MLPerf), so its
+  percentiles are shown with their request count but do not make it invalid.
 
 The closed-loop ramp is a curve, not a figure: only its client's saturation is checked. In-process
 limits are checked for withheld figures only. The headline sentence of a model is written only when
@@ -53,7 +55,8 @@ def reasons_of(e: Entry) -> list[dict[str, Any]]:
         add("errors", f"{failures} of {requests} requests failed (more than {MAX_ERROR_FRACTION:.1%})")
     elif v.partial:
         add("errors", "the measurement stopped early (partial)")
-    if "p99_ms" in (x.get("percentiles_short") or []) and r.speed.latency.count:
+    offline = (r.settings or {}).get("scenario") == "Offline"
+    if not offline and "p99_ms" in (x.get("percentiles_short") or []) and r.speed.latency.count:
         add("too_few_requests", f"{r.speed.latency.count} requests are too few for a p99 (500 needed)")
     return out
 
