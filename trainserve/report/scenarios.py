@@ -63,6 +63,7 @@ def row(e: Entry, scenario: str) -> dict[str, Any]:
             "slo_p99_ms": search.get("slo_p99_ms"),
             "p50_ms": lat.p50_ms, "p95_ms": lat.p95_ms, "p99_ms": lat.p99_ms, "p999_ms": lat.p999_ms,
             "count": lat.count, "warmup_excluded": r.validity.warmup_excluded,
+            "percentiles_short": list(r.extra.get("percentiles_short") or []),
             "stable": stability.get("stable"), "stability_reason": stability.get("reason"),
             "valid": not reasons, "reasons": [x["message"] for x in reasons],
             "repeats": len(reps) or 1, "ci95": {k: v for k, v in ci.items() if v}}
@@ -122,7 +123,9 @@ def _figure(r: dict[str, Any]) -> str:
 
 def _cells(r: dict[str, Any]) -> list[str]:
     stable = ("yes" if r["stable"] else "no: " + (r["stability_reason"] or "")) if r["stable"] is not None else "—"
-    return [_figure(r), *(u.ms(r[k]) for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")), f"{r['count']:,}",
+    short = set(r.get("percentiles_short") or [])
+    return [_figure(r), *(u.ms(r[k]) + ("*" if k in short else "") for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")),
+            f"{r['count']:,}",
             stable, "VALID" if r["valid"] else "INVALID: " + "; ".join(r["reasons"]),
             str(r["repeats"]), r["source"]]
 
@@ -135,9 +138,9 @@ NOISE_HEADER = ["model", "scenario", "figure", "CPU", "GPU", "GPU − CPU", "noi
 def _rows(section: dict[str, Any]) -> list[tuple[str, list[str]]]:
     out = []
     for name, per in section["models"].items():
-        for d in DEVICES:
+        for d in (d for d in DEVICES if d in per):
             for scenario in SCENARIOS:
-                r = (per.get(d) or {}).get(scenario)
+                r = per[d].get(scenario)
                 cells = _cells(r) if r else ["not measured"] + [""] * (len(HEADER) - 3)
                 out.append((name, [DEVICE_LABEL[d], scenario, *cells]))
     return out
@@ -210,4 +213,5 @@ def md_section(s: dict[str, Any], table: Any) -> list[str]:
 _LEGEND = ("SingleStream: one user, batch 1, closed loop. Server: Poisson arrivals, latency from the scheduled "
            "send time, the highest rate whose p99 meets the SLO with ≤ 0.1% errors (the capacity the plan and "
            "cost use). Offline: saturated. Each figure after an uncounted warm-up, from windows that agree "
-           "(3 within 10%) or a minimum duration and request count.")
+           "(3 within 10%) or a minimum duration and request count. * fewer requests than the percentile "
+           "needs (p95: 100, p99: 500, p99.9: 5,000).")
