@@ -49,8 +49,9 @@ def test_warmup_is_not_counted(tmp_path: Path) -> None:
     slow = ["--slow-first-s", "1", "--slow-ms", "300"]
     _, counted = _load(tmp_path, slow, rate=100.0, duration_s=3.0, warmup_s=0.0, target="counted")
     _, excluded = _load(tmp_path, slow, rate=100.0, duration_s=3.0, warmup_s=1.5, target="excluded")
-    assert counted.speed.latency.p99_ms >= 250.0  # without a warm-up the slow start is the p99
-    assert excluded.speed.latency.p99_ms < 100.0
+    assert counted.speed.latency.p99_ms >= 300.0  # without a warm-up the slow start is the p99
+    # with it, none of the 300 ms requests is left (the margin is for a busy machine's own stalls)
+    assert excluded.speed.latency.p99_ms < 200.0
     assert excluded.validity.warmup_excluded >= 100  # about 1.5 s x 100 requests/s
     assert excluded.speed.requests_s == pytest.approx(100.0, rel=0.35)  # counted over the 1.5 s after it
 
