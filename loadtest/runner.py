@@ -263,12 +263,14 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
         v.warnings.append(f"{results['failures']} of {results['requests']} requests failed")
     if results.get("aborted"):
         v.warnings.append(results["aborted"])
+    if config.search and search is None:
+        v.warnings.append("the capacity search did not report a result (Locust stopped it first)")
     if server.get("scrapes", 0) == 0:
         v.warnings.append(f"no server metrics from {config.metrics_url} ({server.get('error')}); "
                           "pass --metrics-url")
     # a search's failed rates are what it measures: only the figure's own failures count there
     failed = (search.get("figure") or {}).get("failures") if search is not None else results.get("failures")
-    v.partial = bool(failed or results.get("aborted") or returncode not in (0, 1))
+    v.partial = bool(failed or results.get("aborted") or returncode not in (0, 1) or (config.search and search is None))
     record.settings = {"protocol": config.protocol, "mode": config.mode, "users": config.users, "rate": config.rate,
                        "duration_s": config.duration_s, "processes": config.processes, "input_data": config.input_data,
                        "validate": config.validate, "http_client": config.http_client, "url": config.url,
