@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example usermodel attribution
+#           export run example usermodel attribution repeats
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -62,6 +62,8 @@ example)  # docs/example-report: the main job on digits, trained to 95% on each 
 usermodel)  # issue 25: the example model of one's own (examples/resnet_small.py), every stage, priced and planned
   step usermodel 580 $py -m trainserve run --model examples/resnet_small.py:build --input-shape 3,64,64 \
     --num-classes 10 --qps 1000 --run gpu-usermodel --runs-dir "$R/runs" ;;
+repeats)  # issue 24: every served operating point 3 times (mean and 95% CI, the noise table), on --quick's budget
+  step repeats 580 $py -m trainserve run --quick --repeats 3 --run gpu-repeats --runs-dir "$R/runs" --slo-p99-ms 20 ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null

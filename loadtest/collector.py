@@ -27,6 +27,7 @@ from locust.runners import MasterRunner, WorkerRunner
 
 from trainserve.loadtest.histogram import Histogram
 from trainserve.loadtest.options import LoadOptions
+from trainserve.loadtest.windows import StabilityRule, WindowLog, judge, percentiles_short
 
 log = logging.getLogger(__name__)
 _KEY = "trainserve_hist"
@@ -51,6 +52,16 @@ class Collector:
         # wall-clock span of the requests (s since the epoch): the measured window, also across workers
         self.first_request: float | None = None
         self.last_request: float | None = None
+        # windows after the warm-up (loadtest/windows.py), by each request's start (open loop: due) time
+        self.log = WindowLog(None, 0.0, 1.0)
+        self.stopped_wall: float | None = None
+        # a search shape (loadtest/search_shape.py) sets the open-loop rate (None: --rate) and, while it
+        # measures one rate, the window log that rate's requests go to instead of the run's
+        self.rate: float | None = None
+        self.probe: WindowLog | None = None
+        self.search: dict[str, Any] | None = None
+        self.scheduled_total = 0
+        self.answered_total = 0
         ev = environment.events
         ev.request.add_listener(self.on_request)
         ev.report_to_master.add_listener(self.on_report_to_master)
@@ -59,11 +70,25 @@ class Collector:
         ev.test_stop.add_listener(self.on_test_stop)
         ev.quitting.add_listener(self.on_quitting)
 
+    def on_scheduled(self, due_wall: float) -> None:
+        """An open-loop request is due now (called by OpenLoopUser before it sends)."""
+        self.scheduled_total += 1
+        (self.probe or self.log).scheduled(due_wall)
+
     def on_request(self, request_type: str, name: str, response_time: float, exception: Any = None,
-                   **_: Any) -> None:
+                   context: Any = None, **_: Any) -> None:
+        now = time.time()  # wall clock: comparable between the processes of one run
+        due = context.get("due_wall") if isinstance(context, dict) else None
+        if due is not None:
+            self.answered_total += 1
+        start = due if due is not None else now - response_time / 1000.0
+        if self.probe is not None:
+            self.probe.add(start, response_time, exception is not None)
+            return
+        if not self.log.add(start, response_time, exception is not None):
+            return  # warm-up: not counted
         if exception is None:
             self.total.record(response_time)
-        now = time.time()  # wall clock: comparable between the processes of one run
         if self.first_request is None:
             self.first_request = now
         self.last_request = now
@@ -74,11 +99,22 @@ class Collector:
         now = time.process_time()
         data[_KEY + "_cpu"] = now - self._cpu_mark
         data[_KEY + "_span"] = [self.first_request, self.last_request]
+        data[_KEY + "_win"] = self.log.export()
+        data[_KEY + "_from"] = self.log.measure_from
+        data[_KEY + "_warmup"] = self.log.warmup_excluded
+        self.log.warmup_excluded = 0
         self._cpu_mark = now
 
     def on_worker_report(self, client_id: str, data: dict[str, Any]) -> None:
         if _KEY in data:
             self.total.merge(Histogram.from_dict(data[_KEY]))
+        # each worker's windows count from its own first request after its warm-up: the master's from the
+        # earliest (the workers start within moments of each other)
+        anchor = data.get(_KEY + "_from")
+        if anchor is not None and (self.log.measure_from is None or anchor < self.log.measure_from):
+            self.log.measure_from = anchor
+        self.log.merge_rows(data.get(_KEY + "_win") or {})
+        self.log.warmup_excluded += int(data.get(_KEY + "_warmup") or 0)
         first, last = data.get(_KEY + "_span") or (None, None)
         if first is not None and (self.first_request is None or first < self.first_request):
             self.first_request = first
@@ -93,6 +129,10 @@ class Collector:
         self.started = time.perf_counter()
         self.cpu_start, self.cpu_stop, self.worker_cpu = time.process_time(), None, {}
         self.first_request = self.last_request = None
+        opts = self._options()
+        self.log = WindowLog(None, opts.warmup_s if opts else 0.0, opts.window_s if opts else 1.0)
+        self.stopped_wall, self.rate, self.probe, self.search = None, None, None, None
+        self.scheduled_total = self.answered_total = 0
         self.started_wall = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if not isinstance(self.env.runner, WorkerRunner) and self._watchdog is None:
             self._watchdog = gevent.spawn(self._watch)
@@ -100,6 +140,7 @@ class Collector:
     def on_test_stop(self, **_: Any) -> None:
         if self.started is not None and self.stopped is None:
             self.stopped = time.perf_counter()
+            self.stopped_wall = time.time()
             self.cpu_stop = time.process_time()
         if self._watchdog is not None:
             self._watchdog.kill(block=False)
@@ -133,6 +174,24 @@ class Collector:
                 self.env.runner.quit()
                 return
 
+    def _options(self) -> LoadOptions | None:
+        try:
+            return LoadOptions.from_parsed(self.env.parsed_options) if self.env.parsed_options else None
+        except (ValueError, TypeError):
+            return None
+
+    def measured(self) -> dict[str, Any]:
+        """The measured span after the warm-up, its windows and whether they agree (loadtest/windows.py)."""
+        opts = self._options()
+        end = self.stopped_wall if self.stopped_wall is not None else time.time()
+        windows = self.log.complete(end)
+        rule = StabilityRule(window_s=self.log.window_s)
+        start = self.log.measure_from if self.log.measure_from is not None else end
+        return {"warmup_s": opts.warmup_s if opts else 0.0, "warmup_excluded": self.log.warmup_excluded,
+                "measured_window_s": round(max(0.0, end - start), 3),
+                "windows": [w.row() for w in windows], "stability": judge(windows, rule).to_dict(),
+                "percentiles_short": percentiles_short(self.total.count)}
+
     def top_error(self) -> str | None:
         errors = sorted(self.env.stats.errors.values(), key=lambda e: -e.occurrences)
         return str(errors[0].error) if errors else None
@@ -162,6 +221,8 @@ class Collector:
             "workers": self.env.runner.worker_count if isinstance(self.env.runner, MasterRunner) else 0,
             "options": opts,
             "load_generator": self.cpu_usage(end),
+            **self.measured(),
+            "search": self.search,
         }
 
     def cpu_usage(self, end: float) -> dict[str, Any]:

@@ -122,10 +122,10 @@ class Histogram:
         raise AssertionError("unreachable: counts do not add up to count")
 
     def summary(self) -> dict[str, Any]:
-        """count, mean, min, max and p50/p90/p99/p99.9 in ms rounded to 0.01 ms (None when empty)."""
+        """count, mean, min, max and p50/p90/p95/p99/p99.9 in ms rounded to 0.01 ms (None when empty)."""
         if self.count == 0:
             return {"count": 0, "mean_ms": None, "min_ms": None, "max_ms": None,
-                    "p50_ms": None, "p90_ms": None, "p99_ms": None, "p999_ms": None}
+                    "p50_ms": None, "p90_ms": None, "p95_ms": None, "p99_ms": None, "p999_ms": None}
         return {
             "count": self.count,
             "mean_ms": round(self.sum_us / self.count / 1000.0, 3),
@@ -133,9 +133,21 @@ class Histogram:
             "max_ms": round((self.max_us or 0) / 1000.0, 3),
             "p50_ms": round(self.percentile(50), 3),
             "p90_ms": round(self.percentile(90), 3),
+            "p95_ms": round(self.percentile(95), 3),
             "p99_ms": round(self.percentile(99), 3),
             "p999_ms": round(self.percentile(99.9), 3),
         }
+
+    def sd_ms(self) -> float:
+        """Standard deviation in ms, from the buckets' midpoints (0 for fewer than two values)."""
+        if self.count < 2:
+            return 0.0
+        mean = self.sum_us / self.count
+        acc = 0.0
+        for i, c in self.counts.items():
+            low, high = _bounds(i)
+            acc += c * ((low + high - 1) / 2 - mean) ** 2
+        return math.sqrt(acc / (self.count - 1)) / 1000.0
 
     def to_dict(self) -> dict[str, Any]:
         # JSON object keys are strings; msgpack (Locust's worker messages) keeps ints, both load back

@@ -8,6 +8,7 @@ checks each start). Users (pick in the class picker, or name them on the command
 Shapes (class picker; headless: --load-shape NAME):
   StepRamp         users up in steps until the latency SLO breaks or throughput stops growing
   PoissonRate      open loop at --rate for --run-time
+  ServerSearch     open loop: the highest rate whose p99 meets --slo-p99-ms (the Server scenario)
 
 The custom fields of the start form (server URL, model, protocol, batch, input data, validation,
 rate, ramp and SLO) are the arguments in loadtest/options.py. See docs/loadtest.md.
@@ -34,6 +35,7 @@ if __package__ in (None, ""):  # run as a file by Locust: make the `loadtest` pa
 
 from trainserve.loadtest import options as _options  # noqa: E402
 from trainserve.loadtest.collector import Collector  # noqa: E402
+from trainserve.loadtest.search_shape import ServerSearch  # noqa: E402
 from trainserve.loadtest.shapes import PoissonRate, StepRamp  # noqa: E402
 from trainserve.loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser  # noqa: E402
 
@@ -57,8 +59,8 @@ def _exit_without_teardown() -> None:
     os._exit(_exit_code)
 
 
-__all__ = ["OpenLoopUser", "PoissonRate", "StepRamp", "TritonGrpcUser", "TritonHttpUser"]
-_SHAPES = {"none": None, "StepRamp": StepRamp, "PoissonRate": PoissonRate}
+__all__ = ["OpenLoopUser", "PoissonRate", "ServerSearch", "StepRamp", "TritonGrpcUser", "TritonHttpUser"]
+_SHAPES = {"none": None, "StepRamp": StepRamp, "PoissonRate": PoissonRate, "ServerSearch": ServerSearch}
 
 
 @events.init_command_line_parser.add_listener

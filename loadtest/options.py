@@ -33,6 +33,10 @@ FORM_LABELS = {
     "ramp_max_users": "Ramp: most users",
     "slo_p99_ms": "SLO p99 (ms)",
     "min_gain": "Ramp: least throughput gain per step",
+    "warmup_s": "Warm-up, not counted (s)",
+    "window_s": "Measurement window (s)",
+    "search_budget_s": "Server search: time budget (s)",
+    "search_probe_s": "Server search: most seconds per rate",
 }
 
 
@@ -80,6 +84,14 @@ def register(parser: Any) -> None:
                    help="Step ramp: stop when a step's p99 latency exceeds this many milliseconds")
     g.add_argument("--min-gain", type=float, default=0.05, include_in_web_ui=True,
                    help="Step ramp: stop when a step adds less than this fraction of throughput (0.05 means 5 percent)")
+    g.add_argument("--warmup-s", type=float, default=0.0, include_in_web_ui=True,
+                   help="Requests that start (open loop: are due) in the first this-many seconds are not counted")
+    g.add_argument("--window-s", type=float, default=1.0, include_in_web_ui=True,
+                   help="Measurement window: a figure is stable when 3 consecutive windows agree within 10 percent")
+    g.add_argument("--search-budget-s", type=float, default=30.0, include_in_web_ui=True,
+                   help="ServerSearch shape: seconds the capacity search may take in all")
+    g.add_argument("--search-probe-s", type=float, default=4.0, include_in_web_ui=True,
+                   help="ServerSearch shape: most seconds of windows per rate tried (after its warm-up)")
     g.add_argument("--http-client", default="prepared", choices=HTTP_CLIENTS, include_in_web_ui=False,
                    help="HTTP path: 'prepared' posts a request body built once by tritonclient; "
                         "'tritonclient' calls InferenceServerClient.infer each time")
@@ -109,6 +121,10 @@ class LoadOptions:
     ramp_max_users: int = 64
     slo_p99_ms: float = 100.0
     min_gain: float = 0.05
+    warmup_s: float = 0.0
+    window_s: float = 1.0
+    search_budget_s: float = 30.0
+    search_probe_s: float = 4.0
     http_client: str = "prepared"
     abort_after_s: float = 3.0
     results_json: str = ""
@@ -132,6 +148,10 @@ class LoadOptions:
             ("ramp_max_users", self.ramp_max_users >= self.ramp_start_users, ">= ramp_start_users"),
             ("slo_p99_ms", self.slo_p99_ms > 0, "> 0 ms"),
             ("min_gain", 0 <= self.min_gain < 1, "0 <= x < 1"),
+            ("warmup_s", self.warmup_s >= 0, ">= 0 s"),
+            ("window_s", self.window_s > 0, "> 0 s"),
+            ("search_budget_s", self.search_budget_s > 0, "> 0 s"),
+            ("search_probe_s", self.search_probe_s >= 3 * self.window_s, ">= 3 windows (3 x window_s)"),
             ("http_client", self.http_client in HTTP_CLIENTS, ", ".join(HTTP_CLIENTS)),
             ("abort_after_s", self.abort_after_s >= 0, ">= 0 s"),
         ]

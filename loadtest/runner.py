@@ -25,10 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.loadtest.clientcpu import auto_processes
+from trainserve.loadtest.histogram import Histogram
 from trainserve.loadtest.metrics import MetricsScraper
 from trainserve.loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
 from trainserve.loadtest.options import strip_scheme
 from trainserve.loadtest.servedrecord import ServedWindow, instances_of
+from trainserve.loadtest.windows import percentiles_short
 from trainserve.core.errors import UserError
 from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
@@ -63,6 +65,11 @@ class LoadConfig:
     ramp_step_s: float = 10.0
     ramp_max_users: int = 64
     http_client: str = "prepared"
+    search: bool = False  # the Server scenario: the highest open-loop rate within slo_p99_ms (rate: first tried)
+    warmup_s: float = 1.0  # not counted (a ramp has none: its first step is its own warm-up)
+    window_s: float = 1.0  # measurement windows (loadtest/windows.py)
+    search_probe_s: float = 4.0  # search: most seconds of windows per rate
+    repeats: int = 1  # the whole measurement this many times; the report shows their mean and 95% CI
 
     def __post_init__(self) -> None:
         self.url = strip_scheme(self.url)
@@ -75,6 +82,11 @@ class LoadConfig:
             raise UserError("--users and --rate exclude each other: --users for closed loop, --rate for open loop")
         if self.ramp and self.rate is not None:
             raise UserError("--ramp steps up users (closed loop); drop --rate, or drop --ramp for open loop")
+        if self.search and (self.ramp or self.users is not None):
+            raise UserError("--search finds the highest open-loop rate within the SLO; drop --ramp and --users")
+        if self.search and self.processes > 1:
+            raise UserError("--search runs in one Locust process (the rate and its windows live there); "
+                            "drop --processes")
         for name, value, ok, allowed in (
             ("users", self.users, self.users is None or self.users >= 1, ">= 1"),
             ("rate", self.rate, self.rate is None or self.rate > 0, "> 0 per second"),
@@ -84,6 +96,10 @@ class LoadConfig:
             ("slo_p99_ms", self.slo_p99_ms, self.slo_p99_ms > 0, "> 0 ms"),
             ("ramp_step_s", self.ramp_step_s, self.ramp_step_s > 0, "> 0 s"),
             ("ramp_max_users", self.ramp_max_users, self.ramp_max_users >= 1, ">= 1"),
+            ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0 s"),
+            ("window_s", self.window_s, self.window_s > 0, "> 0 s"),
+            ("search_probe_s", self.search_probe_s, self.search_probe_s >= 3 * self.window_s, ">= 3 windows"),
+            ("repeats", self.repeats, self.repeats >= 1, ">= 1"),
         ):
             if not ok:
                 raise UserError(f"--{name.replace('_', '-')} {value!r} is invalid; allowed: {allowed}")
@@ -94,19 +110,32 @@ class LoadConfig:
 
     @property
     def mode(self) -> str:
-        return "ramp" if self.ramp else "open" if self.rate is not None else "closed"
+        return "ramp" if self.ramp else "search" if self.search else "open" if self.rate is not None else "closed"
+
+    @property
+    def scenario(self) -> str:
+        """MLPerf's name for what this load measures (the closed-loop ramp and a fixed rate have none)."""
+        if self.mode == "search":
+            return "Server"
+        if self.mode == "closed":
+            return "SingleStream" if (self.users or 1) == 1 and self.batch == 1 else "Offline"
+        return "ramp" if self.mode == "ramp" else "open loop"
 
 
 def default_target(config: LoadConfig, info: ModelInfo) -> str:
     server = "triton" if info.backend == "triton" else "embedded"
-    load = f"rate{config.rate:g}" if config.rate is not None else "ramp" if config.ramp else f"u{config.users or 1}"
+    load = ("search" if config.search else f"rate{config.rate:g}" if config.rate is not None
+            else "ramp" if config.ramp else f"u{config.users or 1}")
     return f"{server}-{info.device}-{config.model}-{config.protocol}-b{config.batch}-{load}"
 
 
 def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[str]:
     """The headless Locust command line for `config`."""
+    # the search's budget is its duration; Locust's run time is a backstop above it
+    run_s = config.duration_s + config.search_probe_s + 10 if config.search else config.duration_s
     cmd = [sys.executable, "-m", "locust", "-f", str(LOCUSTFILE), "--headless", "--only-summary",
-           "--csv", str(csv_prefix), "-t", f"{max(1, round(config.duration_s))}s",
+           "--csv", str(csv_prefix), "-t", f"{max(1, round(run_s))}s",
+           "--warmup-s", f"{0.0 if config.ramp else config.warmup_s:g}", "--window-s", f"{config.window_s:g}",
            "--server-url", config.url, "--model-name", config.model, "--protocol", config.protocol,
            "--batch-size", str(config.batch), "--input-data", config.input_data, "--validate", config.validate,
            "--http-client", config.http_client, "--results-json", str(results),
@@ -115,7 +144,11 @@ def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[
         cmd += ["--expected-output", config.expected_output]
     if config.processes > 1:
         cmd += ["--processes", str(config.processes)]
-    if config.mode == "open":
+    if config.mode == "search":
+        cmd += ["--load-shape", "ServerSearch", "--rate", f"{config.rate or 100.0:g}", "--open-loop-users", "1",
+                "--slo-p99-ms", f"{config.slo_p99_ms:g}", "--search-budget-s", f"{config.duration_s:g}",
+                "--search-probe-s", f"{config.search_probe_s:g}"]
+    elif config.mode == "open":
         cmd += ["--load-shape", "PoissonRate", "--rate", f"{config.rate:g}", "--open-loop-users",
                 str(config.processes)]
     elif config.mode == "ramp":
@@ -132,7 +165,9 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
     """Run one load test; returns the record's path and the record (raises UserError after writing a partial one)."""
     info = fetch_model_info(config.url, config.model, config.protocol)
     arrays = build_arrays(info, config.batch, config.input_data)  # a bad batch or .npz fails here, not in every user
-    if config.processes == 0:
+    if config.processes == 0 and config.search:
+        config.processes = 1  # the search's rate and windows live in one Locust process
+    elif config.processes == 0:
         config.processes = auto_processes(mode=config.mode, users=config.users, rate=config.rate,
                                           ramp_max_users=config.ramp_max_users, device=info.device)
     target = config.target or default_target(config, info)
@@ -148,15 +183,24 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         served = ServedWindow(config.url, info, arrays, config.protocol, config.http_client, config.validate != "off",
                               config.batch, config.input_data)
         scraper = MetricsScraper(config.metrics_url or "", config.model).start()
-        returncode, stderr_tail = _run_locust(cmd, config.duration_s + 60.0 + (600.0 if config.ramp else 0.0))
+        runs = []
+        for k in range(config.repeats):
+            results_path.unlink(missing_ok=True)
+            returncode, stderr_tail = _run_locust(cmd, config.duration_s + 60.0 + (600.0 if config.ramp else 0.0))
+            if not results_path.exists():
+                scraper.stop()
+                raise UserError(f"Locust stopped before measuring anything (exit code {returncode}): "
+                                f"{stderr_tail or 'no output'}")
+            runs.append(json.loads(results_path.read_text()))
+            if k + 1 < config.repeats:
+                log.info("repeat %d of %d done", k + 1, config.repeats)
         scraper.stop()
         served.stop()
-        if not results_path.exists():
-            raise UserError(f"Locust stopped before measuring anything (exit code {returncode}): "
-                            f"{stderr_tail or 'no output'}")
-        results = json.loads(results_path.read_text())
+        results = pool_repeats(runs)
         record = build_record(config, info, target, results, scraper.summary(), returncode)
         served.annotate(record, results, instances_of(info.config.get("instance_group")), config.slo_p99_ms)
+        if record.served is not None and record.served.client is not None and record.served.client.saturated:
+            record.validity.client_saturated = True  # the verdict reads it (report/verdict.py)
         for f in [*staging.glob(f"{target}_*.csv"), *staging.glob(f"{target}.html")]:
             os.replace(f, out_dir / f.name)
         path = out_dir / f"{target}.json"
@@ -193,10 +237,18 @@ def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
 def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict[str, Any],
                  server: dict[str, Any], returncode: int) -> ProfileRecord:
     """The profile record of one load test from the locustfile's results and the scraped metrics."""
+    search = results.get("search")
+    if search is not None:  # the Server scenario: the figure is the highest rate that met the SLO
+        results = {**results, "latency": (search.get("figure") or {}) | {"count": (search.get("figure") or {}).get(
+            "requests", 0) - (search.get("figure") or {}).get("failures", 0)},
+            "measured_window_s": (search.get("figure") or {}).get("window_s"),
+            "stability": search.get("stability"), "percentiles_short": search.get("percentiles_short", [])}
     lat = results["latency"]
-    ok = lat["count"]
-    # from the first to the last request: excludes the time workers take to connect and start users
-    window = results.get("requests_window_s") or results.get("window_s") or config.duration_s
+    ok = lat["count"] or 0
+    # after the warm-up, to the end; without one, from the first to the last request (which excludes the
+    # time workers take to connect and start users)
+    window = (results.get("measured_window_s") if results.get("warmup_s") or search is not None else None) \
+        or results.get("requests_window_s") or results.get("window_s") or config.duration_s
     requests_s = ok / window if window else None
     record = ProfileRecord(
         phase="infer", model=config.model, backend=info.backend, device=info.device,  # type: ignore[arg-type]
@@ -206,25 +258,36 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
     )
     record.speed.requests_s = round(requests_s, 3) if requests_s is not None else None
     record.speed.throughput_samples_s = round(requests_s * config.batch, 3) if requests_s is not None else None
-    record.speed.latency = LatencyStats(count=ok, mean_ms=lat["mean_ms"], p50_ms=lat["p50_ms"], p90_ms=lat["p90_ms"],
-                                        p99_ms=lat["p99_ms"], p999_ms=lat["p999_ms"], max_ms=lat["max_ms"],
-                                        min_ms=lat["min_ms"])
+    record.speed.latency = LatencyStats(count=ok, mean_ms=lat.get("mean_ms"), p50_ms=lat.get("p50_ms"),
+                                        p90_ms=lat.get("p90_ms"), p95_ms=lat.get("p95_ms"), p99_ms=lat.get("p99_ms"),
+                                        p999_ms=lat.get("p999_ms"), max_ms=lat.get("max_ms"), min_ms=lat.get("min_ms"))
     _apply_server_metrics(record, server, ok * config.batch)
     gen = results.get("load_generator") or {}
     v = record.validity
     v.window_s, v.samples = window, ok * config.batch
+    v.warmup_excluded = int(results.get("warmup_excluded") or 0)
+    v.stability = None if config.ramp else results.get("stability")
+    # the client's own saturation (record.served.client, set by ServedWindow.annotate) is added there;
+    # a search that could not send its rate is the client's limit too
+    v.client_saturated = bool((search or {}).get("client_limited"))
     if results.get("failures"):
         v.warnings.append(f"{results['failures']} of {results['requests']} requests failed")
     if results.get("aborted"):
         v.warnings.append(results["aborted"])
+    if config.search and search is None:
+        v.warnings.append("the capacity search did not report a result (Locust stopped it first)")
     if server.get("scrapes", 0) == 0:
         v.warnings.append(f"no server metrics from {config.metrics_url} ({server.get('error')}); "
                           "pass --metrics-url")
-    v.partial = bool(results.get("failures") or results.get("aborted") or returncode not in (0, 1))
+    # a search's failed rates are what it measures: only the figure's own failures count there
+    failed = (search.get("figure") or {}).get("failures") if search is not None else results.get("failures")
+    v.partial = bool(failed or results.get("aborted") or returncode not in (0, 1) or (config.search and search is None))
     record.settings = {"protocol": config.protocol, "mode": config.mode, "users": config.users, "rate": config.rate,
                        "duration_s": config.duration_s, "processes": config.processes, "input_data": config.input_data,
                        "validate": config.validate, "http_client": config.http_client, "url": config.url,
-                       "metrics_url": config.metrics_url, "locust_exit_code": returncode}
+                       "metrics_url": config.metrics_url, "locust_exit_code": returncode,
+                       "scenario": config.scenario, "warmup_s": 0.0 if config.ramp else config.warmup_s,
+                       "window_s": config.window_s, "slo_p99_ms": config.slo_p99_ms, "repeats": config.repeats}
     cpu = gen.get("cpu_s")
     record.extra = {
         "server": {"name": info.server_label, "version": info.server_version, "metrics": server,
@@ -237,6 +300,12 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
         "locust_csv": sorted(f"{target}_{k}.csv" for k in ("stats", "stats_history", "failures", "exceptions")),
         "locust_html": f"{target}.html",
     }
+    record.extra["windows"] = results.get("windows")
+    record.extra["percentiles_short"] = results.get("percentiles_short", [])
+    if search is not None:
+        record.extra["search"] = search
+    if results.get("repeats"):
+        record.extra["repeats"] = results["repeats"]
     if results.get("ramp"):
         record.extra["ramp"] = results["ramp"]
         record.extra["saturation"] = results.get("saturation")
@@ -271,3 +340,49 @@ def _apply_server_metrics(record: ProfileRecord, server: dict[str, Any], samples
         e.energy_j = round(energy, 3)
         e.energy_per_sample_j = round(energy / samples, 6) if samples else None
         e.source = "nvml"
+
+
+def repeat_row(results: dict[str, Any]) -> dict[str, Any]:
+    """One repeat's figures, for the report's mean and 95% CI."""
+    search = results.get("search")
+    if search is not None:
+        lat = search.get("figure") or {}
+        count, window = lat.get("requests", 0) - lat.get("failures", 0), lat.get("window_s")
+        stability = search.get("stability") or {}
+    else:
+        lat = results["latency"]
+        count = lat.get("count")
+        window = results.get("measured_window_s") if results.get("warmup_s") else results.get("requests_window_s")
+        stability = results.get("stability") or {}
+    return {"requests_s": round(count / window, 3) if count and window else None,
+            "capacity_req_s": (search or {}).get("capacity_req_s"),
+            **{k: lat.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")},
+            "stable": stability.get("stable")}
+
+
+def pool_repeats(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """One results dict from several repeats of one measurement (each repeat's own figures under "repeats").
+
+    Plain loads pool their latencies (merged histograms) and windows; a search keeps the repeat whose
+    capacity is the median as its figure. An unstable repeat makes the pooled figure unstable."""
+    if len(runs) == 1:
+        return runs[0]
+    rows = [repeat_row(r) for r in runs]
+    if runs[0].get("search") is not None:
+        ranked = sorted(range(len(runs)), key=lambda i: runs[i]["search"].get("capacity_req_s") or 0.0)
+        return {**runs[ranked[len(ranked) // 2]], "repeats": rows}
+    hist = Histogram()
+    for r in runs:
+        hist.merge(Histogram.from_dict(r["histogram"]))
+    unstable = [r["stability"] for r in runs if r.get("stability") and not r["stability"].get("stable")]
+    out = {**runs[-1], "latency": hist.summary(), "histogram": hist.to_dict(), "repeats": rows,
+           "requests": sum(r["requests"] for r in runs), "failures": sum(r["failures"] for r in runs),
+           "errors": [e for r in runs for e in r.get("errors", [])],
+           "warmup_excluded": sum(r.get("warmup_excluded") or 0 for r in runs),
+           "stability": unstable[0] if unstable else runs[-1].get("stability"),
+           "percentiles_short": percentiles_short(hist.count),
+           "aborted": next((r["aborted"] for r in runs if r.get("aborted")), None)}
+    for key in ("measured_window_s", "requests_window_s", "window_s"):
+        if all(r.get(key) for r in runs):
+            out[key] = round(sum(r[key] for r in runs), 3)
+    return out

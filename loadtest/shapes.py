@@ -89,7 +89,8 @@ class StepRamp(LoadTestShape):
         requests_s = step_hist.count / window
         row = {"users": users, "rate": None, "requests_s": round(requests_s, 2),
                "throughput_samples_s": round(requests_s * opts.batch_size, 2),
-               "p50_ms": summary["p50_ms"], "p90_ms": summary["p90_ms"], "p99_ms": summary["p99_ms"],
+               "p50_ms": summary["p50_ms"], "p90_ms": summary["p90_ms"], "p95_ms": summary["p95_ms"],
+               "p99_ms": summary["p99_ms"],
                "p999_ms": summary["p999_ms"], "failures": self.runner.stats.total.num_failures - self.failures_at_start,
                "window_s": round(window, 3), **self.served.finish(summary["mean_ms"])}
         steps = collector.ramp

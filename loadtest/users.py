@@ -132,7 +132,7 @@ class TritonUser(User):
             if not n & 63:  # yield now and then, in case answers are always ready without waiting
                 gevent.sleep(0)
 
-    def timed_call(self, start: float) -> None:
+    def timed_call(self, start: float, context: dict[str, Any] | None = None) -> None:
         """Send one request; its latency counts from `start` (a perf_counter time, s)."""
         exception = None
         length = 0
@@ -148,7 +148,7 @@ class TritonUser(User):
             exception = InferenceFailure(describe_error(e))
         self._fire(request_type=self.request_type, name=self.name,
                    response_time=(time.perf_counter() - start) * 1000.0,  # ms, float
-                   response_length=length, exception=exception, context={})
+                   response_length=length, exception=exception, context=context or {})
 
 
 class TritonHttpUser(TritonUser):
@@ -178,20 +178,43 @@ class OpenLoopUser(TritonUser):
     def concurrency(self) -> int:
         return self.opts.max_in_flight
 
+    def current_rate(self) -> float:
+        """Arrivals/s for this user: its share of --rate, or of the rate a search shape set (0: paused)."""
+        shared = getattr(self.environment, "trainserve", None)
+        rate = shared.rate if shared is not None and shared.rate is not None else self.opts.rate
+        return rate / self.opts.open_loop_users
+
     @task
     def infer_once(self) -> None:  # runs until the user is stopped
         if self.setup_failed:
             raise StopUser()
-        rate = self.opts.rate / self.opts.open_loop_users  # arrivals/s for this user
         self._pool = gevent.pool.Pool(self.opts.max_in_flight)
         rng = random.Random()
-        due = time.perf_counter()
+        clock = time.perf_counter
+        to_wall = time.time() - clock()  # the due time in wall-clock seconds, for the collector's windows
+        shared = getattr(self.environment, "trainserve", None)
+        scheduled = getattr(shared, "on_scheduled", None)
+        due = clock()
         while True:
+            rate = self.current_rate()
+            if rate <= 0:  # paused by a search shape between rates
+                gevent.sleep(0.05)
+                due = clock()
+                continue
             due += rng.expovariate(rate)
-            delay = due - time.perf_counter()
+            # a long gap is slept in steps, so a new rate takes effect at once; the gaps are memoryless,
+            # so drawing the next one afresh from now keeps the arrivals Poisson
+            while due - clock() > 0.2 and self.current_rate() == rate:
+                gevent.sleep(0.2)
+            if self.current_rate() != rate:
+                due = clock()
+                continue
+            delay = due - clock()
             if delay > 0:
                 gevent.sleep(delay)
-            self._pool.spawn(self.timed_call, due)
+            if scheduled is not None:
+                scheduled(due + to_wall)
+            self._pool.spawn(self.timed_call, due, {"due_wall": due + to_wall})
 
     def on_stop(self) -> None:
         pool = getattr(self, "_pool", None)

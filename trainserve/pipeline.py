@@ -32,6 +32,7 @@ from trainserve.core.telemetry import Sampler
 from trainserve.loadtest.clientcpu import process_cap
 from trainserve.loadtest.servedrecord import add_server_cpu
 from trainserve.report import build_report
+from trainserve.report.cost import DEFAULT_SLO_P99_MS
 from trainserve.train.models import FAMILIES
 from trainserve.train.onnx_only import card_from_onnx, onnx_model_name
 from trainserve.train.usermodel import cli_args
@@ -65,6 +66,10 @@ class Budget:
     saturate_users: int  # concurrent users of the saturating measurement
     saturate_batch: int  # rows per request of the saturating measurement (<= export's max batch 64)
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
+    search_budget_s: float = 10.0  # the Server scenario's capacity search, seconds per device
+    search_probe_s: float = 2.0  # ... most seconds of windows per rate tried
+    window_s: float = 0.5  # measurement windows of every load figure (3 must agree within 10%)
+    warmup_s: float = 0.5  # not counted, before each load figure (and each rate of the search)
     limits_budget_s: float = 3.0  # in-process onnxruntime limits (trainserve limits), seconds per device
     sweep_budget_s: float = 60.0  # training sweep: seconds per device (--sweep-budget-s overrides)
 
@@ -77,7 +82,7 @@ QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_sa
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
               train_batch=128, warmup_steps=5, compare_steps=20, accuracy_epochs=30, export_eval_samples=1024, ramp_step_s=8.0,
               ramp_max_users=32, measure_s=20.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0,
-              limits_budget_s=15.0)
+              limits_budget_s=15.0, search_budget_s=40.0, search_probe_s=5.0, window_s=1.0, warmup_s=1.0)
 
 
 @dataclass
@@ -98,6 +103,7 @@ class RunConfig:
     seeds: int | None = None  # with target_accuracy: trainings per device (None: the train stage's default, 3)
     user_model: dict[str, Any] = field(default_factory=dict)  # your own model: TrainConfig's input_shape, ...
     onnx: Path | None = None  # a model trained elsewhere: serve, load, price and plan it; no training stages
+    repeats: int = 1  # each served operating point measured this many times (the report: mean and 95% CI)
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
@@ -106,6 +112,9 @@ class RunConfig:
         if self.target_accuracy is not None and not 0 < self.target_accuracy <= 1:
             raise UserError(f"--target-accuracy {self.target_accuracy:g} is invalid; give a held-out accuracy "
                             "above 0 and at most 1, e.g. 0.95")
+        if not (isinstance(self.repeats, int) and 1 <= self.repeats <= 20):
+            raise UserError(f"--repeats {self.repeats!r} is invalid; give how many times to measure each served "
+                            "operating point, 1 to 20")
         if self.seeds is not None and not (1 <= self.seeds <= 100 and (self.seeds == 1 or self.target_accuracy)):
             raise UserError(f"--seeds {self.seeds} is invalid; give 1 to 100 trainings per device, more than 1 "
                             "only with --target-accuracy")
@@ -261,20 +270,40 @@ class Pipeline:
         # the capacity plan reads its capacity off this ramp: on the GPU, clients in several processes (the
         # GPU server leaves the host's cores free). On the CPU they would take the server's own cores.
         processes = ramp_processes(device)
+        windows = ["--warmup-s", f"{b.warmup_s:g}", "--window-s", f"{b.window_s:g}", "--repeats", str(self.cfg.repeats)]
         scenarios = {
             "ramp": ["--ramp", "--batch", "1", "--ramp-step-s", f"{b.ramp_step_s:g}", "--processes", str(processes),
                      "--ramp-max-users", str(max(b.ramp_max_users, 4 * processes)), "--duration", f"{ramp_s:.0f}s"],
-            "batch1": ["--users", "1", "--batch", "1", "--duration", f"{b.measure_s:g}s"],
+            # MLPerf's Server scenario (the capacity the plan and cost use), SingleStream and Offline
+            "server": None,  # its first rate comes from the ramp, measured just before
+            "batch1": ["--users", "1", "--batch", "1", "--duration", f"{b.measure_s:g}s", *windows],
             "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
-                          "--duration", f"{b.measure_s:g}s"],
+                          "--duration", f"{b.measure_s:g}s", *windows],
         }
         for scenario, args in scenarios.items():
             target = f"embedded-{device}-{scenario}"  # the record's file name: load/<target>.json
+            if args is None:
+                args = self._server_args(device, windows)
             with _ServerWatch(server.proc.pid) as watch:
                 self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
                             f"{scenario} on {model}")
             watch.annotate(self.root / "load" / f"{target}.json")
         self.children.stop_all()  # the server, before the next one competes for the same cores
+
+    def _server_args(self, device: str, windows: list[str]) -> list[str]:
+        """The capacity search, starting at 80% of the closed-loop ramp's best within the SLO (the open loop
+        rarely sustains more; 100 req/s when the ramp found none)."""
+        b = self.cfg.budget
+        slo = self.cfg.cost.slo_p99_ms if self.cfg.cost is not None else DEFAULT_SLO_P99_MS
+        start = 100.0
+        try:
+            ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
+            best = (ramp.extra.get("saturation") or {}).get("requests_s")
+            start = max(1.0, 0.8 * best) if best else start
+        except UserError:
+            pass
+        return ["--search", "--batch", "1", "--rate", f"{start:.1f}", "--slo-p99-ms", f"{slo:g}",
+                "--duration", f"{b.search_budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *windows]
 
     def _report(self) -> Path:
         t0 = time.monotonic()

@@ -8,6 +8,12 @@ bottleneck when measuring the load generator's own cost; and it can misbehave on
     --stall-at S --stall-for D   every request arriving in [S, S+D) s after the first inference
                                  is held until S+D (a server that stalls)
     --fail-after N               inference requests after the N-th answer HTTP 500
+    --capacity R                 answers at most R requests/s, first come first served (a token bucket
+                                 of R/s with a burst of R/20): a known capacity for the rate search
+    --slow-first-s S --slow-ms M every request arriving in the first S s after the first inference
+                                 takes M ms longer (a server warming up)
+    --unstable-period P --unstable-ms M   in every other P-second phase each request takes M ms
+                                 longer (a server that never settles)
 
 Run: python tests/loadtest/stub_server.py --port 0   (prints "stub-server ready http_port=N")
 """
@@ -37,8 +43,9 @@ CONFIG = {
 
 
 def build_app(model: str = "stub", stall_at: float | None = None, stall_for: float = 0.0,
-              fail_after: int | None = None) -> web.Application:
-    state = {"first": None, "served": 0}
+              fail_after: int | None = None, capacity: float | None = None, slow_first_s: float = 0.0,
+              slow_ms: float = 0.0, unstable_period: float = 0.0, unstable_ms: float = 0.0) -> web.Application:
+    state = {"first": None, "served": 0, "tat": 0.0}
     canned: dict[int, tuple[bytes, str]] = {}
 
     def answer(batch: int) -> tuple[bytes, str]:
@@ -82,6 +89,16 @@ def build_app(model: str = "stub", stall_at: float | None = None, stall_for: flo
             t = now - state["first"]
             if stall_at <= t < stall_at + stall_for:
                 await asyncio.sleep(stall_at + stall_for - t)
+        t = now - state["first"]
+        delay = slow_ms / 1000.0 if t < slow_first_s else 0.0
+        if unstable_period and int(t // unstable_period) % 2:
+            delay += unstable_ms / 1000.0
+        if capacity:
+            # GCRA: each request takes the next slot of 1/R s; up to R/20 slots may be used ahead
+            state["tat"] = max(state["tat"], now) + 1.0 / capacity
+            delay += max(0.0, state["tat"] - (max(1.0, capacity / 20.0)) / capacity - now)
+        if delay > 0:
+            await asyncio.sleep(delay)
         state["served"] += 1
         if fail_after is not None and state["served"] > fail_after:
             return web.json_response({"error": "stub server failing on purpose"}, status=500)
@@ -114,7 +131,8 @@ def build_app(model: str = "stub", stall_at: float | None = None, stall_for: flo
 
 
 async def _main(args: argparse.Namespace) -> None:
-    app = build_app(args.model, args.stall_at, args.stall_for, args.fail_after)
+    app = build_app(args.model, args.stall_at, args.stall_for, args.fail_after, args.capacity, args.slow_first_s,
+                    args.slow_ms, args.unstable_period, args.unstable_ms)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", args.port)
@@ -131,6 +149,11 @@ if __name__ == "__main__":
     p.add_argument("--stall-at", type=float, default=None)
     p.add_argument("--stall-for", type=float, default=0.0)
     p.add_argument("--fail-after", type=int, default=None)
+    p.add_argument("--capacity", type=float, default=None)
+    p.add_argument("--slow-first-s", type=float, default=0.0)
+    p.add_argument("--slow-ms", type=float, default=0.0)
+    p.add_argument("--unstable-period", type=float, default=0.0)
+    p.add_argument("--unstable-ms", type=float, default=0.0)
     try:
         asyncio.run(_main(p.parse_args()))
     except KeyboardInterrupt:

@@ -33,7 +33,9 @@ def test_bad_options(tmp_path: Path) -> None:
 def test_server_errors_mid_run_write_partial_results(tmp_path: Path) -> None:
     proc, url = start_stub("--fail-after", "30")
     try:
-        p = run_load(tmp_path, "--url", url, "--model", "stub", "--users", "1", "--duration", "10s", "--target", "f")
+        # no warm-up: the 30 answers come in the first milliseconds, which a warm-up would leave out
+        p = run_load(tmp_path, "--url", url, "--model", "stub", "--users", "1", "--duration", "10s", "--target", "f",
+                     "--warmup-s", "0")
     finally:
         stop_process(proc)
     assert p.returncode == 1

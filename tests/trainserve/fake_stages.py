@@ -24,9 +24,11 @@ from trainserve.core.profile import LatencyStats, ProfileRecord  # noqa: E402
 def _opts(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     for name in ("--run", "--runs-dir", "--model", "--url", "--batch", "--users", "--device", "--model-repository",
-                 "--duration", "--ramp-step-s", "--ramp-max-users", "--metrics-url", "--target", "--budget-s"):
+                 "--duration", "--ramp-step-s", "--ramp-max-users", "--metrics-url", "--target", "--budget-s",
+                 "--rate", "--slo-p99-ms"):
         p.add_argument(name)
     p.add_argument("--ramp", action="store_true")
+    p.add_argument("--search", action="store_true")
     args, _ = p.parse_known_args(argv)
     return args
 
@@ -90,7 +92,20 @@ def main() -> None:
                           concurrency=users, target=f"{a.url}/{a.model}")
         r.speed.throughput_samples_s = 800.0 * batch ** 0.5 * users
         r.speed.latency = LatencyStats.from_samples_ms([1.0 * batch ** 0.5, 1.2, 1.5])
+        r.validity.stability = {"stable": True, "rule": "windows", "reason": "3 windows agree",
+                                "windows_used": [1, 2, 3]}
+        r.settings["scenario"] = "SingleStream" if users == 1 and batch == 1 else "Offline"
+        r.extra.update(requests=3000, failures=0, percentiles_short=[])
+        if a.search:  # the Server scenario (the pipeline starts it at 80% of the ramp's best, 3200 req/s)
+            r.settings["scenario"] = "Server"
+            r.speed.throughput_samples_s = 1200.0
+            r.extra["search"] = {"capacity_req_s": 1200.0, "lower_bound": False, "stop_reason": "bracketed within 5%",
+                                 "slo_p99_ms": float(a.slo_p99_ms), "start": float(a.rate),
+                                 "figure": {"requests": 3000, "failures": 0}}
         if a.ramp:
+            r.validity.stability = None
+            r.settings["scenario"] = "ramp"
+            r.extra["saturation"] = {"users": 4, "requests_s": 3200.0, "reason": "limit"}
             r.extra["ramp"] = [{"users": u, "rate": None, "requests_s": 800.0 * u, "throughput_samples_s": 800.0 * u,
                                 "p50_ms": 1.0 + u / 4, "p90_ms": 1.3 + u / 4, "p99_ms": 2.0 + u / 4} for u in (1, 2, 4)]
         out = run / "load" / f"{a.target}.json"

@@ -30,16 +30,26 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     cfg = RunConfig(device="cpu", quick=True, run="p1", runs_dir=tmp_path)
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     done = [e.stage for e in events if e.status == "done"]
-    assert done == ["train", "sweep-cpu", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-batch1",
-                    "load-cpu-saturated", "report"]
+    assert done == ["train", "sweep-cpu", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server",
+                    "load-cpu-batch1", "load-cpu-saturated", "report"]
     # one progress line per sweep point, while the stage runs
     assert [e.detail for e in events if e.status == "line"] == [f"cpu fp32 batch {b}" for b in (8, 16, 32)]
     assert "--sweep-budget-s 25" in (tmp_path / "p1" / "logs" / "sweep-cpu.log").read_text()
     load = tmp_path / "p1" / "load"
     assert sorted(p.name for p in load.iterdir()) == [
         "embedded-cpu-batch1.json", "embedded-cpu-batch1_stats.csv", "embedded-cpu-ramp.json",
-        "embedded-cpu-ramp_stats.csv", "embedded-cpu-saturated.json", "embedded-cpu-saturated_stats.csv"]
+        "embedded-cpu-ramp_stats.csv", "embedded-cpu-saturated.json", "embedded-cpu-saturated_stats.csv",
+        "embedded-cpu-server.json", "embedded-cpu-server_stats.csv"]
+    # the Server scenario starts at 80% of the ramp's best, with the run's SLO, and feeds the cost section
+    server_log = (tmp_path / "p1" / "logs" / "load-cpu-server.log").read_text()
+    assert "--search" in server_log and "--rate 2560.0" in server_log and "--slo-p99-ms 100" in server_log
+    assert "--warmup-s 0.5 --window-s 0.5" in (tmp_path / "p1" / "logs" / "load-cpu-batch1.log").read_text()
     summary = json.loads((html.parent / "summary.json").read_text())
+    assert summary["verdict"]["result"] == "VALID", summary["verdict"]
+    rows = summary["scenarios"]["models"]["cnn"]["cpu"]
+    assert rows["Server"]["capacity_req_s"] == 1200.0 and rows["SingleStream"]["source"].endswith("batch1.json")
+    slo_row = next(r for r in summary["costs"]["models"]["cnn"]["infer"]["cpu"]["rows"] if r["basis"] == "slo")
+    assert (slo_row["kind"], slo_row["requests_s"]) == ("Server scenario", 1200.0)
     cpu = summary["models"]["cnn"]["infer"]["onnxruntime"]["cpu"]
     assert cpu["batch1"]["source"] == "load/embedded-cpu-batch1.json"
     assert cpu["saturated"]["batch_size"] == 64

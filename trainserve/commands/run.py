@@ -58,6 +58,8 @@ def run(
     onnx: Annotated[Path | None, typer.Option("--onnx", help=(
         "Serve a model trained elsewhere: skip training; its inputs are read from the graph, whose batch "
         "dimension must be dynamic."))] = None,
+    repeats: Annotated[int, typer.Option(help=(
+        "Measure each served operating point N times; the report shows mean and 95% CI."))] = 1,
     prices: PricesFile = None,
     price_cpu_core_hour: CpuCoreHour = None,
     price_gpu_hour: GpuHour = None,
@@ -86,7 +88,7 @@ def run(
     cfg = RunConfig(model=fields["model"], user_model=user_model, onnx=onnx, preset=preset.value if preset else None,
                     device=device.value, quick=quick, run=run_name, runs_dir=runs_dir, sweep=sweep,
                     sweep_budget_s=sweep_budget_s, cost=cost, dataset=dataset, target_accuracy=target_accuracy,
-                    seeds=seeds)
+                    seeds=seeds, repeats=repeats)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display

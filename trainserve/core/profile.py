@@ -38,6 +38,7 @@ class LatencyStats:
     mean_ms: float | None = None
     p50_ms: float | None = None
     p90_ms: float | None = None
+    p95_ms: float | None = None
     p99_ms: float | None = None
     p999_ms: float | None = None
     max_ms: float | None = None
@@ -54,6 +55,7 @@ class LatencyStats:
             mean_ms=_r(sum(s) / len(s)),
             p50_ms=_r(percentile(s, 50)),
             p90_ms=_r(percentile(s, 90)),
+            p95_ms=_r(percentile(s, 95)),
             p99_ms=_r(percentile(s, 99)),
             p999_ms=_r(percentile(s, 99.9)),
             max_ms=_r(s[-1]),
@@ -130,6 +132,11 @@ class Validity:
     # figure itself is moved to extra["out_of_bounds"] and left null here, so it is never shown as a result
     errors: list[str] = field(default_factory=list)
     partial: bool = False  # the run stopped early; numbers cover what finished
+    # the load generator, not the server, may have limited the figure (set by the client-CPU check); the
+    # run's verdict (trainserve/report/verdict.py) is INVALID while any record says so
+    client_saturated: bool = False
+    # loadtest/windows.py: {"stable", "rule", "reason", "windows_used"}; None where no windows were kept
+    stability: dict[str, Any] | None = None
 
 
 @dataclass

@@ -34,6 +34,8 @@ from trainserve.report.limits import (
     limit_conclusions,
     limits_section,
 )
+from trainserve.report.scenarios import scenarios_section
+from trainserve.report.verdict import screen_headline, verdict
 
 SUMMARY_SCHEMA_VERSION = 1
 # Which inference backend the headline speedups use when several were measured on both devices.
@@ -48,13 +50,15 @@ def model_key(record: ProfileRecord) -> str:
 def analyse(collection: Collection) -> dict[str, Any]:
     entries = withheld.screened(collection)  # figures beyond a physical bound become errors
     models: dict[str, dict[str, Any]] = {}
+    scenarios = scenarios_section(entries, model_key)  # SingleStream / Server / Offline, with their verdicts
     for name in sorted({model_key(e.record) for e in entries}):
         mine = [e for e in entries if model_key(e.record) == name]
         models[name] = _model_section(name, mine)
         # an ONNX file trained elsewhere (trainserve run --onnx): its training columns say so, not "not measured"
         models[name]["trained_here"] = (collection.card or {}).get("family") != "onnx"
+        models[name]["scenarios"] = scenarios["models"].get(name, {})  # the plan and cost read the Server figure
     conclusions = [c for m in models.values() for c in m["conclusions"]]
-    return {
+    summary = {
         "schema_version": SUMMARY_SCHEMA_VERSION,
         "run": collection.run,
         "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -68,7 +72,11 @@ def analyse(collection: Collection) -> dict[str, Any]:
         "warnings": _warnings(entries) + [{"source": rel, "model": None, "device": None, "phase": None,
                                            "message": why} for rel, why in collection.problems],
         "records": [_record_row(e) for e in entries],
+        "verdict": verdict(entries, withheld.summary_errors(entries)),
+        "scenarios": scenarios,
     }
+    screen_headline(summary)  # the headline states only valid figures
+    return summary
 
 
 # --- one column of a table: a record (or one point of its load ramp) seen through the report ---
@@ -78,7 +86,7 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[s
     lat = dataclasses.asdict(r.speed.latency)
     throughput, requests_s, concurrency = r.speed.throughput_samples_s, r.speed.requests_s, r.concurrency
     if point is not None:
-        lat = {k: point.get(k) for k in ("p50_ms", "p90_ms", "p99_ms", "p999_ms", "mean_ms", "max_ms")}
+        lat = {k: point.get(k) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "mean_ms", "max_ms")}
         throughput, requests_s = point.get("throughput_samples_s"), point.get("requests_s")
         concurrency = point.get("users", concurrency)
     m = r.memory

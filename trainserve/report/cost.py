@@ -27,6 +27,7 @@ from trainserve.report.breakeven import gpu_price_break_even
 from trainserve.report.price_table import gpu_pricing
 from trainserve.report.prices import Prices
 
+SERVER = "Server scenario"  # a frontier point's kind: the open-loop capacity search's figure
 DEFAULT_SLO_P99_MS = 100.0  # a common interactive budget; the load ramp stops at the same p99 by default
 DEFAULT_HEADROOM = 0.2  # capacity kept free above the target load (bursts, a server lost), as a fraction
 J_PER_KWH = 3.6e6
@@ -175,6 +176,13 @@ def frontier(section: dict[str, Any], device: str) -> list[dict[str, Any]]:
                            "users": p.get("users"), "throughput_samples_s": p.get("throughput_samples_s"),
                            "requests_s": p.get("requests_s"), "p99_ms": p.get("p99_ms"),
                            "failures": p.get("failures") or 0, "energy_per_sample_j": None, "view": None})
+    server = (section.get("scenarios", {}).get(device) or {}).get("Server")
+    if server and server["capacity_req_s"]:  # the open-loop capacity search (report/scenarios.py)
+        points.append({"kind": SERVER, "source": server["source"], "batch_size": server["batch_size"],
+                       "users": None, "throughput_samples_s": server["capacity_req_s"] * server["batch_size"],
+                       "requests_s": server["capacity_req_s"], "p99_ms": server["p99_ms"], "failures": 0,
+                       "energy_per_sample_j": None, "view": None, "lower_bound": server["lower_bound"],
+                       "valid": server["valid"], "reasons": server["reasons"]})
     for kind in ("batch1", "saturated"):
         v = per.get(kind)
         if v and not v["ramp_point"]:
@@ -189,8 +197,11 @@ def frontier(section: dict[str, Any], device: str) -> list[dict[str, Any]]:
 def best_within_slo(points: list[dict[str, Any]], slo_p99_ms: float) -> dict[str, Any] | None:
     """The most inferences/s among one-row requests whose p99 met the SLO without a failed request.
 
-    Client-batched points are left out: their requests carry many rows, so their requests/s is not the
-    load a plan in requests/s asks about."""
+    Where the Server scenario was measured, its figure alone: a closed loop slows its sending when the
+    server slows, so its p99 hides queueing. Client-batched points are left out: their requests carry many
+    rows, so their requests/s is not the load a plan in requests/s asks about."""
+    if any(p["kind"] == SERVER for p in points):
+        points = [p for p in points if p["kind"] == SERVER]
     ok = [p for p in points if p["batch_size"] == 1 and p["p99_ms"] is not None and p["p99_ms"] <= slo_p99_ms
           and not p["failures"]]
     return max(ok, key=lambda p: p["throughput_samples_s"]) if ok else None

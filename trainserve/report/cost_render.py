@@ -14,6 +14,7 @@ from typing import Any
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.breakeven import sentence
+from trainserve.report.cost import SERVER
 from trainserve.report.plots import safe_name
 
 BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
@@ -46,7 +47,8 @@ def infer_rows(c: dict[str, Any]) -> list[list[str]]:
     rows = []
     for d, dev in c["infer"].items():
         for r in dev["rows"]:
-            users = "? users" if r["users"] is None else f"{r['users']} user" + ("" if r["users"] == 1 else "s")
+            users = ("Poisson arrivals" if r["kind"] == SERVER else "? users" if r["users"] is None
+                     else f"{r['users']} user" + ("" if r["users"] == 1 else "s"))
             load = f"{u.num(r['throughput_samples_s'])} samples/s, batch {r['batch_size']} × {users} ({r['kind']})"
             rows.append([DEVICE_LABEL[d], BASIS[r["basis"]], load, u.ms(r["p99_ms"]), _held(dev),
                          usd(r["hardware_usd_per_million_inferences"]),

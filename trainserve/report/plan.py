@@ -21,6 +21,7 @@ from trainserve.report.cost import (
     held,
     min_p99,
     model_prices,
+    SERVER,
     server_view,
     servers_needed,
 )
@@ -76,7 +77,9 @@ def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, An
                units=n * res["units"] if res["units"] else None,
                usd_per_hour=n * res["usd_per_hour"] if res["usd_per_hour"] is not None else None,
                extrapolation_factor=target / cap, extrapolated=target > cap,
-               capacity_lower_bound=_unsaturated(points, cap, opts.slo_p99_ms))
+               capacity_lower_bound=(best["lower_bound"] if best["kind"] == SERVER
+                                     else _unsaturated(points, cap, opts.slo_p99_ms)),
+               capacity_valid=best.get("valid", True), capacity_reasons=best.get("reasons", []))
     return out
 
 
@@ -110,8 +113,11 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         what = (f"{p['servers']} {unit}{'s' if p['servers'] > 1 else ''}"
                 + (f" ({p['units']} logical CPUs)" if d == "cpu" and p["units"] else ""))
         cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "no price"
+        at = "Poisson arrivals" if cp["kind"] == SERVER else _users(cp["users"])
         line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
-                f"{u.ms(cp['p99_ms'])} at {_users(cp['users'])}, {cp['kind']}); {what}, {cost}.")
+                f"{u.ms(cp['p99_ms'])} at {at}, {cp['kind']}); {what}, {cost}.")
+        if not p.get("capacity_valid", True):
+            line += f" INVALID figure: {'; '.join(p['capacity_reasons'])}."
         if p.get("capacity_lower_bound"):
             line += (f" A lower bound: the heaviest load offered still met the SLO and still gained throughput, "
                      f"so one {unit} may sustain more and fewer {unit}s may do.")

@@ -10,7 +10,7 @@ import base64
 from html import escape
 from typing import Any
 
-from trainserve.report import attribution_render, cost_render, withheld
+from trainserve.report import attribution_render, cost_render, scenarios, withheld
 from trainserve.report import limits as lim
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
@@ -105,7 +105,8 @@ def html_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>trainserve report — {escape(summary['run'])}</title><style>{CSS}{withheld.CSS}{cost_render.CSS}"
         "</style></head><body>",
-        _html_header(summary), "<main>", _html_summary(summary), cost_render.html_section(summary, figures),
+        _html_header(summary), "<main>", scenarios.verdict_html(summary), _html_summary(summary),
+        scenarios.html_section(summary), cost_render.html_section(summary, figures),
         withheld.html_section(summary),
     ]
     for model in summary["models"].values():
@@ -426,8 +427,10 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     if card.get("reference"):  # a model of the user's own, or an ONNX file trained elsewhere
         md.append(f"- **model**: {card.get('name')}: `{card['reference']}` · sha256 `{card.get('sha256')}` · "
                   f"data: {card.get('dataset')}")
-    md += ["", "## Summary", ""]
+    md += [""] + scenarios.verdict_md(s)
+    md += ["## Summary", ""]
     md += [f"- {c}" for c in s["conclusions"]] + [""]
+    md += scenarios.md_section(s, _md_table)
     md += withheld.md_section(s)
     rows = []
     for model in s["models"].values():

@@ -45,6 +45,7 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("requests/s", guard("requests_s", lambda v: "" if v["phase"] == "train" else u.num(v["requests_s"]))),
         ("p50 (step / request)", _lat("p50_ms")),
         ("p90", _lat("p90_ms")),
+        ("p95", _lat("p95_ms")),
         ("p99", _lat("p99_ms")),
         ("p99.9", _lat("p999_ms")),
         ("max", _lat("max_ms")),

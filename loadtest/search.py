@@ -1,0 +1,190 @@
+"""The Server scenario's capacity search: the highest Poisson arrival rate that meets the latency SLO.
+
+MLPerf's Server scenario and perf_analyzer's request-rate mode send on a schedule (open loop), so a
+server that falls behind shows its queue in the latencies instead of slowing the sender. This module
+is the search itself, free of Locust (loadtest/search_shape.py runs it against a server):
+
+1. probe a rate: a warm-up that is not counted, then windows (loadtest/windows.py) until they agree
+   or the probe's time is up;
+2. the probe passes when its windows are stable, its p99 (counted from each request's scheduled send
+   time, unanswered requests counted above the SLO) is within the SLO, and at most `max_error_fraction`
+   of its requests failed;
+3. the rate doubles while probes pass and halves while they fail, until one of each brackets the
+   capacity; then bisection, until the bracket is within `precision` or the search's time is spent.
+
+The result is the highest passing rate. If no probe failed, it is a lower bound; if the time ran out
+before the bracket closed, the result says how wide it still was.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainserve.loadtest.windows import Stability, StabilityRule, Window, judge, merged, percentiles_short
+
+MAX_ERROR_FRACTION = 0.001  # MLPerf-style: at most 0.1% of requests may fail
+CLIENT_BUSY = 0.9  # a probe whose load-generator process used this share of a core or more was the client's
+
+
+@dataclass
+class SearchConfig:
+    """One capacity search."""
+
+    slo_p99_ms: float  # p99 latency from the scheduled send time, ms
+    start_rate: float = 100.0  # first rate probed, requests/s
+    min_rate: float = 1.0  # below this the search gives up: nothing meets the SLO
+    max_rate: float = 1e6  # never probe above this, requests/s
+    precision: float = 0.05  # stop when the bracket's upper end is within this fraction of its lower end
+    budget_s: float = 30.0  # the whole search, s (a probe is not started unless it fits)
+    warmup_s: float = 0.5  # per probe, not counted
+    max_probe_s: float = 4.0  # windows per probe end here even when they have not agreed
+    max_error_fraction: float = MAX_ERROR_FRACTION
+    rule: StabilityRule = field(default_factory=lambda: StabilityRule(window_s=0.5, min_duration_s=20.0))
+
+    def __post_init__(self) -> None:
+        checks = [("slo_p99_ms", self.slo_p99_ms > 0, "> 0 ms"),
+                  ("start_rate", self.start_rate > 0, "> 0 per second"),
+                  ("min_rate", 0 < self.min_rate <= self.start_rate, "0 < min_rate <= start_rate"),
+                  ("max_rate", self.max_rate >= self.start_rate, ">= start_rate"),
+                  ("precision", 0 < self.precision < 1, "0 < x < 1"),
+                  ("budget_s", self.budget_s > 0, "> 0 s"),
+                  ("warmup_s", self.warmup_s >= 0, ">= 0 s"),
+                  ("max_probe_s", self.max_probe_s >= self.rule.window_s * self.rule.consecutive,
+                   f">= {self.rule.consecutive} windows of {self.rule.window_s:g} s"),
+                  ("max_error_fraction", 0 <= self.max_error_fraction < 1, "0 <= x < 1")]
+        for name, ok, allowed in checks:
+            if not ok:
+                raise ValueError(f"search option {name}={getattr(self, name)!r} is invalid; allowed: {allowed}")
+
+    @property
+    def min_probe_s(self) -> float:
+        """The shortest a probe can be: its warm-up and enough windows to agree."""
+        return self.warmup_s + self.rule.window_s * self.rule.consecutive
+
+
+@dataclass
+class Probe:
+    """One rate tried: its windows, whether they agreed, and whether it met the SLO."""
+
+    rate: float  # offered, requests/s
+    stability: Stability
+    figure: Window  # the windows the figure comes from, merged
+    passed: bool
+    reasons: list[str]  # why it failed (empty when it passed)
+    client_core_fraction: float | None = None  # CPU of the load generator's process over the probe, cores
+
+    @property
+    def client_saturated(self) -> bool:
+        return self.client_core_fraction is not None and self.client_core_fraction >= CLIENT_BUSY
+
+    @property
+    def p99_ms(self) -> float | None:
+        return self.figure.hist.percentile(99) if self.figure.hist.count else None
+
+    def row(self) -> dict[str, Any]:
+        s = self.figure.hist.summary()
+        return {"rate": round(self.rate, 3), "passed": self.passed, "reasons": self.reasons,
+                "requests_s": round(self.figure.throughput, 3) if self.figure.length_s else None,
+                "window_s": round(self.figure.length_s, 3), **{k: v for k, v in s.items() if k != "count"},
+                "requests": self.figure.requests, "failures": self.figure.failures, "late": self.figure.late,
+                "client_core_fraction": self.client_core_fraction, "stability": self.stability.to_dict()}
+
+
+def evaluate(rate: float, windows: list[Window], config: SearchConfig,
+             client_core_fraction: float | None = None) -> Probe:
+    """Judge one probe's windows against the SLO and the error bound; a probe whose load generator was
+    busy (`client_core_fraction` >= CLIENT_BUSY) fails, since late sends show as late answers."""
+    stability = judge(windows, config.rule)
+    figure = merged(windows, stability.windows_used)
+    reasons = []
+    if not stability.stable:
+        reasons.append(stability.reason)
+    if figure.hist.count == 0:
+        reasons.append("no request answered")
+    else:
+        p99 = figure.hist.percentile(99)
+        if p99 > config.slo_p99_ms:
+            reasons.append(f"p99 {p99:.3f} ms > SLO {config.slo_p99_ms:g} ms")
+    if figure.requests and figure.failures / figure.requests > config.max_error_fraction:
+        reasons.append(f"{figure.failures} of {figure.requests} requests failed "
+                       f"(more than {config.max_error_fraction:.1%})")
+    if client_core_fraction is not None and client_core_fraction >= CLIENT_BUSY:
+        reasons.append(f"the load generator used {client_core_fraction:.0%} of a core: this rate measured the client")
+    return Probe(rate, stability, figure, passed=not reasons, reasons=reasons,
+                 client_core_fraction=client_core_fraction)
+
+
+class RateSearch:
+    """Exponential bracketing, then bisection; feed it probes with `record`, ask `next_rate` what to try."""
+
+    def __init__(self, config: SearchConfig) -> None:
+        self.config = config
+        self.probes: list[Probe] = []
+        self.best: Probe | None = None  # highest passing
+        self.lowest_failed: Probe | None = None
+        self.stop_reason: str | None = None
+
+    def record(self, probe: Probe) -> None:
+        self.probes.append(probe)
+        if probe.passed and (self.best is None or probe.rate > self.best.rate):
+            self.best = probe
+        if not probe.passed and (self.lowest_failed is None or probe.rate < self.lowest_failed.rate):
+            self.lowest_failed = probe
+
+    def next_rate(self, elapsed_s: float) -> float | None:
+        """The next rate to probe, or None when the search is over (`stop_reason` says why)."""
+        c = self.config
+        if elapsed_s + c.min_probe_s > c.budget_s:
+            self.stop_reason = f"the search's {c.budget_s:g} s were spent"
+            return None
+        if not self.probes:
+            return c.start_rate
+        lo = self.best.rate if self.best else None
+        hi = self.lowest_failed.rate if self.lowest_failed else None
+        if hi is None:  # everything passed so far: go up
+            if lo is not None and lo >= c.max_rate:
+                self.stop_reason = f"the highest rate allowed ({c.max_rate:g} req/s) met the SLO"
+                return None
+            return min(c.max_rate, (lo or c.start_rate) * 2)
+        if lo is None:  # everything failed so far: go down
+            if hi / 2 < c.min_rate:
+                self.stop_reason = f"no rate down to {c.min_rate:g} req/s met the SLO"
+                return None
+            return hi / 2
+        if hi <= lo * (1 + c.precision):
+            self.stop_reason = f"bracketed within {c.precision:.0%}"
+            return None
+        return (lo + hi) / 2
+
+    def result(self) -> dict[str, Any]:
+        """The Server figure and how it was found (record.extra["search"])."""
+        best, hi = self.best, self.lowest_failed
+        out: dict[str, Any] = {
+            "capacity_req_s": round(best.rate, 3) if best else None,
+            "upper_req_s": round(hi.rate, 3) if hi else None,  # lowest rate that failed
+            # nothing failed, or the client failed first: the server's capacity is at least this
+            "lower_bound": best is not None and (hi is None or hi.client_saturated),
+            "bracket": round(hi.rate / best.rate - 1, 4) if best and hi and hi.rate > best.rate else None,
+            # the lowest failing rate failed because the client was busy: the capacity is the client's
+            # limit, a lower bound of the server's
+            "client_limited": bool(hi and hi.client_saturated),
+            "stop_reason": self.stop_reason,
+            "slo_p99_ms": self.config.slo_p99_ms,
+            "max_error_fraction": self.config.max_error_fraction,
+            "probes": [p.row() for p in self.probes],
+            "stability": best.stability.to_dict() if best else self._unstable(),
+        }
+        if best is not None:
+            out["figure"] = best.row()
+            out["percentiles_short"] = percentiles_short(best.figure.hist.count)
+        return out
+
+    def _unstable(self) -> dict[str, Any] | None:
+        """No probe passed: whether that was because none stabilised (the last probe's reason)."""
+        if not self.probes:
+            return None
+        if all(not p.stability.stable for p in self.probes):
+            return self.probes[-1].stability.to_dict()
+        return {"stable": True, "rule": None, "reason": "probes stabilised but none met the SLO",
+                "windows_used": []}

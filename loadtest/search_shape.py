@@ -1,0 +1,135 @@
+"""`ServerSearch`: the Server scenario's capacity search (loadtest/search.py) run by Locust.
+
+The shape keeps `--open-loop-users` OpenLoopUsers running and changes their arrival rate through the
+collector (`collector.rate`), one rate at a time, from a greenlet of its own: Locust calls a shape's
+`tick` only once a second, too coarse for half-second windows. For each rate:
+
+1. the rate is set and a fresh window log (loadtest/windows.py) takes that rate's requests, by their
+   scheduled send time; the first `--warmup-s` of them are not counted; a window lasts `--window-s`,
+   or long enough for 30 requests at a low rate;
+2. each window is judged `grace` after its end (the SLO and a margin), so a request due in it and not
+   answered by then is counted as late, above the SLO; windows are added until three agree or
+   `--search-probe-s` is spent;
+3. the rate is paused until the requests still in flight are answered (at most 2 s), so a rate the
+   server could not keep up with does not leave its queue to the next one.
+
+One Locust process only: the rate and the windows live in this process (the runner refuses
+`--processes` with `--search`). The search's result goes to the results file (`search`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import Any
+
+import gevent
+from locust import LoadTestShape
+
+from trainserve.loadtest.options import LoadOptions
+from trainserve.loadtest.search import Probe, RateSearch, SearchConfig, evaluate
+from trainserve.loadtest.users import OpenLoopUser
+from trainserve.loadtest.windows import StabilityRule, WindowLog, merged, min_requests_for
+
+log = logging.getLogger(__name__)
+DRAIN_S = 2.0  # most seconds to wait, between rates, for answers still in flight
+P99_REQUESTS = min_requests_for(99)
+WINDOW_REQUESTS = 30  # the fewest requests a window is expected to hold (it is made longer at low rates)
+
+
+class ServerSearch(LoadTestShape):
+    """Open loop: the highest Poisson arrival rate whose p99 from the scheduled send time meets --slo-p99-ms."""
+
+    use_common_options = True  # --run-time bounds it (the runner sets it above the search's budget)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._greenlet: gevent.Greenlet | None = None
+        self.done = False
+
+    def reset_time(self) -> None:
+        super().reset_time()
+        self._greenlet, self.done = None, False
+
+    def tick(self) -> tuple[int, float, list[Any]] | None:
+        if self.done:
+            return None
+        opts = LoadOptions.from_parsed(self.runner.environment.parsed_options)
+        if self._greenlet is None:
+            collector = self.runner.environment.trainserve
+            collector.rate = 0.0  # paused until every user runs
+            self._greenlet = gevent.spawn(self._search, opts, collector)
+        return opts.open_loop_users, 100.0, [OpenLoopUser]
+
+    def _search(self, opts: LoadOptions, collector: Any) -> None:
+        config = search_config(opts)
+        search = RateSearch(config)
+        t0 = time.perf_counter()
+        while self.runner.user_count < opts.open_loop_users and time.perf_counter() - t0 < 5.0:
+            gevent.sleep(0.05)
+        t0 = time.perf_counter()
+        try:
+            while (rate := search.next_rate(time.perf_counter() - t0)) is not None:
+                probe = self._probe(rate, config, collector, deadline=t0 + config.budget_s)
+                search.record(probe)
+                log.info("search: %.1f req/s %s (p99 %s ms)%s", rate, "met the SLO" if probe.passed else "failed",
+                         None if probe.p99_ms is None else round(probe.p99_ms, 3),
+                         "" if probe.passed else f": {'; '.join(probe.reasons)}")
+                self._drain(collector)
+        finally:
+            collector.probe, collector.rate = None, 0.0
+            collector.search = search.result()
+            self.done = True
+
+    def _probe(self, rate: float, config: SearchConfig, collector: Any, deadline: float) -> Probe:
+        # a window holds at least WINDOW_REQUESTS requests, or its median and count are mostly noise
+        rule = dataclasses.replace(config.rule, window_s=max(config.rule.window_s, WINDOW_REQUESTS / rate))
+        config = dataclasses.replace(config, rule=rule,
+                                     max_probe_s=max(config.max_probe_s, rule.window_s * rule.consecutive))
+        grace = config.slo_p99_ms / 1000.0 * 1.2 + 0.02  # an unanswered request is then past the SLO
+        start = time.time()
+        cpu0 = time.process_time()
+        probe_log = WindowLog(start, config.warmup_s, rule.window_s)
+        collector.probe, collector.rate = probe_log, rate
+        windows = []
+        last = min(start + config.warmup_s + config.max_probe_s,  # the probe's windows end by here
+                   time.time() + max(0.0, deadline - time.perf_counter()) - grace)
+        i = 0
+        while True:
+            end = probe_log.window_end(i)
+            if end > last and len(windows) >= rule.consecutive:
+                break
+            gevent.sleep(max(0.0, end + grace - time.time()))
+            windows.append(probe_log.close(i, time.time()))
+            i += 1
+            probe = evaluate(rate, windows, config)
+            # stable, and enough requests that the p99 is more than the largest few (else more windows)
+            if probe.stability.stable and (probe.figure.requests >= P99_REQUESTS or end > last):
+                break
+            every = merged(windows, [w.index for w in windows])
+            if every.hist.count and every.hist.percentile(99) > 2 * config.slo_p99_ms \
+                    and len(windows) >= rule.consecutive:
+                break  # far past the SLO in every window so far: more windows will not rescue it
+        collector.probe = None
+        busy = (time.process_time() - cpu0) / max(time.time() - start, 1e-9)  # cores of this process
+        return evaluate(rate, windows, config, client_core_fraction=round(busy, 3))
+
+    @staticmethod
+    def _drain(collector: Any) -> None:
+        collector.rate = 0.0
+        t0 = time.perf_counter()
+        while collector.scheduled_total > collector.answered_total and time.perf_counter() - t0 < DRAIN_S:
+            gevent.sleep(0.02)
+
+
+def search_config(opts: LoadOptions) -> SearchConfig:
+    """The search's settings from the load options (the volume rule: 20 s and 5000 requests, per rate).
+
+    Median latencies within 5% of the SLO of each other agree: a swing that small cannot change the
+    decision the search makes, and a busy host's scheduling moves a 1 ms median by more than 10%."""
+    rule = StabilityRule(window_s=opts.window_s, min_duration_s=20.0, min_requests=5000,
+                         latency_floor_ms=max(StabilityRule.latency_floor_ms, 0.05 * opts.slo_p99_ms))
+    return SearchConfig(slo_p99_ms=opts.slo_p99_ms, start_rate=opts.rate, min_rate=min(1.0, opts.rate),
+                        budget_s=opts.search_budget_s, warmup_s=opts.warmup_s, max_probe_s=opts.search_probe_s,
+                        rule=rule)

@@ -1,0 +1,85 @@
+"""The capacity search (loadtest/search.py) against simulated servers: bracketing, bisection, limits."""
+
+from __future__ import annotations
+
+import random
+
+from trainserve.loadtest.search import RateSearch, SearchConfig, evaluate
+from trainserve.loadtest.windows import StabilityRule, Window
+
+
+def simulated(rate: float, capacity: float, rng: random.Random, unstable: bool = False) -> list[Window]:
+    """Three 1 s windows of a server that answers in ~2 ms below `capacity` and queues above it (`unstable`:
+    the middle window answers 30 ms slower)."""
+    out = []
+    for i in range(3):
+        w = Window(i, 1.0)
+        n = int(rate)
+        for k in range(n):
+            backlog_ms = max(0.0, (rate - capacity) / capacity) * 1000.0 * (i + k / max(n, 1))
+            swing_ms = 30.0 if unstable and i == 1 else 0.0  # within the SLO, but not steady
+            w.hist.record(2.0 + rng.random() * 0.2 + backlog_ms + swing_ms)
+        out.append(w)
+    return out
+
+
+def run(capacity: float, start: float = 100.0, unstable: bool = False, budget_s: float = 1000.0) -> RateSearch:
+    config = SearchConfig(slo_p99_ms=50.0, start_rate=start, budget_s=budget_s, warmup_s=0.0, max_probe_s=3.0,
+                          rule=StabilityRule(window_s=1.0))
+    search, rng, elapsed = RateSearch(config), random.Random(1), 0.0
+    while (rate := search.next_rate(elapsed)) is not None:
+        search.record(evaluate(rate, simulated(rate, capacity, rng, unstable), config))
+        elapsed += 3.0
+    return search
+
+
+def test_finds_a_known_capacity_within_ten_percent_from_below_and_above() -> None:
+    for start in (40.0, 100.0, 5000.0):
+        result = run(capacity=1000.0, start=start).result()
+        assert 900 <= result["capacity_req_s"] <= 1000, (start, result)
+        assert result["bracket"] <= 0.05 and not result["lower_bound"]
+
+
+def test_nothing_meets_the_slo() -> None:
+    config = SearchConfig(slo_p99_ms=1.0, start_rate=100.0, min_rate=10.0, warmup_s=0.0, max_probe_s=3.0,
+                          rule=StabilityRule(window_s=1.0))
+    search, rng = RateSearch(config), random.Random(2)
+    while (rate := search.next_rate(0.0)) is not None:
+        search.record(evaluate(rate, simulated(rate, 1e9, rng), config))
+    result = search.result()
+    assert result["capacity_req_s"] is None and "no rate down to 10" in result["stop_reason"]
+
+
+def test_unstable_server_fails_every_rate_with_the_reason() -> None:
+    result = run(capacity=1000.0, unstable=True).result()
+    assert result["capacity_req_s"] is None
+    assert not result["stability"]["stable"] and "did not stabilise" in result["stability"]["reason"]
+
+
+def test_budget_bounds_the_search_and_an_unbracketed_capacity_is_a_lower_bound() -> None:
+    search = run(capacity=1e9, start=100.0, budget_s=10.0)
+    result = search.result()
+    assert len(result["probes"]) == 3  # 3 s each, a 10 s budget
+    assert result["lower_bound"] and result["capacity_req_s"] == 400.0
+    assert "were spent" in result["stop_reason"]
+
+
+def test_errors_above_the_bound_fail_a_rate() -> None:
+    config = SearchConfig(slo_p99_ms=50.0, warmup_s=0.0, max_probe_s=3.0, rule=StabilityRule(window_s=1.0))
+    windows = simulated(100.0, 1e9, random.Random(3))
+    windows[0].failures = 1  # 1 of 301: above 0.1%
+    probe = evaluate(100.0, windows, config)
+    assert not probe.passed and "requests failed" in probe.reasons[0]
+
+
+def test_a_busy_client_fails_its_rate_and_makes_the_capacity_a_lower_bound() -> None:
+    config = SearchConfig(slo_p99_ms=50.0, start_rate=100.0, warmup_s=0.0, max_probe_s=3.0,
+                          rule=StabilityRule(window_s=1.0))
+    search, rng = RateSearch(config), random.Random(4)
+    while (rate := search.next_rate(0.0)) is not None:
+        # the server never saturates; the client's process is busy from 400 requests/s on
+        search.record(evaluate(rate, simulated(rate, 1e9, rng), config, client_core_fraction=rate / 400 * 0.9))
+    result = search.result()
+    assert 200 <= result["capacity_req_s"] < 400
+    assert result["client_limited"] and result["lower_bound"]
+    assert any("load generator used" in r for p in result["probes"] for r in p["reasons"])
