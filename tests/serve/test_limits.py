@@ -64,7 +64,11 @@ def test_the_budget_bounds_the_measurement(run_dir, monkeypatch):
     t0 = time.perf_counter()
     [result] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=1.0, max_threads=2))
     elapsed = time.perf_counter() - t0
-    assert 0.8 < elapsed < 1.3 and result.elapsed_s <= 1.1
+    # Spent, not cut short: the last point runs until the deadline, so the measurement takes the whole budget.
+    # Bounded: past the deadline only the run in flight and the bookkeeping remain, well under the budget
+    # again even on a loaded machine; without the budget 10^9 runs per point would take hours.
+    assert elapsed >= 1.0 and result.elapsed_s <= elapsed
+    assert elapsed < 2 * 1.0 + max(max(p.latencies_ms) for p in result.points) / 1e3, f"{elapsed:.2f} s"
     assert len(result.points) == 2 + 1 + 2 + 3  # batch 1 at 1, 2 threads (+ spinning at 2), batch 16 at 1, 2; 2..8
     assert not result.warnings
 
