@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example
+#           export run example gpu-tier
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -35,6 +35,10 @@ train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
 serve)  # every embedded-server variant (serve_bench.VARIANTS) beside (a) and (c)
   step serve_bench 420 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 --variants default one_thread ;;
+gpu-tier)  # pytest -m gpu (tests/gpu): CUDA training, NVML release, fp16 export, limits, the CUDA server; a missing
+  # GPU or CUDA provider fails it (TRAINSERVE_REQUIRE_GPU=1) instead of skipping. $R/gpu_tier.{log,xml}
+  step gpu_tier 420 env TRAINSERVE_REQUIRE_GPU=1 $py -m pytest -q -m gpu -p no:cacheprovider tests/gpu \
+    --junitxml="$R/gpu_tier.xml" ;;
 serve-tests)
   step serve_tests 150 $py -m pytest -q -x -p no:cacheprovider tests/serve ;;
 serve-cpu-host)  # the CPU targets with the servers and (a) pinned to 2 cores, the clients on the others
