@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.docpaths import assert_documented_artifacts
 from trainserve.serve import limits
 from trainserve.serve.limits import LimitsConfig, measure_repository
 from tests.conftest import REPO_ROOT, subprocess_env
@@ -35,6 +36,7 @@ def test_limits_write_a_record_per_point_and_a_summary(run_dir):
     assert result.exit_code == 0, result.output
     assert "tiny_cpu cpu threads batch    1 · 1 thread(s)" in result.output  # progress, one line per point
     out = run_dir / "limits" / "cpu" / "tiny_cpu"
+    assert_documented_artifacts("limits", run_dir)
     summary = json.loads((out / "summary.json").read_text())
     assert SUMMARY_KEYS <= set(summary)
     records = [json.loads(p.read_text()) for p in sorted(out.glob("b*.json"))]
