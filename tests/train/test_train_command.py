@@ -123,9 +123,15 @@ def test_corrupt_checkpoint_on_resume_leaves_the_folder_as_it_was(tmp_path):
     assert [p.name for p in out.iterdir()] == ["checkpoint.pt"]
 
 
-def test_compare_sweeps_the_cpu_into_the_folder_the_architecture_names(tmp_path):
-    r = runner.invoke(app, ["compare", "--device", "cpu", "--sweep-budget-s", "1.5", "--model", "mlp", "--samples", "64",
-                            "--warmup-steps", "1", "--runs-dir", str(tmp_path / "runs"), "--run", "R"])
+def test_compare_sweeps_the_cpu_into_the_folder_the_architecture_names(tmp_path, monkeypatch):
+    from trainserve.commands import _sweep_view
+    from trainserve.train.sweep import SweepConfig
+
+    # two small fp32 points, so the generous budget never decides (a loaded machine cannot make it flaky)
+    monkeypatch.setattr(_sweep_view, "SweepConfig", lambda budget_s: SweepConfig(
+        budget_s=budget_s, min_batch=4, max_batch=8, precisions=("fp32",), warmup_steps=1, timed_steps=2))
+    r = runner.invoke(app, ["compare", "--device", "cpu", "--sweep-budget-s", "120", "--model", "mlp", "--samples", "64",
+                            "--runs-dir", str(tmp_path / "runs"), "--run", "R"])
     assert r.exit_code == 0, r.output
     assert_documented_artifacts("compare", tmp_path / "runs/R")
 
