@@ -1,6 +1,6 @@
 """Two checkouts' embedded servers side by side on one model repository: req/s and server CPU per request.
 
-For "no regression" checks across a change (docs/BENCHMARKS.md, issue 17): both servers run at once and
+For "no regression" checks across a change (docs/BENCHMARKS.md): both servers run at once and
 are driven in turn, a few seconds each, alternating the order every round, so the machine's drift hits
 both alike. One tritonclient HTTP client, one user, batch 1.
 

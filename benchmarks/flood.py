@@ -1,5 +1,5 @@
 """A flood against the embedded server: N batch-64 requests at once, the server's RSS before, at its peak
-and after, and how long the answers took (issue 18: a bounded queue answers 503 at once and gives the
+and after, and how long the answers took (a bounded queue must answer 503 at once and give the
 memory back).
 
 One `trainserve serve` on the cnn repository `trainserve train` / `trainserve export` write (tiny preset,
@@ -11,7 +11,7 @@ client (aiohttp, binary tensors), twice (the second flood shows what the first l
 Prints one JSON line per flood.
 
     python benchmarks/flood.py --slow-bodies 10 --body-mib 60 --server-args "--body-timeout-s 5"
-Slow bodies instead (issue 18 item 2): N connections each declare a body of M MiB and send all of it but
+Slow bodies instead: N connections each declare a body of M MiB and send all of it but
 the last byte; prints the server's RSS before, at its peak and after, how long until the server closed
 each connection, and whether an infer request was answered while they were held.
 """

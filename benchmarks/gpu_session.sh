@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
+# The GPU measurements of docs/BENCHMARKS.md, one phase per table there (that file names machine and date).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example usermodel attribution repeats
+#           export run example usermodel attribution repeats gpu-tier
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -35,16 +35,20 @@ train-cpu)
   step train_bare_cpu 240 env OUT="$R" $py benchmarks/train_bare.py --suite host-cpu ;;
 serve)  # every embedded-server variant (serve_bench.VARIANTS) beside (a) and (c)
   step serve_bench 420 env OUT="$R" $py benchmarks/serve_bench.py --device cuda --preset small --rounds 2 --seconds 3 --variants default one_thread ;;
+gpu-tier)  # pytest -m gpu (tests/gpu): CUDA training, NVML release, fp16 export, limits, the CUDA server; a missing
+  # GPU or CUDA provider fails it (TRAINSERVE_REQUIRE_GPU=1) instead of skipping. $R/gpu_tier.{log,xml}
+  step gpu_tier 420 env TRAINSERVE_REQUIRE_GPU=1 $py -m pytest -q -m gpu -p no:cacheprovider tests/gpu \
+    --junitxml="$R/gpu_tier.xml" ;;
 serve-tests)
   step serve_tests 150 $py -m pytest -q -x -p no:cacheprovider tests/serve ;;
 serve-cpu-host)  # the CPU targets with the servers and (a) pinned to 2 cores, the clients on the others
   step serve_bench_cpu_host 300 env OUT="$R" $py benchmarks/serve_bench.py --device cpu --server-cpus 0-1 --rounds 3 --seconds 3 ;;
-serve-cpu-small)  # issue 14's 16-core CPU target: cnn small, servers and (a) on 12 cores, clients on 4
+serve-cpu-small)  # the 16-core CPU target: cnn small, servers and (a) on 12 cores, clients on 4
   step serve_bench_cpu_small 300 env OUT="$R" $py benchmarks/serve_bench.py --device cpu --preset small --server-cpus 0-11 --rounds 2 --seconds 3 ;;
 grpc)  # gRPC vs HTTP front end at c=16 batch 1, on the GPU model
   step grpc_vs_http_gpu 150 env OUT="$R/grpc-gpu" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream
   ;;
-serve-matrix)  # issue 23: an older checkout (BEFORE, default bench-before) vs this tree; HTTP and gRPC, 1/16/64 users,
+serve-matrix)  # batching under concurrency: an older checkout (BEFORE, default bench-before) vs this tree; HTTP and gRPC, 1/16/64 users,
   # batch 1, CPU and GPU; servers on cores 0-7, client processes on the rest. $R/serve_matrix.{json,md}
   step serve_matrix 330 env OUT="$R" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
     --device cpu cuda --server-cpus 0-7 ;;

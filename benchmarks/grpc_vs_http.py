@@ -1,6 +1,7 @@
 """The embedded server's gRPC front end against its HTTP front end, on one server, in alternating rounds.
 
-Issue 14 part 3: at 16 concurrent users, batch 1, gRPC must answer >= 0.8x HTTP's requests/s.
+The target: at 16 concurrent users, batch 1, gRPC must answer >= 0.8x HTTP's requests/s, so a Triton client
+loses little by choosing gRPC.
 
 One `trainserve serve` (HTTP, gRPC and metrics on ephemeral ports) on a repository written by the
 export stage itself (`trainserve.publish.export_and_publish` on a random-weight zoo CNN: the same config.pbtxt

@@ -1,6 +1,6 @@
 """Two checkouts' embedded servers side by side: HTTP and gRPC, 1 / 16 / 64 users, batch 1, CPU and/or CUDA.
 
-For a change to the server (issue 23: batching under concurrency), `before` (a path to an older checkout)
+For a change to the server (e.g. to batching under concurrency), `before` (a path to an older checkout)
 and `after` (this tree, unless --after says otherwise) each run `trainserve serve` on one repository written
 by `trainserve train` / `trainserve export` at their defaults (or --repository), both at once, and every
 point is driven on one, then the other, the order swapped from point to point, so drift hits both alike.

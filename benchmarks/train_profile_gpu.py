@@ -1,4 +1,4 @@
-"""Issue 3 on a GPU: one `trainserve train --find-max-batch` run in a child process, checked.
+"""The training resource profile on a GPU: one `trainserve train --find-max-batch` run in a child process, checked.
 
 The parent never touches CUDA (NVML only), so it can read the device's used memory before the
 child starts and after it exits: what the run held after freeing everything it could (the

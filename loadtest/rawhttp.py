@@ -28,12 +28,6 @@ import gevent.lock
 _RECV = 65536  # bytes per read; a small inference answer arrives in one
 
 
-class HttpStatusError(Exception):
-    def __init__(self, status: int, body: bytes) -> None:
-        super().__init__(status)
-        self.status, self.body = status, body
-
-
 def encode_request(method: str, host: str, path: str, headers: dict[str, str], body: bytes) -> bytes:
     """The exact bytes of one HTTP/1.1 request with a Content-Length body."""
     lines = [f"{method} {path} HTTP/1.1", f"Host: {host}"]

@@ -62,8 +62,8 @@ class CoreOptions:
     queue_timeout_s: float = 10.0
     allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
     # After a request that took less than this, the event loop polls its sockets instead of sleeping for
-    # this long while no batch runs, microseconds (0 = off): on the VM measured, waking from sleep added
-    # ~0.3 ms to a batch-1 request (docs/BENCHMARKS.md).
+    # this long while no batch runs, microseconds (0 = off): a thread woken from sleep by the kernel can add
+    # ~0.3 ms to a batch-1 request, more than the model's own time (docs/BENCHMARKS.md, busy-poll).
     busy_poll_us: int = 1000
 
     def __post_init__(self) -> None:

@@ -1,4 +1,5 @@
-"""What the hardware could do: onnxruntime in process, no server, on one device (issue 15).
+"""What the hardware could do: onnxruntime in process, no server, on one device; the bound every served
+figure is set beside, so a gap between the two is the server's cost and not the model's.
 
 For a model of a repository as `trainserve export` writes it, the sessions are built as the server
 builds them (serve.model's session factory, so the same provider options, thread pinning and the

@@ -87,8 +87,8 @@ class RepositoryConfig:
     preferred_batch_sizes: tuple[int, ...] = ()  # () -> max/4, max/2, max
     max_queue_delay_us: int = 1000  # how long a request may wait for a batch to fill (microseconds)
     cpu_instances: int = 1  # model instances (onnxruntime sessions) on the CPU model
-    # model instances per GPU on the GPU model: two, so one copies its batch in and out while the other runs
-    # (one instance leaves the GPU idle during the copies: docs/BENCHMARKS.md, "GPU, second session")
+    # model instances per GPU on the GPU model: two, so one copies its batch in and out while the other runs;
+    # with one the GPU idles during every host-device copy (docs/BENCHMARKS.md, embedded server on the GPU)
     gpu_instances: int = 2
     cpu_threads: int = 0  # onnxruntime intra-op threads per CPU instance; 0 -> the server's choice (cores // instances)
     tensorrt: bool = False  # add the TensorRT execution accelerator (FP16) to the GPU model

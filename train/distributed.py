@@ -271,12 +271,6 @@ def all_gather(ctx: DistContext, obj: Any) -> list[Any]:
     return out
 
 
-def mean_across_ranks(ctx: DistContext, value: float) -> float:
-    """The mean of a scalar over ranks (e.g. a loss for logging); the value itself alone."""
-    values = all_gather(ctx, float(value))
-    return sum(values) / len(values)
-
-
 def rank_stats(ctx: DistContext, samples: int, window_s: float, peak_bytes: int | None,
                step_p50_ms: float | None = None) -> dict[str, Any]:
     """This rank's share of a run, for `gather_rank_stats`."""

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.docpaths import assert_documented_artifacts
 from tests.conftest import REPO_ROOT, subprocess_env, trainserve_cmd
 from tests.loadtest.tiny_repo import MODEL
 
@@ -41,6 +42,7 @@ def test_closed_loop_writes_a_profile_record(tmp_path: Path, embedded_server: di
     assert rec["extra"]["load_generator"]["cpu_s"] > 0
     for name in rec["extra"]["locust_csv"]:
         assert (tmp_path / "r" / "load" / name).exists()
+    assert_documented_artifacts("load", tmp_path / "r")
     stats = (tmp_path / "r" / "load" / "t_stats.csv").read_text()
     assert f"{MODEL} b2" in stats
     # Locust's own HTML report of the run, as `locust --html` writes it

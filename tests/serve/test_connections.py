@@ -1,6 +1,6 @@
 """Connections held by clients that stall, or too many of them, against `trainserve serve` as a real process:
 the request deadline (--body-timeout-s) closes slow bodies and gives their memory back, and --max-connections
-refuses the connection beyond the cap while the others keep working (issue 18, item 2)."""
+refuses the connection beyond the cap while the others keep working."""
 
 from __future__ import annotations
 

@@ -147,29 +147,65 @@ def test_declared_bodies_take_no_memory_before_they_arrive(server):
         c.close()
 
 
-def test_the_aiohttp_interfaces_the_hand_over_relies_on_are_there():
-    """serve/http_fast.py hands a connection to aiohttp by calling, on the object aiohttp's web.Server makes per
-    connection, connection_made(transport) and data_received(bytes), after asyncio's Transport.set_protocol.
-    An aiohttp that changes this fails here with a clear message (pyproject pins the tested range)."""
+def test_the_aiohttp_hand_over_serves_the_bytes_read_before_and_after_it():
+    """serve/http_fast.py hands a connection to aiohttp as this test does: asyncio's Transport.set_protocol to a
+    handler from aiohttp's web.Server factory, its connection_made(transport), then data_received(bytes) with
+    what the lean path read but did not parse. aiohttp must then answer that request and the next ones that
+    arrive on the same connection afterwards; an aiohttp or asyncio that changes this fails here (pyproject
+    pins the tested aiohttp range)."""
     import asyncio
 
     import aiohttp
     from aiohttp import web
 
-    async def check() -> None:
-        runner = web.AppRunner(web.Application(), handle_signals=False)
+    async def echo(request: web.Request) -> web.Response:
+        return web.Response(text=f"{request.method} {request.path} {await request.text()}")
+
+    class Lean(asyncio.Protocol):
+        """Reads a first chunk, then hands the connection and those bytes to aiohttp, as the lean path does."""
+
+        def __init__(self, factory) -> None:
+            self.factory = factory
+
+        def connection_made(self, transport) -> None:
+            self.transport = transport
+
+        def data_received(self, data: bytes) -> None:
+            handler = self.factory()
+            self.transport.set_protocol(handler)
+            handler.connection_made(self.transport)
+            handler.data_received(data)
+
+    async def check() -> list[bytes]:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", echo)
+        runner = web.AppRunner(app, handle_signals=False)
         await runner.setup()
+        server = await asyncio.get_running_loop().create_server(lambda: Lean(runner.server), "127.0.0.1", 0)
         try:
-            factory = runner.server
-            assert callable(factory), f"aiohttp {aiohttp.__version__}: AppRunner.server is no longer a protocol factory"
-            handler = factory()
-            assert isinstance(handler, asyncio.Protocol), (
-                f"aiohttp {aiohttp.__version__}: its per-connection handler is no longer an asyncio.Protocol")
-            for name in ("connection_made", "data_received", "connection_lost"):
-                assert callable(getattr(handler, name, None)), (
-                    f"aiohttp {aiohttp.__version__}: its handler lacks {name}(), which the lean path's hand-over calls")
+            port = server.sockets[0].getsockname()[1]
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            first = b"POST /v2/a HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhel"
+            writer.write(first)  # the hand-over happens on these bytes: a request cut in its body
+            await asyncio.sleep(0.05)
+            writer.write(b"lo")  # the rest of the body reaches aiohttp through the transport
+            answers = [await _read_answer(reader)]
+            writer.write(b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n")  # keep-alive: the next request
+            answers.append(await _read_answer(reader))
+            writer.close()
+            return answers
         finally:
+            server.close()
+            await server.wait_closed()
             await runner.cleanup()
 
-    asyncio.run(check())
-    assert hasattr(asyncio.Transport, "set_protocol")
+    answers = asyncio.run(asyncio.wait_for(check(), 20))
+    assert answers == [b"POST /v2/a hello", b"GET /v2/health/ready "], f"aiohttp {aiohttp.__version__}: {answers}"
+
+
+async def _read_answer(reader) -> bytes:
+    """The body of one Content-Length framed HTTP/1.1 answer with status 200."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200"), head
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    return await reader.readexactly(length)

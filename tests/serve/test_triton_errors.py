@@ -1,6 +1,6 @@
 """Programs written against Triton read the same answers from the embedded server: one case per row of the
 error tables in docs/serving.md and docs/grpc.md, sent by the real tritonclient over HTTP and gRPC to the
-real server, which must answer with Triton's status code and Triton's words (issue 18, item 6)."""
+real server, which must answer with Triton's status code and Triton's words."""
 
 from __future__ import annotations
 

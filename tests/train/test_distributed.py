@@ -10,6 +10,7 @@ import time
 
 import psutil
 import pytest
+import torch
 
 from tests.conftest import subprocess_env, trainserve_cmd
 from trainserve.train import distributed, launch
@@ -66,7 +67,6 @@ def test_sampler_shards_are_disjoint_and_cover_the_epoch():
 
 
 def test_sync_check_catches_a_diverged_rank(monkeypatch):
-    torch = pytest.importorskip("torch")
     model = torch.nn.Linear(4, 2)
     before = distributed.params_digest(model)
     with torch.no_grad():
@@ -144,7 +144,6 @@ def _stop_tree(proc: subprocess.Popen) -> None:
 
 @pytest.mark.slow
 def test_two_processes_train_in_sync_then_resume_until_ctrl_c(tmp_path):
-    torch = pytest.importorskip("torch")
     r = _train(tmp_path, "--epochs", "2", "--run", "ddp")
     assert r.returncode == 0, r.stdout[-3000:]
     out = tmp_path / "ddp" / "train"

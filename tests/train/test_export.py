@@ -12,6 +12,7 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as pb
 from typer.testing import CliRunner
 
+from tests.docpaths import assert_documented_artifacts
 from trainserve.serve.repository import RepositoryConfig, list_models, read_model_config
 from trainserve.train import export as export_mod
 from trainserve.train import verify as verify_mod
@@ -166,6 +167,7 @@ def test_cli_exports_a_run_and_prints_a_summary(tmp_path, quick_exporter) -> Non
     assert gpu.optimization.execution_accelerators.gpu_execution_accelerator[0].name == "tensorrt"
     assert (tmp_path / "r/model_repository/mlp_gpu/1/model.onnx").read_bytes() == \
         (tmp_path / "r/export/model.onnx").read_bytes()
+    assert_documented_artifacts("export", tmp_path / "r")
 
 
 @pytest.mark.parametrize("args, message", [

@@ -7,6 +7,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from tests.docpaths import assert_documented_artifacts
 from trainserve.cli import app
 
 runner = CliRunner()
@@ -30,6 +31,7 @@ def test_happy_path_writes_every_artifact(tmp_path):
     assert r.exit_code == 0, r.output
     out = tmp_path / "runs/R/train"
     assert sorted(p.name for p in out.iterdir()) == ["checkpoint.pt", "history.json", "model.json", "profile.json"]
+    assert_documented_artifacts("train", tmp_path / "runs/R")
     prof = json.loads((out / "profile.json").read_text())
     assert prof["phase"] == "train" and prof["schema_version"] == 1 and prof["speed"]["throughput_samples_s"] > 0
     card = json.loads((out / "model.json").read_text())
@@ -120,6 +122,19 @@ def test_corrupt_checkpoint_on_resume_leaves_the_folder_as_it_was(tmp_path):
     r = _train(tmp_path, "--device", "cpu", "--resume")
     _one_error_line(r, "corrupt")
     assert [p.name for p in out.iterdir()] == ["checkpoint.pt"]
+
+
+def test_compare_sweeps_the_cpu_into_the_folder_the_architecture_names(tmp_path, monkeypatch):
+    from trainserve.commands import _sweep_view
+    from trainserve.train.sweep import SweepConfig
+
+    # two small fp32 points, so the generous budget never decides (a loaded machine cannot make it flaky)
+    monkeypatch.setattr(_sweep_view, "SweepConfig", lambda budget_s: SweepConfig(
+        budget_s=budget_s, min_batch=4, max_batch=8, precisions=("fp32",), warmup_steps=1, timed_steps=2))
+    r = runner.invoke(app, ["compare", "--device", "cpu", "--sweep-budget-s", "120", "--model", "mlp", "--samples", "64",
+                            "--runs-dir", str(tmp_path / "runs"), "--run", "R"])
+    assert r.exit_code == 0, r.output
+    assert_documented_artifacts("compare", tmp_path / "runs/R")
 
 
 def test_compare_without_gpu_is_a_user_error(tmp_path):

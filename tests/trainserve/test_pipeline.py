@@ -13,6 +13,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.docpaths import assert_documented_artifacts
 from tests.conftest import REPO_ROOT, subprocess_env
 from trainserve.core.errors import UserError
 from trainserve.pipeline import Pipeline, RunConfig
@@ -35,6 +36,7 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     # one progress line per sweep point, while the stage runs
     assert [e.detail for e in events if e.status == "line"] == [f"cpu fp32 batch {b}" for b in (8, 16, 32)]
     assert "--sweep-budget-s 25" in (tmp_path / "p1" / "logs" / "sweep-cpu.log").read_text()
+    assert_documented_artifacts("run", tmp_path / "p1")
     load = tmp_path / "p1" / "load"
     assert sorted(p.name for p in load.iterdir()) == [
         "embedded-cpu-batch1.json", "embedded-cpu-batch1_stats.csv", "embedded-cpu-ramp.json",

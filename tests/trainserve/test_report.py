@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from tests.docpaths import assert_documented_artifacts
 from trainserve.cli import app
 from trainserve.core.errors import UserError
 from trainserve.core.profile import LatencyStats, ProfileRecord
@@ -105,6 +106,10 @@ def make_run(runs: Path, name: str = "r1", gpu: bool = True) -> Path:
 def full_report(tmp_path_factory) -> Path:
     runs = tmp_path_factory.mktemp("runs")
     return build_report(make_run(runs)).parent
+
+
+def test_the_report_folder_holds_what_the_architecture_names(full_report):
+    assert_documented_artifacts("report", full_report.parent)
 
 
 def test_summary_speedups_are_computed_from_the_records(full_report):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
@@ -23,9 +22,6 @@ from trainserve.report.cost_render import cost_lines
 from trainserve.report.plan import capacity_plan
 from trainserve.report.plots import model_figures
 from trainserve.report.render import html_report, markdown_report
-
-if TYPE_CHECKING:
-    from trainserve.report.cost import CostOptions
 
 log = logging.getLogger(__name__)
 
