@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Protocol
 
 from trainserve.core.errors import UserError
+from trainserve.core.procs import usable_cpus
 from trainserve.serve import heap
 from trainserve.serve.core import CoreOptions, ServerCore
 from trainserve.serve.model import CudaUnavailable
@@ -61,6 +62,7 @@ class ServerOptions:
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish, seconds
     body_timeout_s: float = 30.0  # a request head or body not fully received this long after it began: 408, seconds
     max_connections: int = 1024  # open HTTP connections at most; more are answered 503 and closed
+    reuse_port: bool = False  # bind with SO_REUSEPORT: several front-end processes share the ports (serve/engine.py)
 
     def __post_init__(self) -> None:
         for field_name in ("http_port", "grpc_port", "metrics_port"):
@@ -80,10 +82,25 @@ class ServerOptions:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}[frontend]
 
 
-def ready_line(host: str, ports: dict[str, int | None]) -> str:
-    """The machine-readable line tests and scripts read back: 'trainserve serve: ready http=H:P grpc=off ...'."""
+def ready_line(host: str, ports: dict[str, int | None], frontends: int = 1) -> str:
+    """The machine-readable line tests and scripts read back: 'trainserve serve: ready http=H:P grpc=off ... frontends=N'."""
     parts = [f"{name}={host}:{port}" if port is not None else f"{name}=off" for name, port in ports.items()]
-    return "trainserve serve: ready " + " ".join(parts)
+    return "trainserve serve: ready " + " ".join(parts) + f" frontends={frontends}"
+
+
+MAX_FRONTENDS = 8
+
+
+def default_frontends(cores: int | None = None) -> int:
+    """Front-end processes for `--frontends 0` (auto): 1 below 8 usable cores, else a quarter of them, at most 8.
+
+    Why: one front-end process parses about 5k batch-1 requests/s on one core; the model process needs a
+    core for its event loop plus the onnxruntime or CUDA threads of its sessions, and the load generator
+    on the same host needs cores too. Below 8 cores a second process would take a core the sessions use
+    (and on a 2-core CI machine only add start-up time), so the single-process server stays.
+    """
+    cores = usable_cpus() if cores is None else cores
+    return 1 if cores < 8 else min(MAX_FRONTENDS, cores // 4)
 
 
 class Server:
@@ -175,10 +192,17 @@ def run_server(
     max_connections: int = 1024,
     spin: bool = False,
     busy_poll_us: int = 1000,
+    frontends: int = 0,
     on_ready: Callable[[str], None] = print,
 ) -> None:
-    """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
+    """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence.
 
+    frontends: processes that parse HTTP and gRPC (0 = default_frontends()); above 1 this process becomes
+    the model process that batches for all of them (serve/engine.py).
+    """
+    if not 0 <= frontends <= 64:
+        raise StartError(f"--frontends {frontends} is invalid; allowed: 0 (from the cores) to 64")
+    frontends = frontends or default_frontends()
     try:
         core_options = CoreOptions(
             Path(model_repository), device, threads, 1, max_queue_size, max_queue_bytes, queue_timeout_s,
@@ -203,4 +227,10 @@ def run_server(
     if not any(e.ready for e in entries):
         reasons = "; ".join(f"{e.name}: {e.reason}" for e in entries) or "it holds no model directories"
         raise StartError(f"no model in {model_repository} could be loaded ({reasons})")
+    if frontends > 1:
+        from trainserve.serve.engine import run_engine
+
+        core.frontends = frontends
+        run_engine(core, options, frontends, lambda ports: on_ready(ready_line(host, ports, frontends)))
+        return
     asyncio.run(run_until_signalled(Server(core, options), lambda ports: on_ready(ready_line(host, ports))))
