@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainserve.serve import ipc, shm
+from trainserve.serve import ipc, repository, shm
 from trainserve.serve.core import ModelEntry, ModelMetadata, ServerCore
 from trainserve.serve.errors import ServeError, Unavailable
 
@@ -36,7 +36,9 @@ def registry_snapshot(core: ServerCore) -> dict:
             key = (e.name, e.version)
             meta = core.model_metadata(e.name, e.version)
             snapshot["metadata"][key] = meta
-            snapshot["configs"][key] = core.model_config(e.name, e.version)
+            # serialized: the protobuf class does not pickle (tritonclient's generated module is not importable by
+            # the name its classes carry)
+            snapshot["configs"][key] = core.model_config(e.name, e.version).SerializeToString()
             max_batch = e.model.max_batch_size
             snapshot["outputs"][key] = (max_batch, [(t.dtype.str if t.datatype != "BYTES" else "O", tuple(t.shape))
                                                     for t in meta.outputs])
@@ -61,7 +63,8 @@ class RemoteCore:
             if state == "READY" and int(self._latest.get(name, "-1")) < int(version):
                 self._latest[name] = version
         self._metadata: dict[tuple[str, str], ModelMetadata] = snapshot["metadata"]
-        self._configs: dict = snapshot["configs"]
+        config_class = repository._pb2().ModelConfig
+        self._configs = {key: config_class.FromString(raw) for key, raw in snapshot["configs"].items()}
         self._outputs: dict = snapshot["outputs"]
         self.arena = arena
         self.link: ipc.Link | None = None

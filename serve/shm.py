@@ -33,7 +33,8 @@ def create_arena_fd(name: str, size: int = ARENA_BYTES) -> int:
 
 
 def map_fd(fd: int, size: int) -> mmap.mmap:
-    """Map a memfd shared and close the descriptor: the mapping alone keeps the memory alive."""
+    """Map a memfd shared and close the descriptor given (Python's mmap keeps a duplicate of its own,
+    closed with the mapping)."""
     try:
         return mmap.mmap(fd, size)  # MAP_SHARED, read-write
     finally:
