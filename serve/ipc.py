@@ -4,9 +4,10 @@ Every message is a 9-byte header, then its body:
 
     <I body length> <B kind> <I request id>   body (marshal of plain tuples, or pickle for the rare calls)
 
-Messages are queued and written together once per event-loop turn, and read in whatever chunks the
-socket gives, so a burst of requests or of a batch's answers costs one syscall each way, not one per
-message. Tensors do not travel here when they fit the shared arena (serve/shm.py): a tensor is
+The first message of an event-loop turn is written at once; the ones after it in that turn are
+queued and written together at the start of the next turn, and the reader takes whatever chunks the
+socket gives: a burst of requests, or of a batch's answers, costs two syscalls each way, not one per
+message, and a lone request waits for no loop turn. Tensors do not travel here when they fit the shared arena (serve/shm.py): a tensor is
 described by (name, numpy dtype string, shape, arena offset, None), or, when it does not fit or holds
 strings, (name, dtype, shape, -1, its bytes or a tuple of its elements).
 
@@ -114,13 +115,17 @@ class Link(asyncio.Protocol):
             del buf[:pos]
 
     def send(self, kind: int, rid: int, body: bytes) -> None:
+        """The first message of a loop turn goes at once (no added latency when requests are few); the
+        ones sent after it in the same turn go together, in one write, at the start of the next turn."""
         if self.closed:
             return
-        self._out.append(HEADER.pack(len(body), kind, rid))
-        self._out.append(body)
-        if not self._flush_due:
-            self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
+        if self._flush_due:
+            self._out.append(HEADER.pack(len(body), kind, rid))
+            self._out.append(body)
+            return
+        self._flush_due = True
+        asyncio.get_running_loop().call_soon(self._flush)
+        self.transport.write(HEADER.pack(len(body), kind, rid) + body)
 
     def _flush(self) -> None:
         self._flush_due = False
