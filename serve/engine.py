@@ -252,8 +252,11 @@ class Engine:
             self.children[self.children.index(child)] = fresh
             await self._wait_ready([fresh], START_TIMEOUT_S)
         except Exception as e:
-            self.failure = f"front end {child.index} could not be restarted ({e})"
-            self.failed.set()
+            if not self._stopping:  # a restart cut short by the server's own stop is no failure
+                self.failure = f"front end {child.index} could not be restarted ({e})"
+                self.failed.set()
+            return
+        log.warning("front end %d restarted (pid %d) and listening", child.index, fresh.proc.pid)
 
     # ------------------------------------------------------------------ stop
     async def stop(self) -> None:

@@ -50,7 +50,7 @@ def serve(
     Prints 'trainserve serve: ready http=HOST:PORT grpc=HOST:PORT metrics=HOST:PORT' once serving;
     SIGTERM or Ctrl-C stops taking requests, finishes those in flight and exits 0.
     """
-    from trainserve.serve.server import run_server
+    from trainserve.serve.launch import run_server
 
     run_server(  # a StartError (a UserError) becomes one sentence and exit 1, as every command's
         model_repository=model_repository, device=device.value, host=host, http_port=http_port, grpc_port=grpc_port,
