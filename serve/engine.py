@@ -250,10 +250,12 @@ class Engine:
         try:
             fresh = await self._spawn(child.index)
             self.children[self.children.index(child)] = fresh
-            await self._wait_ready([fresh], START_TIMEOUT_S)
+            await asyncio.wait_for(asyncio.shield(fresh.ready), START_TIMEOUT_S)
+        except ConnectionError:
+            return  # it died too, before listening: its own _on_lost counts it and restarts it (or stops the server)
         except Exception as e:
             if not self._stopping:  # a restart cut short by the server's own stop is no failure
-                self.failure = f"front end {child.index} could not be restarted ({e})"
+                self.failure = f"front end {child.index} could not be restarted ({type(e).__name__}: {e})"
                 self.failed.set()
             return
         log.warning("front end %d restarted (pid %d) and listening", child.index, fresh.proc.pid)

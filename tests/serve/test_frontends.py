@@ -243,3 +243,25 @@ def test_sigkill_of_the_whole_group_leaves_no_shared_memory(tmp_path):
         except OSError:
             continue
     assert holders == []
+
+
+def test_front_ends_that_keep_dying_stop_the_server_with_one_line(tmp_path):
+    from trainserve.serve.engine import RESTART_LIMIT
+
+    srv = Served(slow_repo(tmp_path, spins=100))
+    try:
+        killed: set[int] = set()
+        deadline = time.monotonic() + 120
+        while srv.proc.poll() is None:  # kill every front end as soon as it appears, until the server gives up
+            assert time.monotonic() < deadline, srv.text[-2000:]
+            for pid in set(srv.frontend_pids()) - killed:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            time.sleep(0.05)
+        assert srv.proc.wait(30) == 1
+        assert len(killed) >= RESTART_LIMIT
+        assert re.search(rf"error: front end \d exited \(code -9\); front ends died {RESTART_LIMIT} times within 60 s, "
+                         "so the server stops", srv.text)
+        assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in killed)
+    finally:
+        srv.stop()
