@@ -19,6 +19,7 @@ import numpy as np
 ARENA_BYTES = 1 << 30  # virtual size of one front end's arena; only pages ever written take memory, bytes
 MIN_BLOCK_SHIFT = 12  # the smallest block is a page (4 KiB)
 ALIGN = 64  # tensors start on cache-line boundaries inside a block, bytes
+RELEASE_BYTES = 1 << 20  # a freed block this large gives its memory back at once, bytes
 
 
 def create_arena_fd(name: str, size: int = ARENA_BYTES) -> int:
@@ -77,6 +78,10 @@ class Arena:
 
     def free(self, block: tuple[int, int]) -> None:
         offset, cap = block
+        if cap >= RELEASE_BYTES:
+            # a large block's pages go back to the system now (for both processes' mappings): a burst of
+            # big requests must not keep its memory for the life of the front end
+            self.mm.madvise(mmap.MADV_REMOVE, offset, cap)
         self._free.setdefault(cap.bit_length() - 1, []).append(offset)
 
     @property

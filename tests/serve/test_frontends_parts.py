@@ -133,3 +133,11 @@ def test_the_snapshot_answers_as_the_core_does(model_repo):
 
     asyncio.run(infer_without_a_model_process())
     assert remote.arena.alloc(4096) == (0, 4096)  # the request's block was given back
+
+
+def test_a_freed_large_block_gives_its_memory_back():
+    arena = shm.Arena(shm.create_arena_fd("test-release", 8 << 20), 8 << 20)
+    block = arena.alloc(shm.RELEASE_BYTES)
+    shm.view(arena.mm, block[0], "|u1", (block[1],))[...] = 1
+    arena.free(block)
+    assert shm.view(arena.mm, block[0], "|u1", (block[1],)).max() == 0  # the pages were dropped, not kept
