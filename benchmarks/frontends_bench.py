@@ -6,10 +6,12 @@ server's own statistics before and after give its mean batch (inference_count / 
 and the requests it counted. The server's CPU (the model process and its front ends) per request is
 read from /proc. Optionally a ramp per N finds the capacity within a p99 SLO.
 
-    python benchmarks/frontends_bench.py --repository runs/R/model_repository --model cnn_gpu --device cuda \
-        --frontends 1,2,4 --users 16,64 --protocols http,grpc --duration-s 20 --out "$OUT/frontends"
+    python benchmarks/frontends_bench.py --device cuda --frontends 1,2,4 --users 16,64 --protocols http,grpc \
+        --duration-s 15 --processes 6 --out "$OUT/frontends"          # [--repository R --model cnn_gpu] [--ramp]
 
-Writes frontends.json and frontends.md under --out.
+Without --repository it trains the zoo CNN (small) briefly and exports it with `trainserve train` /
+`trainserve export`, as a user would, and serves that repository as written. Writes frontends.json
+and frontends.md under --out; each server's log beside them.
 """
 
 from __future__ import annotations
@@ -40,6 +42,17 @@ def start_server(repository: Path, device: str, frontends: int, log: Path) -> tu
             threading.Thread(target=lambda: [logf.write(rest) for rest in proc.stdout], daemon=True).start()
             return proc, {"http": m.group(1), "grpc": m.group(2), "metrics": m.group(3), "frontends": m.group(4)}
     raise SystemExit(f"the server with --frontends {frontends} exited before it was ready; see {log}")
+
+
+def exported_repository(root: Path) -> Path:
+    """The zoo CNN (small), trained for one short epoch and exported at the defaults: runs/bench/model_repository."""
+    for argv in (["train", "--model", "cnn", "--preset", "small", "--samples", "256", "--epochs", "1",
+                  "--batch-size", "64", "--device", "cpu"], ["export", "--eval-samples", "64"]):
+        done = subprocess.run([sys.executable, "-m", "trainserve", *argv, "--run", "bench", "--runs-dir", str(root)],
+                              capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"trainserve {argv[0]} failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    return root / "bench" / "model_repository"
 
 
 def server_cpu_s(pid: int) -> float:
@@ -82,14 +95,14 @@ def load(args, addresses: dict[str, str], protocol: str, users: int | None, targ
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--repository", type=Path, required=True)
-    p.add_argument("--model", required=True, help="served model name, e.g. cnn_gpu")
+    p.add_argument("--repository", type=Path, help="model repository (default: train and export the zoo CNN)")
+    p.add_argument("--model", help="served model name (default: cnn_gpu or cnn_cpu by --device)")
     p.add_argument("--device", default="cuda", choices=["cpu", "cuda"])
     p.add_argument("--frontends", default="1,2,4", help="front-end counts to compare")
     p.add_argument("--users", default="16,64")
     p.add_argument("--protocols", default="http,grpc")
     p.add_argument("--duration-s", type=float, default=20.0)
-    p.add_argument("--processes", type=int, default=4, help="Locust client processes per point")
+    p.add_argument("--processes", type=int, default=6, help="Locust client processes per point")
     p.add_argument("--ramp", action="store_true", help="also ramp HTTP users per front-end count (capacity within the SLO)")
     p.add_argument("--slo-p99-ms", type=float, default=20.0)
     p.add_argument("--ramp-step-s", type=float, default=5.0)
@@ -98,6 +111,9 @@ def main() -> None:
     args = p.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     runs = args.out / "runs"
+    if args.repository is None:
+        args.repository = exported_repository(runs)
+    args.model = args.model or f"cnn_{'gpu' if args.device == 'cuda' else 'cpu'}"
     points = []
     for n in [int(v) for v in args.frontends.split(",")]:
         proc, addresses = start_server(args.repository, args.device, n, args.out / f"serve-frontends{n}.log")

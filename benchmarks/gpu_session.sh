@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, as run on the lent H200 (see that file for dates).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc sweep-transformer
-#           export run example
+#           export run example frontends frontends-ramp
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -44,6 +44,12 @@ serve-cpu-small)  # issue 14's 16-core CPU target: cnn small, servers and (a) on
 grpc)  # gRPC vs HTTP front end at c=16 batch 1, on the GPU model
   step grpc_vs_http_gpu 150 env OUT="$R/grpc-gpu" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 --seconds 5 --client-procs 8 --grpc-client sync stream
   ;;
+frontends)  # issue 23: serve --frontends 1, 2, 4; batch-1 HTTP and gRPC at 16 and 64 users, the server's mean batch
+  step frontends 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 1,2,4 --users 16,64 \
+    --protocols http,grpc --duration-s 15 --processes 6 --out "$R/frontends" ;;
+frontends-ramp)  # issue 23's target: batch-1 HTTP capacity within p99 <= 20 ms, --frontends 4 (default on 16 cores)
+  step frontends_ramp 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 4 --users 64 \
+    --protocols http --duration-s 15 --processes 8 --ramp --ramp-step-s 4 --ramp-max-users 192 --out "$R/frontends-ramp" ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)
