@@ -141,6 +141,10 @@ def main() -> None:
                          "server_cpu_us_per_request": round((cpu1 - cpu0) / requests * 1e6, 1) if requests else None,
                          "warnings": record.get("validity", {}).get("warnings", []),
                          "ramp": record.get("extra", {}).get("ramp") if not users else None}
+                if point["ramp"]:  # the most req/s of a ramp step whose p99 met the SLO
+                    within = [q["requests_s"] for q in point["ramp"] if q.get("p99_ms") is not None
+                              and q["p99_ms"] <= args.slo_p99_ms and q.get("requests_s") is not None]
+                    point["capacity_within_slo_req_s"] = max(within, default=None)
                 points.append(point)
                 print(json.dumps({k: v for k, v in point.items() if k != "ramp"}), flush=True)
         finally:
@@ -157,6 +161,9 @@ def main() -> None:
     for q in points:
         lines.append(f"| {q['frontends']} | {q['protocol']} | {q['users']} | {q['requests_s']} | {q['p50_ms']} | {q['p99_ms']} | "
                      f"{q['server_mean_batch']} | {q['server_queue_ms']} | {q['server_cpu_cores']} | {q['server_cpu_us_per_request']} |")
+    lines += [f"- ramp, {q['frontends']} front ends: capacity within p99 <= {args.slo_p99_ms:g} ms: "
+              f"{q.get('capacity_within_slo_req_s')} req/s (server mean batch over the ramp {q['server_mean_batch']})"
+              for q in points if q["users"] == "ramp"]
     (args.out / "frontends.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
