@@ -247,9 +247,14 @@ class Engine:
             return
         log.warning("front end %d (pid %d) exited with code %s; restarting it", child.index, child.proc.pid,
                     child.proc.returncode)
+        if self._stopping:
+            return
         try:
             fresh = await self._spawn(child.index)
             self.children[self.children.index(child)] = fresh
+            if self._stopping:  # the stop began while it started: it was not among those told to stop
+                fresh.proc.send_signal(signal.SIGTERM)
+                return
             await asyncio.wait_for(asyncio.shield(fresh.ready), START_TIMEOUT_S)
         except ConnectionError:
             return  # it died too, before listening: its own _on_lost counts it and restarts it (or stops the server)

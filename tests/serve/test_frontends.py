@@ -86,21 +86,26 @@ def arenas_mapped(pid: int) -> int:
     return len({line.split()[-2] for line in maps.splitlines() if ARENA in line})  # by inode
 
 
-def slow_repo(path: Path, spins: int) -> Path:
-    slow_classifier_onnx(path / "slow" / "1" / "model.onnx", spins=spins)
-    (path / "slow" / "config.pbtxt").write_text(
-        'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
-        'dynamic_batching { max_queue_delay_microseconds: 2000 }\n'
-        'parameters { key: "idle_inline_max_us" value: { string_value: "0" } }\n')
+def slow_repo(path: Path, spins: int, slowest_spins: int = 0) -> Path:
+    """Model "slow" (a run of `spins` loop turns), and "slowest" too when slowest_spins is given."""
+    for name, n in (("slow", spins), ("slowest", slowest_spins)):
+        if not n:
+            continue
+        slow_classifier_onnx(path / name / "1" / "model.onnx", spins=n)
+        (path / name / "config.pbtxt").write_text(
+            'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
+            'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\n'
+            'dynamic_batching { max_queue_delay_microseconds: 2000 }\n'
+            'parameters { key: "idle_inline_max_us" value: { string_value: "0" } }\n')
     return path
 
 
-def http_infer(url: str, x: np.ndarray, client: httpclient.InferenceServerClient | None = None) -> np.ndarray:
+def http_infer(url: str, x: np.ndarray, client: httpclient.InferenceServerClient | None = None,
+               model: str = "slow") -> np.ndarray:
     client = client or httpclient.InferenceServerClient(url, network_timeout=30)
     i = httpclient.InferInput("input", list(x.shape), "FP32")
     i.set_data_from_numpy(x)
-    return client.infer("slow", [i]).as_numpy("logits")
+    return client.infer(model, [i]).as_numpy("logits")
 
 
 def grpc_infer(client: grpcclient.InferenceServerClient, x: np.ndarray) -> np.ndarray:
@@ -111,7 +116,8 @@ def grpc_infer(client: grpcclient.InferenceServerClient, x: np.ndarray) -> np.nd
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    srv = Served(slow_repo(tmp_path_factory.mktemp("frontends"), spins=3000))  # a few ms per run
+    # "slow": a few ms per run; "slowest": about a second, to be in flight when SIGTERM comes
+    srv = Served(slow_repo(tmp_path_factory.mktemp("frontends"), spins=3000, slowest_spins=1_500_000))
     try:
         yield srv
     finally:
@@ -209,7 +215,12 @@ def test_a_killed_front_end_leaves_no_request_hanging_and_is_replaced(served):
 
 def test_sigterm_drains_every_process_and_exits_0(served):
     pids = [served.proc.pid, *served.frontend_pids()]
-    served.proc.send_signal(signal.SIGTERM)  # the model process alone: it stops its front ends itself
+    x = np.full((2, 4), 3.0, np.float32)
+    with ThreadPoolExecutor(1) as pool:
+        in_flight = pool.submit(http_infer, served.http, x, None, "slowest")
+        time.sleep(0.5)  # the request is running in the model process
+        served.proc.send_signal(signal.SIGTERM)  # the model process alone: it stops its front ends itself
+        assert np.allclose(in_flight.result(timeout=30), expected_logits(x), atol=1e-5)
     assert served.proc.wait(30) == 0
     deadline = time.monotonic() + 10
     while any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids):
