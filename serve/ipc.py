@@ -83,6 +83,7 @@ class Link(asyncio.Protocol):
         self._on_lost = on_lost
         self.transport: asyncio.Transport | None = None
         self._buf = bytearray()
+        self._need = 0  # bytes _buf must hold before its first message is whole
         self._out: list[bytes] = []
         self._flush_due = False
         self.closed = False
@@ -98,21 +99,26 @@ class Link(asyncio.Protocol):
         self._on_lost()
 
     def data_received(self, data: bytes) -> None:
-        buf = self._buf
-        buf += data
-        pos, size = 0, len(buf)
+        if self._buf:  # the rest of a message cut by the previous read comes first
+            self._buf += data
+            if len(self._buf) < self._need:
+                return  # a large message arriving in pieces: no copy until it is whole
+            data = bytes(self._buf)
+            self._buf.clear()
+        pos, size = 0, len(data)
         unpack = HEADER.unpack_from
-        try:
-            while size - pos >= 9:
-                length, kind, rid = unpack(buf, pos)
-                end = pos + 9 + length
-                if end > size:
-                    break
-                body = bytes(buf[pos + 9 : end])
-                pos = end
-                self._on_message(kind, rid, body)
-        finally:
-            del buf[:pos]
+        while size - pos >= 9:
+            length, kind, rid = unpack(data, pos)
+            end = pos + 9 + length
+            if end > size:
+                break
+            body = data[pos + 9 : end]
+            pos = end
+            self._on_message(kind, rid, body)
+        if pos < size:
+            rest = memoryview(data)[pos:]
+            self._buf += rest
+            self._need = 9 + unpack(rest)[0] if len(rest) >= 9 else 9  # bytes that complete the next message
 
     def send(self, kind: int, rid: int, body: bytes) -> None:
         """The first message of a loop turn goes at once (no added latency when requests are few); the

@@ -23,7 +23,7 @@ import tritonclient.http as httpclient
 
 from tests.conftest import subprocess_env, trainserve_cmd
 from tests.serve.test_grpc_server import slow_classifier_onnx
-from tests.serve.tiny_models import expected_logits
+from tests.serve.tiny_models import expected_logits, int64_onnx, string_onnx
 
 READY = re.compile(r"trainserve serve: ready http=(\S+) grpc=(\S+) metrics=(\S+) frontends=(\d+)")
 ARENA = "memfd:trainserve-frontend"  # how an arena shows in /proc/<pid>/maps and fd links
@@ -87,7 +87,10 @@ def arenas_mapped(pid: int) -> int:
 
 
 def slow_repo(path: Path, spins: int, slowest_spins: int = 0) -> Path:
-    """Model "slow" (a run of `spins` loop turns), and "slowest" too when slowest_spins is given."""
+    """Model "slow" (a run of `spins` loop turns), and with slowest_spins also "slowest", "ints" and "strings"."""
+    if slowest_spins:
+        int64_onnx(path / "ints" / "1" / "model.onnx")
+        string_onnx(path / "strings" / "1" / "model.onnx")
     for name, n in (("slow", spins), ("slowest", slowest_spins)):
         if not n:
             continue
@@ -138,6 +141,20 @@ def test_answers_http_and_grpc_and_shows_the_front_end_count(served):
     with pytest.raises(Exception, match="unknown model"):
         g.get_model_config("nope")
     assert len(served.frontend_pids()) == 2
+
+
+def test_strings_and_tensors_larger_than_a_read_cross_between_the_processes(served):
+    text = np.array([["hello".encode()], ["h\u00e9 \u2603".encode()]], dtype=object)
+    h, g = httpclient.InferenceServerClient(served.http), grpcclient.InferenceServerClient(served.grpc)
+    for client, tc in ((h, httpclient), (g, grpcclient)):  # BYTES travel in the message itself
+        i = tc.InferInput("text", [2, 1], "BYTES")
+        i.set_data_from_numpy(text)
+        assert client.infer("strings", [i]).as_numpy("text_out").tolist() == text.tolist()
+    ids = np.arange(1_000_000, dtype=np.int64).reshape(1, -1)  # 8 MB in; 4 MB out, of a size known only after
+    i = httpclient.InferInput("input_ids", list(ids.shape), "INT64")
+    i.set_data_from_numpy(ids)
+    out = h.infer("ints", [i], outputs=[httpclient.InferRequestedOutput("logits", binary_data=True)])
+    assert np.array_equal(out.as_numpy("logits"), ids.astype(np.float32) * 2)
 
 
 def test_batches_requests_of_both_front_ends_together(served):

@@ -54,6 +54,11 @@ def test_link_reads_frames_split_anywhere_and_batches_one_turn_of_sends():
     for i in range(0, len(frames), 5):  # five bytes at a time: headers and bodies cut in the middle
         link.data_received(frames[i : i + 5])
     assert got == [(1, 7, b"abc"), (4, 8, b""), (6, 9, b"x" * 70)]
+    big = bytes(range(256)) * 4096  # 1 MiB, read in 64 KiB pieces as a socket gives it
+    frames = ipc.HEADER.pack(len(big), 4, 10) + big + ipc.HEADER.pack(1, 4, 11) + b"z"
+    for i in range(0, len(frames), 65536):
+        link.data_received(frames[i : i + 65536])
+    assert got[3:] == [(4, 10, big), (4, 11, b"z")]
 
     class Transport:
         writes: list[bytes] = []
