@@ -45,7 +45,7 @@ from trainserve.serve import ipc, shm
 from trainserve.serve.core import ServerCore
 from trainserve.serve.errors import InvalidArgument, ServeError
 from trainserve.serve.remote_core import registry_snapshot
-from trainserve.serve.server import Server, ServerOptions, StartError, _trim_when_idle
+from trainserve.serve.server import Server, ServerOptions, StartError, trim_when_idle
 
 log = logging.getLogger(__name__)
 
@@ -296,7 +296,7 @@ async def _run(engine: Engine, on_ready: Callable[[dict[str, int | None]], None]
     try:
         ports = await engine.start()
         on_ready(ports)
-        trimmer = loop.create_task(_trim_when_idle(engine.core))
+        trimmer = loop.create_task(trim_when_idle(engine.core))
         waits = [loop.create_task(stop.wait()), loop.create_task(engine.failed.wait())]
         await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
         for w in waits:

@@ -24,16 +24,14 @@ Kinds (-> the model process, <- the front end):
 from __future__ import annotations
 
 import asyncio
-import logging
 import marshal
+import socket
 import struct
 from collections.abc import Callable
 
 import numpy as np
 
 from trainserve.serve import errors
-
-log = logging.getLogger(__name__)
 
 HEADER = struct.Struct("<IBI")
 INFER, CALL, READY, OK, ERROR, RESULT, HELLO = range(1, 8)
@@ -145,9 +143,8 @@ class Link(asyncio.Protocol):
             self.transport.close()
 
 
-def tune_socket(sock) -> None:
-    import socket
-
+def tune_socket(sock: socket.socket) -> None:
+    """Larger kernel buffers on a channel socket, where the system allows them."""
     for opt in (socket.SO_SNDBUF, socket.SO_RCVBUF):
         try:
             sock.setsockopt(socket.SOL_SOCKET, opt, SOCKET_BUFFER_BYTES)

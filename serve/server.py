@@ -1,4 +1,7 @@
-"""The server's lifecycle: load the core, start the front ends on one event loop, drain on SIGTERM/SIGINT.
+"""The server's lifecycle: start the core and the front ends on one event loop, drain on SIGTERM/SIGINT.
+
+serve/launch.py loads the repository and runs this, or, with several front-end processes, serve/engine.py
+(which runs this same Server for the core and /metrics, and one in each front-end process over a RemoteCore).
 
 Front ends plug in through one small contract, so the HTTP, gRPC and metrics servers share the core
 and the loop without knowing each other:
@@ -126,7 +129,7 @@ class Server:
         await self.core.stop()
 
 
-async def _trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
+async def trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
     """Once a second: if requests were served since the last look and nothing is queued or running now,
     give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood."""
 
@@ -148,7 +151,7 @@ async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int 
     try:
         ports = await server.start()
         on_ready(ports)
-        trimmer = loop.create_task(_trim_when_idle(server.core))
+        trimmer = loop.create_task(trim_when_idle(server.core))
         await stop.wait()
         trimmer.cancel()
         log.info("signal received: finishing in-flight requests, then exiting")
