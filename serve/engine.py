@@ -178,7 +178,10 @@ class Engine:
         if kind == ipc.INFER:
             try:
                 model, version, tensors, outputs, out_offset, out_cap = marshal.loads(body)
-                inputs = {name: shm.view(child.mm, offset, dtype, shape) if offset >= 0
+                # copied out of the arena at once (one memcpy; a batch of several requests is concatenated
+                # anyway): nothing this process keeps, in a queue or a worker's last batch, then points
+                # into a front end's arena, so a dead front end's arena is unmapped as soon as it dies
+                inputs = {name: shm.view(child.mm, offset, dtype, shape).copy() if offset >= 0
                           else ipc.inline_array(dtype, shape, data) for name, dtype, shape, offset, data in tensors}
             except Exception as e:  # a malformed message: that request fails, the channel goes on
                 child.link.send(ipc.ERROR, rid, ipc.error_message(InvalidArgument(f"malformed request message: {e}")))
@@ -224,7 +227,7 @@ class Engine:
         if child.ready is not None and not child.ready.done():
             child.ready.set_exception(ConnectionError("front end gone"))
             child.ready.exception()  # retrieved: no "never retrieved" warning when nobody awaits it
-        child.mm = None  # unmapped once the requests still running for it finish
+        child.mm = None  # unmapped now: only answers being written hold it, for a moment
         if self._stopping or child not in self.children:
             return
         asyncio.get_running_loop().create_task(self._replace(child))

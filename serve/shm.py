@@ -3,8 +3,9 @@
 The model process creates the arena (memfd_create: a file with no name anywhere, so nothing can be left
 in /dev/shm, even after SIGKILL; its pages are freed when the last process mapping it exits) and hands
 the descriptor to the front end it starts. Both map it shared. The front end owns the allocator: for
-each request it takes one block, writes the input tensors into it and leaves the rest of the block for
-the outputs, which the model process writes in place when they fit (else they travel in the reply
+each request it takes one block, writes the input tensors into it (the model process copies them out
+on arrival) and leaves the rest of the block for the outputs, which the model process writes in place
+when they fit (else they travel in the reply
 message). The block is given back when the reply has been read, so the two sides never write the same
 bytes at once.
 """

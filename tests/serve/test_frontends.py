@@ -83,7 +83,7 @@ def with_group_killed(pgid: int) -> None:
 def arenas_mapped(pid: int) -> int:
     """How many distinct front-end arenas process `pid` maps."""
     maps = Path(f"/proc/{pid}/maps").read_text()
-    return len({line.split()[-2] for line in maps.splitlines() if ARENA in line})  # by inode
+    return len({line.split()[4] for line in maps.splitlines() if ARENA in line})  # by inode: a restart reuses the name
 
 
 def slow_repo(path: Path, spins: int, slowest_spins: int = 0) -> Path:
