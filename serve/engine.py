@@ -241,6 +241,8 @@ class Engine:
         else:
             child.proc.kill()
             await asyncio.to_thread(child.proc.wait)
+        if self.failed.is_set():
+            return  # another death already stopped the server; its line stands
         now = time.monotonic()
         self._deaths = [t for t in self._deaths if now - t < RESTART_WINDOW_S] + [now]
         if len(self._deaths) >= RESTART_LIMIT:
