@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, one phase per table there (that file names machine and date).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example usermodel attribution repeats gpu-tier
+#           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -52,6 +52,12 @@ serve-matrix)  # batching under concurrency: an older checkout (BEFORE, default 
   # batch 1, CPU and GPU; servers on cores 0-7, client processes on the rest. $R/serve_matrix.{json,md}
   step serve_matrix 330 env OUT="$R" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
     --device cpu cuda --server-cpus 0-7 ;;
+frontends)  # issue 23: serve --frontends 1, 2, 4; batch-1 HTTP and gRPC at 16 and 64 users, the server's mean batch
+  step frontends 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 1,2,4 --users 16,64 \
+    --protocols http,grpc --duration-s 15 --processes 6 --out "$R/frontends" ;;
+frontends-ramp)  # issue 23's target: batch-1 HTTP capacity within p99 <= 20 ms, --frontends 4 (default on 16 cores)
+  step frontends_ramp 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 4 --users 64 \
+    --protocols http --duration-s 15 --processes 8 --ramp --ramp-step-s 4 --ramp-max-users 192 --out "$R/frontends-ramp" ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)

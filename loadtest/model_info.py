@@ -57,6 +57,12 @@ class ModelInfo:
         return EMBEDDED_EXTENSION in self.server_extensions
 
     @property
+    def frontends(self) -> int | None:
+        """Front-end processes of the embedded server (its served config's parameter `frontends`); None for Triton."""
+        value = ((self.config.get("parameters") or {}).get("frontends") or {}).get("string_value")
+        return int(value) if isinstance(value, str) and value.isdigit() else None
+
+    @property
     def server_label(self) -> str:
         """The server as a report names it: 'trainserve' for the embedded one, else what it calls itself."""
         return "trainserve" if self.embedded else self.server_name

@@ -292,7 +292,7 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
     record.extra = {
         "server": {"name": info.server_label, "version": info.server_version, "metrics": server,
                    "instance_group": info.config.get("instance_group"),
-                   "max_batch_size": info.max_batch_size},
+                   "max_batch_size": info.max_batch_size, "frontends": info.frontends},
         "load_generator": {**gen, "requests_per_cpu_s": round(ok / cpu, 1) if cpu else None},
         "latency_histogram": results.get("histogram"),
         "errors": results.get("errors", []),

@@ -125,6 +125,7 @@ class ServerCore:
         self._accepting = False
         self.draining = False  # set when shutdown begins: ready turns False while in-flight requests finish
         self.live = True
+        self.frontends = 1  # front-end processes serving this core (serve/engine.py); shown in the served config
         self._batchers: list[Batcher] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._poll_ns = options.busy_poll_us * 1000
@@ -243,8 +244,11 @@ class ServerCore:
         return ModelMetadata(name, versions, platform, list(model.inputs), list(model.outputs))
 
     def model_config(self, name: str, version: str = ""):
-        """The ModelConfig protobuf (model configuration extension), as served: with the thread layout in use."""
-        return self.model(name, version).served_config()
+        """The ModelConfig protobuf (model configuration extension), as served: with the thread layout in use,
+        and `frontends`, the front-end processes parsing requests for it (loadtest/model_info.py reads it)."""
+        config = self.model(name, version).served_config()
+        config.parameters["frontends"].string_value = str(self.frontends)
+        return config
 
     def statistics(self, name: str = "", version: str = "") -> list[ModelStats]:
         """Stats of one model (version "" = every ready version of it) or, with name "", of all ready versions."""
@@ -254,6 +258,11 @@ class ServerCore:
             return [self.entry(name, version).stats]
         self.entry(name)  # NotFound / Unavailable for an unknown or unready model
         return [e.stats for e in self._entries[name].values() if e.ready]
+
+    async def statistics_dicts(self, name: str = "", version: str = "") -> list[dict]:
+        """statistics() in the statistics extension's JSON form; a coroutine, so that a front end in another
+        process (serve/remote_core.py) answers it from the model process with the same call."""
+        return [s.to_dict() for s in self.statistics(name, version)]
 
     def _all_entries(self) -> Iterable[ModelEntry]:
         for versions in self._entries.values():

@@ -36,6 +36,7 @@ class GrpcConfig:
     port: int = 8001  # Triton's gRPC port; 0 = any free port (read back from GrpcServer.port)
     max_message_bytes: int = 64 << 20  # larger requests get RESOURCE_EXHAUSTED from gRPC itself, bytes
     grace_s: float = 5.0  # on stop, how long in-flight RPCs may take to finish, seconds
+    reuse_port: bool = False  # share the port with the other front-end processes (SO_REUSEPORT)
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -148,9 +149,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     @_rpc
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Any) -> pb.ModelStatisticsResponse:
         response = pb.ModelStatisticsResponse()
-        for stats in self.core.statistics(request.name, request.version):
+        for stats in await self.core.statistics_dicts(request.name, request.version):
             # the core's dict is the statistics extension's JSON form, field for field
-            json_format.ParseDict(stats.to_dict(), response.model_stats.add())
+            json_format.ParseDict(stats, response.model_stats.add())
         return response
 
     @_rpc
@@ -274,7 +275,8 @@ class GrpcServer:
         """Bind and serve; returns the bound port (the OS's choice for port 0)."""
         options = [("grpc.max_receive_message_length", self.config.max_message_bytes),
                    ("grpc.max_send_message_length", self.config.max_message_bytes),
-                   ("grpc.so_reuseport", 0)]  # a taken port must fail, not be shared
+                   # a taken port must fail, not be shared, except among this server's front-end processes
+                   ("grpc.so_reuseport", 1 if self.config.reuse_port else 0)]
         server = grpc.aio.server(options=options)
         servicer = InferenceServicer(self.core)
         if handlers := _generic_handlers(servicer):
@@ -303,4 +305,4 @@ class GrpcServer:
 def create_frontend(core: Any, host: str, port: int, options: Any) -> GrpcServer:
     """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit."""
     return GrpcServer(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
-                                       grace_s=options.drain_timeout_s))
+                                       grace_s=options.drain_timeout_s, reuse_port=options.reuse_port))

@@ -34,7 +34,7 @@ _INT64_CONFIG_KEYS = {"dims", "max_queue_delay_microseconds", "default_timeout_m
 def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> HttpFrontEnd:
     """The hook serve/server.py calls (see its module docstring)."""
     return HttpFrontEnd(core, host, port, options.max_body_bytes, options.drain_timeout_s, options.body_timeout_s,
-                        options.max_connections)
+                        options.max_connections, options.reuse_port)
 
 
 def _json(obj, status: int = 200) -> web.Response:
@@ -82,7 +82,8 @@ class HttpFrontEnd:
     name = "http"
 
     def __init__(self, core: ServerCore, host: str, port: int, max_body_bytes: int, drain_timeout_s: float = 30.0,
-                 body_timeout_s: float = 30.0, max_connections: int = 1024) -> None:
+                 body_timeout_s: float = 30.0, max_connections: int = 1024, reuse_port: bool = False) -> None:
+        self.reuse_port = reuse_port  # share the port with the other front-end processes (SO_REUSEPORT)
         self.body_timeout_s = body_timeout_s  # a head or body still arriving this long after it began: 408
         self.core = core
         self.drain_timeout_s = drain_timeout_s
@@ -109,7 +110,8 @@ class HttpFrontEnd:
         loop = asyncio.get_running_loop()
         table = self.connections
         self._server = await loop.create_server(
-            lambda: FastConnection(self, table, aiohttp_handler), self.host, self.port, reuse_address=True, backlog=128
+            lambda: FastConnection(self, table, aiohttp_handler), self.host, self.port, reuse_address=True, backlog=128,
+            reuse_port=self.reuse_port or None,
         )
         self._sweeper = loop.create_task(table.sweep())
         return self._server.sockets[0].getsockname()[1]  # the bound socket tells the ephemeral port
@@ -179,7 +181,7 @@ class HttpFrontEnd:
                 if action == "config":
                     return _json(config_to_json(self.core.model_config(model, version)))
                 if action == "stats":
-                    return _json({"model_stats": [s.to_dict() for s in self.core.statistics(model, version)]})
+                    return _json({"model_stats": await self.core.statistics_dicts(model, version)})
                 raise NotFound(f"Not Found: {request.path}")
             route = (method, "/".join(parts[1:]))
             allow = KNOWN_ROUTES.get(route[1])
@@ -194,7 +196,7 @@ class HttpFrontEnd:
             if route == ("GET", ""):
                 return _json(self.core.server_metadata())
             if route == ("GET", "models/stats"):
-                return _json({"model_stats": [s.to_dict() for s in self.core.statistics()]})
+                return _json({"model_stats": await self.core.statistics_dicts()})
             if route == ("POST", "repository/index"):
                 return await self._index(request)
             if method == "POST" and len(parts) == 5 and parts[1:3] == ["repository", "models"] and parts[4] in ("load", "unload"):

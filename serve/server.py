@@ -1,4 +1,7 @@
-"""The server's lifecycle: load the core, start the front ends on one event loop, drain on SIGTERM/SIGINT.
+"""The server's lifecycle: start the core and the front ends on one event loop, drain on SIGTERM/SIGINT.
+
+serve/launch.py loads the repository and runs this, or, with several front-end processes, serve/engine.py
+(which runs this same Server for the core and /metrics, and one in each front-end process over a RemoteCore).
 
 Front ends plug in through one small contract, so the HTTP, gRPC and metrics servers share the core
 and the loop without knowing each other:
@@ -23,13 +26,11 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Protocol
 
 from trainserve.core.errors import UserError
 from trainserve.serve import heap
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.model import CudaUnavailable
+from trainserve.serve.core import ServerCore
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,7 @@ class ServerOptions:
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish, seconds
     body_timeout_s: float = 30.0  # a request head or body not fully received this long after it began: 408, seconds
     max_connections: int = 1024  # open HTTP connections at most; more are answered 503 and closed
+    reuse_port: bool = False  # bind with SO_REUSEPORT: several front-end processes share the ports (serve/engine.py)
 
     def __post_init__(self) -> None:
         for field_name in ("http_port", "grpc_port", "metrics_port"):
@@ -80,10 +82,10 @@ class ServerOptions:
         return {"http": self.http_port, "grpc": self.grpc_port, "metrics": self.metrics_port}[frontend]
 
 
-def ready_line(host: str, ports: dict[str, int | None]) -> str:
-    """The machine-readable line tests and scripts read back: 'trainserve serve: ready http=H:P grpc=off ...'."""
+def ready_line(host: str, ports: dict[str, int | None], frontends: int = 1) -> str:
+    """The machine-readable line tests and scripts read back: 'trainserve serve: ready http=H:P grpc=off ... frontends=N'."""
     parts = [f"{name}={host}:{port}" if port is not None else f"{name}=off" for name, port in ports.items()]
-    return "trainserve serve: ready " + " ".join(parts)
+    return "trainserve serve: ready " + " ".join(parts) + f" frontends={frontends}"
 
 
 class Server:
@@ -127,7 +129,7 @@ class Server:
         await self.core.stop()
 
 
-async def _trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
+async def trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
     """Once a second: if requests were served since the last look and nothing is queued or running now,
     give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood."""
 
@@ -149,7 +151,7 @@ async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int 
     try:
         ports = await server.start()
         on_ready(ports)
-        trimmer = loop.create_task(_trim_when_idle(server.core))
+        trimmer = loop.create_task(trim_when_idle(server.core))
         await stop.wait()
         trimmer.cancel()
         log.info("signal received: finishing in-flight requests, then exiting")
@@ -157,50 +159,3 @@ async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int 
         await server.stop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.remove_signal_handler(sig)
-
-
-def run_server(
-    model_repository: Path,
-    device: str = "cpu",
-    host: str = "127.0.0.1",
-    http_port: int = 8000,
-    grpc_port: int = 8001,
-    metrics_port: int = 8002,
-    threads: int = 0,
-    max_queue_size: int = 1024,
-    max_body_bytes: int = 64 * 1024 * 1024,
-    max_queue_bytes: int = 256 << 20,
-    queue_timeout_s: float = 10.0,
-    body_timeout_s: float = 30.0,
-    max_connections: int = 1024,
-    spin: bool = False,
-    busy_poll_us: int = 1000,
-    on_ready: Callable[[str], None] = print,
-) -> None:
-    """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence."""
-
-    try:
-        core_options = CoreOptions(
-            Path(model_repository), device, threads, 1, max_queue_size, max_queue_bytes, queue_timeout_s,
-            allow_spinning=spin, busy_poll_us=busy_poll_us,
-        )
-        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes, body_timeout_s=body_timeout_s,
-                                max_connections=max_connections)
-    except ValueError as e:
-        raise StartError(f"invalid server option: {e}") from None
-    core = ServerCore(core_options)
-    try:
-        core.load()
-    except FileNotFoundError:
-        raise StartError(
-            f"model repository {model_repository} does not exist: pass --model-repository a directory "
-            "laid out as <model>/<version>/model.onnx (trainserve export writes one)"
-        ) from None
-    entries = core.index()
-    cuda = [e for e in entries if isinstance(e.error, CudaUnavailable)]
-    if cuda:
-        raise StartError(str(cuda[0].error))
-    if not any(e.ready for e in entries):
-        reasons = "; ".join(f"{e.name}: {e.reason}" for e in entries) or "it holds no model directories"
-        raise StartError(f"no model in {model_repository} could be loaded ({reasons})")
-    asyncio.run(run_until_signalled(Server(core, options), lambda ports: on_ready(ready_line(host, ports))))

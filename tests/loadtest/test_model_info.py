@@ -32,3 +32,4 @@ def test_the_real_embedded_server_is_recognised_over_both_protocols(tmp_path, pr
     finally:
         srv.stop()
     assert info.server_name == "triton" and info.backend == "onnxruntime" and info.server_label == "trainserve"
+    assert info.frontends == 1  # the served config's parameter, which load records carry

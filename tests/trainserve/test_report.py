@@ -91,7 +91,9 @@ def make_run(runs: Path, name: str = "r1", gpu: bool = True) -> Path:
     if gpu:
         _train("cuda", 98010.0, 5.22, 512, "fp32").save(run / "compare" / "profile-cuda.json")  # compare: same precision
         _train("cuda", 97000.0, 5.28, 512).save(run / "train" / "profile.json")
-        _infer("cuda", 1, 1, 2500.0, 0.40, ramp=True).save(run / "load" / "embedded-gpu.json")
+        gpu_ramp = _infer("cuda", 1, 1, 2500.0, 0.40, ramp=True)
+        gpu_ramp.extra["server"] = {"frontends": 4}  # served by 4 front-end processes (serve --frontends)
+        gpu_ramp.save(run / "load" / "embedded-gpu.json")
         _infer("cuda", 512, 4, 150000.0, 13.6).save(run / "load" / "embedded-gpu-b512.json")
     # files beside records that are not records, and must be ignored
     (run / "train").mkdir(parents=True, exist_ok=True)
@@ -173,6 +175,7 @@ def test_markdown_has_the_tables(full_report):
     assert "Train · GPU" in header and "Infer batch 1 · GPU" in header
     assert "| p99.9 | 4,371.00 ms | 16.18 ms |" in md  # 0.01 ms resolution
     assert "| 8 users |" in md  # the ramp table
+    assert "### Load ramp: GPU · onnxruntime · batch 1 · 4 front-end processes" in md
     assert "![ramp-cnn.png](ramp-cnn.png)" in md
 
 

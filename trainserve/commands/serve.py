@@ -40,17 +40,21 @@ def serve(
     busy_poll_us: Annotated[int, typer.Option(help=(
         "After a request shorter than this, poll the sockets for this many microseconds instead of sleeping "
         "(while no batch runs): lower latency at low load for some CPU time; 0 = off."))] = 1000,
+    frontends: Annotated[int, typer.Option(help=(
+        "Processes that parse HTTP and gRPC on the same ports, in front of one model process that batches "
+        "for all of them; 0 = from the cores (1 below 8, else a quarter of them, at most 8); "
+        "1 = everything in one process."))] = 0,
 ) -> None:
     """Serve a model repository over KServe v2 HTTP and gRPC with Triton's endpoints, ports and metrics.
 
     Prints 'trainserve serve: ready http=HOST:PORT grpc=HOST:PORT metrics=HOST:PORT' once serving;
     SIGTERM or Ctrl-C stops taking requests, finishes those in flight and exits 0.
     """
-    from trainserve.serve.server import run_server
+    from trainserve.serve.launch import run_server
 
     run_server(  # a StartError (a UserError) becomes one sentence and exit 1, as every command's
         model_repository=model_repository, device=device.value, host=host, http_port=http_port, grpc_port=grpc_port,
         metrics_port=metrics_port, threads=threads, max_queue_size=max_queue_size, max_body_bytes=max_body_bytes,
         max_queue_bytes=max_queue_bytes, queue_timeout_s=queue_timeout_s, body_timeout_s=body_timeout_s,
-        max_connections=max_connections, spin=spin, busy_poll_us=busy_poll_us, on_ready=lambda line: typer.echo(line),
+        max_connections=max_connections, spin=spin, busy_poll_us=busy_poll_us, frontends=frontends, on_ready=lambda line: typer.echo(line),
     )

@@ -342,7 +342,9 @@ def _ramps(entries: list[Entry]) -> list[dict[str, Any]]:
         points = [p for p in _ramp(e) if p.get("throughput_samples_s") is not None]
         if points:
             r = e.record
-            out.append({"label": f"{DEVICE_LABEL[r.device]} · {r.backend} · batch {r.batch_size}",
+            frontends = (r.extra.get("server") or {}).get("frontends") if isinstance(r.extra, dict) else None
+            shown = f" · {frontends} front-end processes" if isinstance(frontends, int) and frontends > 1 else ""
+            out.append({"label": f"{DEVICE_LABEL[r.device]} · {r.backend} · batch {r.batch_size}{shown}",
                         "device": r.device, "backend": r.backend, "batch_size": r.batch_size,
                         "source": e.source, "points": points})
     return out

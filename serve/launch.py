@@ -1,0 +1,90 @@
+"""`trainserve serve`'s entry: load the repository, then serve it in one process or through front-end processes.
+
+With one front end (the default below 8 cores) everything runs on one event loop (serve/server.py);
+with more, this process becomes the model process and starts the front-end processes
+(serve/engine.py). Either way the same checks run first and fail with one sentence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from trainserve.core.procs import usable_cpus
+from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.serve.engine import run_engine
+from trainserve.serve.model import CudaUnavailable
+from trainserve.serve.server import Server, ServerOptions, StartError, ready_line, run_until_signalled
+
+MAX_FRONTENDS = 8
+
+
+def default_frontends(cores: int | None = None) -> int:
+    """Front-end processes for `--frontends 0` (auto): 1 below 8 usable cores, else a quarter of them, at most 8.
+
+    Why: one front-end process parses about 5k batch-1 requests/s on one core; the model process needs a
+    core for its event loop plus the onnxruntime or CUDA threads of its sessions, and the load generator
+    on the same host needs cores too. Below 8 cores a second process would take a core the sessions use
+    (and on a 2-core CI machine only add start-up time), so the single-process server stays.
+    """
+    cores = usable_cpus() if cores is None else cores
+    return 1 if cores < 8 else min(MAX_FRONTENDS, cores // 4)
+
+
+def run_server(
+    model_repository: Path,
+    device: str = "cpu",
+    host: str = "127.0.0.1",
+    http_port: int = 8000,
+    grpc_port: int = 8001,
+    metrics_port: int = 8002,
+    threads: int = 0,
+    max_queue_size: int = 1024,
+    max_body_bytes: int = 64 * 1024 * 1024,
+    max_queue_bytes: int = 256 << 20,
+    queue_timeout_s: float = 10.0,
+    body_timeout_s: float = 30.0,
+    max_connections: int = 1024,
+    spin: bool = False,
+    busy_poll_us: int = 1000,
+    frontends: int = 0,
+    on_ready: Callable[[str], None] = print,
+) -> None:
+    """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence.
+
+    frontends: processes that parse HTTP and gRPC (0 = default_frontends()); above 1 this process becomes
+    the model process that batches for all of them (serve/engine.py).
+    """
+    if not 0 <= frontends <= 64:
+        raise StartError(f"--frontends {frontends} is invalid; allowed: 0 (from the cores) to 64")
+    frontends = frontends or default_frontends()
+    try:
+        core_options = CoreOptions(
+            Path(model_repository), device, threads, 1, max_queue_size, max_queue_bytes, queue_timeout_s,
+            allow_spinning=spin, busy_poll_us=busy_poll_us,
+        )
+        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes, body_timeout_s=body_timeout_s,
+                                max_connections=max_connections)
+    except ValueError as e:
+        raise StartError(f"invalid server option: {e}") from None
+    core = ServerCore(core_options)
+    try:
+        core.load()
+    except FileNotFoundError:
+        raise StartError(
+            f"model repository {model_repository} does not exist: pass --model-repository a directory "
+            "laid out as <model>/<version>/model.onnx (trainserve export writes one)"
+        ) from None
+    entries = core.index()
+    cuda = [e for e in entries if isinstance(e.error, CudaUnavailable)]
+    if cuda:
+        raise StartError(str(cuda[0].error))
+    if not any(e.ready for e in entries):
+        reasons = "; ".join(f"{e.name}: {e.reason}" for e in entries) or "it holds no model directories"
+        raise StartError(f"no model in {model_repository} could be loaded ({reasons})")
+    if frontends > 1:
+        core.frontends = frontends
+        run_engine(core, options, frontends, lambda ports: on_ready(ready_line(host, ports, frontends)))
+        return
+    asyncio.run(run_until_signalled(Server(core, options), lambda ports: on_ready(ready_line(host, ports))))

@@ -1,0 +1,223 @@
+"""The core as a front-end process sees it: ServerCore's API, answered from a snapshot or by the model process.
+
+A front-end process (serve/frontend_proc.py) runs the unchanged HTTP and gRPC front ends over a
+RemoteCore. The registry cannot change while serving (no model load/unload), so metadata, configs,
+the index and readiness are answered from the snapshot the model process sends once at start; only
+`infer` and the statistics go to the model process (serve/engine.py), over the control channel
+(serve/ipc.py) with tensors in the shared arena (serve/shm.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import marshal
+import math
+import pickle
+from collections.abc import Callable
+
+import numpy as np
+
+from trainserve.serve import ipc, repository, shm
+from trainserve.serve.core import ModelEntry, ModelMetadata, ServerCore
+from trainserve.serve.errors import ServeError, Unavailable
+
+log = logging.getLogger(__name__)
+
+
+def registry_snapshot(core: ServerCore) -> dict:
+    """What a front end needs to answer everything but infer and statistics, as plain picklable values."""
+    entries = core.index()
+    snapshot: dict = {"server_metadata": core.server_metadata(), "frontends": core.frontends,
+                      "entries": [(e.name, e.version, e.state, e.reason) for e in entries],
+                      "metadata": {}, "configs": {}, "outputs": {}}
+    for e in entries:
+        if e.ready:
+            key = (e.name, e.version)
+            meta = core.model_metadata(e.name, e.version)
+            snapshot["metadata"][key] = meta
+            # serialized: the protobuf class does not pickle (tritonclient's generated module is not importable by
+            # the name its classes carry)
+            snapshot["configs"][key] = core.model_config(e.name, e.version).SerializeToString()
+            max_batch = e.model.max_batch_size
+            snapshot["outputs"][key] = (max_batch, [(t.dtype.str if t.datatype != "BYTES" else "O", tuple(t.shape))
+                                                    for t in meta.outputs])
+    return snapshot
+
+
+class RemoteCore:
+    """The methods the HTTP and gRPC front ends call on ServerCore, for a front end in its own process."""
+
+    # The registry lookups are ServerCore's own (the same errors and wording), over the snapshot's entries.
+    entry = ServerCore.entry
+    model_ready = ServerCore.model_ready
+
+    def __init__(self, snapshot: dict, arena: shm.Arena, on_engine_gone: Callable[[], None]) -> None:
+        meta = snapshot["server_metadata"]
+        self.name, self.version, self.extensions = meta["name"], meta["version"], tuple(meta["extensions"])
+        self.frontends = snapshot["frontends"]
+        self._entries: dict[str, dict[str, ModelEntry]] = {}
+        self._latest: dict[str, str] = {}
+        for name, version, state, reason in snapshot["entries"]:
+            self._entries.setdefault(name, {})[version] = ModelEntry(name, version, state, reason)
+            if state == "READY" and int(self._latest.get(name, "-1")) < int(version):
+                self._latest[name] = version
+        self._metadata: dict[tuple[str, str], ModelMetadata] = snapshot["metadata"]
+        config_class = repository._pb2().ModelConfig
+        self._configs = {key: config_class.FromString(raw) for key, raw in snapshot["configs"].items()}
+        self._outputs: dict = snapshot["outputs"]
+        self._room: dict[tuple[str, str, int], int] = {}  # (model, version asked, rows) -> _output_room's answer
+        self.arena = arena
+        self.link: ipc.Link | None = None
+        self._pending: dict[int, tuple[asyncio.Future, tuple[int, int] | None]] = {}
+        self._rid = 0
+        self._accepting = False
+        self.draining = False
+        self.live = True
+        self._on_engine_gone = on_engine_gone
+
+    # ---------------------------------------------------------------- lifecycle (serve/server.py's Server calls these)
+    async def start(self) -> None:
+        self._accepting = True
+
+    async def stop(self) -> None:
+        self._accepting = False
+
+    @property
+    def ready(self) -> bool:
+        return self._accepting and not self.draining and bool(self._latest) and self.live
+
+    # ---------------------------------------------------------------- registry, from the snapshot
+    def server_metadata(self) -> dict:
+        return {"name": self.name, "version": self.version, "extensions": list(self.extensions)}
+
+    def index(self) -> list[ModelEntry]:
+        return [e for versions in self._entries.values() for e in versions.values()]
+
+    def _ready_key(self, name: str, version: str) -> tuple[str, str]:
+        entry = self.entry(name, version)
+        if not entry.ready:
+            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
+        return entry.name, entry.version
+
+    def model_metadata(self, name: str, version: str = "") -> ModelMetadata:
+        return self._metadata[self._ready_key(name, version)]
+
+    def model_config(self, name: str, version: str = ""):
+        return self._configs[self._ready_key(name, version)]
+
+    # ---------------------------------------------------------------- through the model process
+    async def statistics_dicts(self, name: str = "", version: str = "") -> list[dict]:
+        return await self._request(ipc.CALL, marshal.dumps(("statistics", name, version)), None)
+
+    async def infer(self, name: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
+                    parameters: dict | None = None) -> dict[str, np.ndarray]:
+        """ServerCore.infer, run by the model process: the inputs are written into this front end's arena."""
+        if not self._accepting:
+            raise Unavailable("Server is not ready: it is shutting down")
+        sizes = [shm.aligned(a.nbytes) if a.dtype != object else 0 for a in inputs.values()]
+        in_bytes = sum(sizes)
+        need = in_bytes + self._output_bytes(name, version, inputs)
+        block = self.arena.alloc(need) if need else None
+        tensors = []
+        if block is None:
+            tensors = [ipc.inline_tensor(n, a) for n, a in inputs.items()]
+            out_offset, out_cap = -1, 0
+        else:
+            pos = block[0]
+            mm = self.arena.mm
+            for (n, a), size in zip(inputs.items(), sizes):
+                if a.dtype == object:
+                    tensors.append(ipc.inline_tensor(n, a))
+                    continue
+                shm.view(mm, pos, a.dtype.str, a.shape)[...] = a
+                tensors.append((n, a.dtype.str, a.shape, pos, None))
+                pos += size
+            out_offset, out_cap = pos, block[0] + block[1] - pos
+        body = marshal.dumps((name, version, tuple(tensors), None if outputs is None else tuple(outputs),
+                              out_offset, out_cap))
+        return await self._request(ipc.INFER, body, block)
+
+    async def _request(self, kind: int, body: bytes, block: tuple[int, int] | None):
+        if self.link is None or self.link.closed:
+            if block is not None:
+                self.arena.free(block)
+            raise Unavailable("the model process is not running")
+        self._rid = rid = (self._rid + 1) & 0xFFFFFFFF
+        fut = asyncio.get_running_loop().create_future()
+        # the block stays taken until the answer comes, even when the caller gives up waiting: the model
+        # process may still read its inputs and write its outputs there
+        self._pending[rid] = (fut, block)
+        self.link.send(kind, rid, body)
+        return await fut
+
+    def _output_bytes(self, name: str, version: str, inputs: dict[str, np.ndarray]) -> int:
+        """Room to leave for the outputs (0: unknown sizes, or none; they then come in the reply), bytes."""
+        first = next(iter(inputs.values()), None)
+        key = (name, version, first.shape[0] if first is not None and first.ndim else 1)
+        known = self._room.get(key)
+        if known is None:
+            known = self._room[key] = self._output_room(name, version, key[2]) if len(self._room) < 4096 else 0
+        return known
+
+    def _output_room(self, name: str, version: str, rows: int) -> int:
+        try:
+            entry = self.entry(name, version)
+        except ServeError:
+            return 0  # the model process answers the error
+        known = self._outputs.get((entry.name, entry.version))
+        if known is None:
+            return 0
+        max_batch, outputs = known
+        rows = rows if max_batch > 0 else 1
+        total = 0
+        for dtype, shape in outputs:
+            if dtype == "O":
+                continue
+            dims = [rows if (i == 0 and max_batch > 0) else d for i, d in enumerate(shape)]
+            if any(d < 0 for d in dims):
+                return 0
+            total += shm.aligned(math.prod(dims) * np.dtype(dtype).itemsize)
+        return total
+
+    # ---------------------------------------------------------------- the channel's callbacks
+    def on_message(self, kind: int, rid: int, body: bytes) -> None:
+        item = self._pending.pop(rid, None)
+        if item is None:
+            return
+        fut, block = item
+        try:
+            if kind == ipc.OK:
+                result, error = self._outputs_of(body), None
+            elif kind == ipc.ERROR:
+                result, error = None, ipc.raise_error(body)
+            else:
+                result, error = pickle.loads(body), None
+        except Exception as e:  # a reply this side cannot read: that request fails, the others go on
+            log.exception("unreadable reply from the model process")
+            result, error = None, Unavailable(f"unreadable reply from the model process: {e}")
+        finally:
+            if block is not None:
+                self.arena.free(block)
+        if not fut.done():
+            if error is not None:
+                fut.set_exception(error)
+            else:
+                fut.set_result(result)
+
+    def _outputs_of(self, body: bytes) -> dict[str, np.ndarray]:
+        """The reply's tensors, copied out of the arena (its block is given back right after)."""
+        mm = self.arena.mm
+        out = {}
+        for name, dtype, shape, offset, data in marshal.loads(body):
+            out[name] = shm.view(mm, offset, dtype, shape).copy() if offset >= 0 else ipc.inline_array(dtype, shape, data)
+        return out
+
+    def on_lost(self) -> None:
+        """The model process is gone: every waiting request fails now, and this front end stops."""
+        self.live = False
+        pending, self._pending = self._pending, {}
+        for fut, _ in pending.values():
+            if not fut.done():
+                fut.set_exception(Unavailable("the model process stopped"))
+        self._on_engine_gone()
