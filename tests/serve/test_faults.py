@@ -1,0 +1,179 @@
+"""A careless or hostile client against `trainserve serve` as a real process (issue 27): slow large bodies must
+not stall another client, and memory must come back after refused gzip bodies, refused gRPC requests and a
+gRPC flood."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+import time
+import zlib
+
+import numpy as np
+import psutil
+import pytest
+import requests
+import tritonclient.grpc as grpcclient
+import tritonclient.grpc.aio as aioclient
+import tritonclient.http as httpclient
+
+from tests.conftest import stop_process
+from tests.serve.test_server import READY, _start
+from tests.serve.tiny_models import make_repository
+
+MiB = 1 << 20
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    return make_repository(tmp_path_factory.mktemp("faults") / "repo", classifier_delay_us=0)
+
+
+def _serve(repo, *args: str) -> tuple:
+    """(process, http port, grpc port) of a server with HTTP and gRPC on ephemeral ports."""
+    proc = _start("--model-repository", str(repo), "--http-port", "0", "--grpc-port", "0", "--metrics-port", "-1",
+                  *args)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                raise AssertionError(f"server exited before ready: {proc.wait(5)} {proc.stderr.read()}")
+            if m := READY.search(line):
+                threading.Thread(target=proc.stderr.read, daemon=True).start()  # a full pipe would stall it
+                return proc, int(m.group(1)), int(m.group(2).rsplit(":", 1)[1])
+        raise AssertionError("server not ready in time")
+    except BaseException:
+        stop_process(proc)
+        raise
+
+
+def test_slow_large_bodies_do_not_stall_another_client(repo):
+    proc, port, _ = _serve(repo)
+    try:
+        status = open(f"/proc/{proc.pid}/status").read() if psutil.LINUX else ""
+        if "THP_enabled" in status:  # the kernel zeroes a huge page inside the event loop's recv: off
+            assert "THP_enabled:\t0" in status
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{port}", network_timeout=60)
+        inp = httpclient.InferInput("input", [1, 4], "FP32")
+        inp.set_data_from_numpy(np.ones((1, 4), np.float32))
+        client.infer("classifier", [inp])
+        lat: list[float] = []
+        sending = threading.Event()
+        declared, chunk = 32 * MiB, 256 * 1024
+
+        def slow() -> None:
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+                s.sendall((f"POST /v2/models/classifier/infer HTTP/1.1\r\nHost: t\r\nContent-Length: {declared}\r\n"
+                           "Inference-Header-Content-Length: 100\r\n\r\n").encode())
+                sending.set()
+                for _ in range(declared // chunk):  # ~2 s per body
+                    s.sendall(b"\x01" * chunk)
+                    time.sleep(0.015)
+                assert s.recv(100).startswith(b"HTTP/1.1 400")  # the bytes are no request: answered, not stalled
+
+        senders = [threading.Thread(target=slow) for _ in range(6)]
+        for t in senders:
+            t.start()
+        sending.wait(30)
+        while any(t.is_alive() for t in senders):
+            t0 = time.perf_counter()
+            client.infer("classifier", [inp])
+            lat.append(time.perf_counter() - t0)
+        for t in senders:
+            t.join(60)
+        client.close()
+        p99 = float(np.percentile(lat, 99)) * 1000
+        # measured 21 ms with 11 x 60 MiB (217 ms, max 1.4 s with huge pages; docs/BENCHMARKS.md); the bound
+        # leaves room for a loaded 2-core machine
+        assert len(lat) > 20 and p99 < 250, f"{len(lat)} requests, p99 {p99:.0f} ms"
+    finally:
+        stop_process(proc)
+
+
+def _settles_near(proc: psutil.Process, idle: int, what: str, within: float = 0.10, timeout_s: float = 15) -> None:
+    """RSS comes back within `within` of the idle level once the server is idle."""
+    deadline = time.monotonic() + timeout_s
+    while (rss := proc.memory_info().rss) > idle * (1 + within):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"after {what}: RSS {rss / MiB:.0f} MiB, idle {idle / MiB:.0f} MiB")
+        time.sleep(0.25)
+
+
+def _gzip_bomb(inflated: int) -> bytes:
+    comp = zlib.compressobj(1, zlib.DEFLATED, 31)  # gzip framing
+    zeros = bytes(16 * MiB)
+    return b"".join(comp.compress(zeros) for _ in range(inflated // len(zeros))) + comp.flush()
+
+
+def _idle_rss(proc, port: int, grpc_port: int) -> tuple[psutil.Process, int]:
+    """The server's RSS once it has answered one request on each path (gzip HTTP, gRPC) and trimmed."""
+    server = psutil.Process(proc.pid)
+    ok = zlib.compress(b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}]}', wbits=31)
+    r = requests.post(f"http://127.0.0.1:{port}/v2/models/classifier/infer", data=ok,
+                      headers={"Content-Encoding": "gzip"}, timeout=60)
+    assert r.status_code == 200, r.text
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    small = grpcclient.InferInput("input_ids", [4, 8], "INT64")
+    small.set_data_from_numpy(np.ones((4, 8), np.int64))
+    client.infer("ints", [small])
+    client.close()
+    time.sleep(2.5)  # the idle trim after those answers
+    return server, server.memory_info().rss
+
+
+# Each scenario on its own server, measured from its own idle level (issue 27's criterion: within 10%).
+# One after another on one server, what the earlier ones leave in glibc's and grpc's free lists adds up
+# to 15-50% above idle (docs/BENCHMARKS.md).
+
+@pytest.mark.slow
+def test_memory_comes_back_after_refused_gzip_bodies(repo):
+    proc, port, grpc_port = _serve(repo)
+    try:
+        server, idle = _idle_rss(proc, port, grpc_port)
+        bomb = _gzip_bomb(512 * MiB)  # ~512 KiB that inflate far past the 64 MiB body limit
+        for _ in range(2):
+            r = requests.post(f"http://127.0.0.1:{port}/v2/models/classifier/infer", data=bomb,
+                              headers={"Content-Encoding": "gzip"}, timeout=120)
+            assert r.status_code == 413, r.text
+        _settles_near(server, idle, "two refused gzip bodies")
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.slow
+def test_memory_comes_back_after_refused_grpc_requests(repo):
+    proc, port, grpc_port = _serve(repo)
+    try:
+        server, idle = _idle_rss(proc, port, grpc_port)
+        client = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        wrong = grpcclient.InferInput("no_such_input", [1, 5 * MiB], "INT64")  # 40 MiB
+        wrong.set_data_from_numpy(np.ones((1, 5 * MiB), np.int64))
+        for _ in range(6):
+            with pytest.raises(Exception, match="unexpected inference input 'no_such_input'"):
+                client.infer("ints", [wrong])
+        client.close()
+        _settles_near(server, idle, "six refused 40 MiB gRPC requests")
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.slow
+def test_memory_comes_back_after_a_grpc_flood(repo):
+    proc, port, grpc_port = _serve(repo)
+    try:
+        server, idle = _idle_rss(proc, port, grpc_port)
+
+        async def flood() -> int:
+            client = aioclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+            x = aioclient.InferInput("input_ids", [4, 16384], "INT64")  # 512 KiB
+            x.set_data_from_numpy(np.ones((4, 16384), np.int64))
+            answers = await asyncio.gather(*(client.infer("ints", [x]) for _ in range(400)), return_exceptions=True)
+            await client.close()
+            return sum(not isinstance(a, Exception) for a in answers)
+
+        assert asyncio.run(flood()) > 0
+        _settles_near(server, idle, "a flood of 400 gRPC requests of 512 KiB")
+    finally:
+        stop_process(proc)
