@@ -115,6 +115,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, core: Any) -> None:
         self.core = core
+        self._stream_wakers: set[Callable[[], None]] = set()  # one per open ModelStreamInfer stream
+        self.draining = False  # stop(): streams end once they have nothing in flight
+
+    def drain_streams(self) -> None:
+        """End every open stream that has no request in flight now, the others after their last answer: an
+        idle stream would otherwise hold the server's shutdown for the whole drain timeout."""
+        self.draining = True
+        for wake in list(self._stream_wakers):
+            wake()
 
     @_rpc
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
@@ -184,16 +193,18 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: Any) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Each request is answered on the stream as soon as it finishes; errors travel in error_message."""
-        done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        done: asyncio.Queue[pb.ModelStreamInferResponse | None | object] = asyncio.Queue()
         pending: set[asyncio.Task] = set()
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                await done.put(pb.ModelStreamInferResponse(infer_response=await self._infer(request)))
+                response = pb.ModelStreamInferResponse(infer_response=await self._infer(request))
             except Exception as error:
-                await done.put(pb.ModelStreamInferResponse(
+                response = pb.ModelStreamInferResponse(
                     error_message=_status(error)[1], infer_response=pb.ModelInferResponse(
-                        model_name=request.model_name, model_version=request.model_version, id=request.id)))
+                        model_name=request.model_name, model_version=request.model_version, id=request.id))
+            pending.discard(asyncio.current_task())  # before the answer is seen: a draining stream may end on it
+            done.put_nowait(response)
 
         async def read_all() -> None:
             try:
@@ -209,14 +220,23 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             finally:
                 await done.put(None)  # end of stream (or the client went away): stop yielding
 
+        wake = functools.partial(done.put_nowait, _WAKE)
+        self._stream_wakers.add(wake)
         reader = asyncio.create_task(read_all())
         try:
             while (response := await done.get()) is not None:
-                yield response
+                if response is not _WAKE:
+                    yield response
+                if self.draining and not pending and done.empty():
+                    break  # the server stops and this stream has nothing in flight: end it (status OK)
         finally:
+            self._stream_wakers.discard(wake)
             reader.cancel()
             for task in list(pending):
                 task.cancel()
+
+
+_WAKE = object()  # put on a stream's queue to make it look at InferenceServicer.draining
 
 
 def _unimplemented(name: str) -> Callable[..., Awaitable[Any]]:
@@ -280,7 +300,7 @@ class GrpcServer:
                    ("grpc.max_send_message_length", self.config.max_message_bytes),
                    ("grpc.so_reuseport", 0)]  # a taken port must fail, not be shared
         server = grpc.aio.server(options=options)
-        servicer = InferenceServicer(self.core)
+        servicer = self._servicer = InferenceServicer(self.core)
         if handlers := _generic_handlers(servicer):
             server.add_generic_rpc_handlers(handlers)
         else:  # generated code that registers no generic handler: serve it as generated, only slower
@@ -300,6 +320,7 @@ class GrpcServer:
     async def stop(self, grace_s: float | None = None) -> None:
         """Refuse new RPCs and let in-flight ones finish for up to grace_s (default: the config's)."""
         if self._server is not None:
+            self._servicer.drain_streams()
             await self._server.stop(self.config.grace_s if grace_s is None else grace_s)
             self._server = None
 

@@ -177,3 +177,29 @@ def test_memory_comes_back_after_a_grpc_flood(repo):
         _settles_near(server, idle, "a flood of 400 gRPC requests of 512 KiB")
     finally:
         stop_process(proc)
+
+
+def test_an_idle_stream_does_not_hold_shutdown(repo):
+    proc, _, grpc_port = _serve(repo)
+    try:
+        answers: list = []
+        idle = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        idle.start_stream(callback=lambda result, error: answers.append((result, error)))
+        x = grpcclient.InferInput("input", [1, 4], "FP32")
+        x.set_data_from_numpy(np.ones((1, 4), np.float32))
+        idle.async_stream_infer("classifier", [x])
+        deadline = time.monotonic() + 30
+        while not answers and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert answers and answers[0][1] is None, answers
+        t0 = time.monotonic()
+        proc.terminate()  # the stream stays open with nothing in flight
+        proc.wait(30)
+        took = time.monotonic() - t0
+        # 30.2 s (the whole drain timeout) before; an idle stream now ends at once
+        assert took < 5, f"shutdown with an idle stream took {took:.1f} s"
+        assert proc.returncode == 0
+        idle.stop_stream(cancel_requests=True)
+        idle.close()
+    finally:
+        stop_process(proc)
