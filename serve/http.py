@@ -239,7 +239,8 @@ class HttpFrontEnd:
         try:
             body = await asyncio.wait_for(request.read(), self.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
-            raise TooLarge(None, self.max_body_bytes) from None
+            encoding = request.headers.get("Content-Encoding", "").strip().lower()
+            raise TooLarge(None, self.max_body_bytes, "" if encoding in ("", "identity") else encoding) from None
         except asyncio.TimeoutError:
             self.connections.trim_due = True  # what arrived of the body is freed; the sweeper trims the heap
             raise RequestTimeout(self.body_timeout_s) from None

@@ -136,7 +136,8 @@ def test_memory_comes_back_after_refused_gzip_bodies(repo):
         for _ in range(2):
             r = requests.post(f"http://127.0.0.1:{port}/v2/models/classifier/infer", data=bomb,
                               headers={"Content-Encoding": "gzip"}, timeout=120)
-            assert r.status_code == 413, r.text
+            assert r.status_code == 413 and "request body, inflated from its gzip encoding, exceeds the server's " \
+                "limit of 67108864 bytes (--max-body-bytes)" in r.json()["error"], r.text
         _settles_near(server, idle, "two refused gzip bodies")
     finally:
         stop_process(proc)
