@@ -21,7 +21,9 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from trainserve.serve import refusals
 from trainserve.serve.errors import ServeError
+from trainserve.serve.grpc_guard import CallGuard, guard_handler
 from trainserve.serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
 from trainserve.core.errors import UserError
 
@@ -36,6 +38,8 @@ class GrpcConfig:
     port: int = 8001  # Triton's gRPC port; 0 = any free port (read back from GrpcServer.port)
     max_message_bytes: int = 64 << 20  # larger requests get RESOURCE_EXHAUSTED from gRPC itself, bytes
     grace_s: float = 5.0  # on stop, how long in-flight RPCs may take to finish, seconds
+    body_timeout_s: float = 30.0  # a ModelInfer message not received this long after its call began: DEADLINE_EXCEEDED
+    max_connections: int = 1024  # client connections with calls in flight at most; a call from one more: UNAVAILABLE
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -44,6 +48,10 @@ class GrpcConfig:
             raise UserError(f"GrpcConfig.max_message_bytes={self.max_message_bytes} must be >= 1024")
         if self.grace_s < 0:
             raise UserError(f"GrpcConfig.grace_s={self.grace_s} must be >= 0")
+        if not self.body_timeout_s > 0:
+            raise UserError(f"GrpcConfig.body_timeout_s={self.body_timeout_s} must be > 0")
+        if self.max_connections < 1:
+            raise UserError(f"GrpcConfig.max_connections={self.max_connections} must be >= 1")
 
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str]:
@@ -77,8 +85,9 @@ class _SafeDecoding(grpc.GenericRpcHandler):
     protobuf cannot parse answers UNKNOWN on a unary call and ends a stream with status OK, dropping
     every request after it."""
 
-    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
+    def __init__(self, inner: grpc.GenericRpcHandler, guard: CallGuard | None = None) -> None:
         self.inner = inner
+        self.guard = guard  # the body deadline and connection cap (serve/grpc_guard.py), when given
         self._cache: dict[str, grpc.RpcMethodHandler | None] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
@@ -87,8 +96,15 @@ class _SafeDecoding(grpc.GenericRpcHandler):
             handler = self.inner.service(handler_call_details)
             if handler is not None and handler.request_deserializer is not None:
                 handler = handler._replace(request_deserializer=_safe(handler.request_deserializer))
+                if self.guard is not None:
+                    handler = guard_handler(method, handler, self.guard, _abort)
             self._cache[method] = handler
         return self._cache[method]
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    code, message = _status(error)
+    await context.abort(code, message)
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -269,7 +285,7 @@ class _HandlerCollector:
         pass
 
 
-def _generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandler]:
+def _generic_handlers(servicer: InferenceServicer, guard: CallGuard | None = None) -> list[grpc.GenericRpcHandler]:
     """The service's handlers as generic handlers only.
 
     Why: grpc.aio keeps one pending request_call per registered method and, for every RPC it accepts,
@@ -280,7 +296,7 @@ def _generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandle
     """
     collector = _HandlerCollector()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, collector)
-    return [_SafeDecoding(h) for h in collector.handlers]
+    return [_SafeDecoding(h, guard) for h in collector.handlers]
 
 
 class GrpcServer:
@@ -293,6 +309,8 @@ class GrpcServer:
         self.config = config or GrpcConfig()
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None  # bound port, known after start()
+        self.guard = CallGuard(self.config.max_connections, self.config.body_timeout_s, refusals.of(core))
+        self._sweeper: asyncio.Task | None = None
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the OS's choice for port 0)."""
@@ -301,7 +319,7 @@ class GrpcServer:
                    ("grpc.so_reuseport", 0)]  # a taken port must fail, not be shared
         server = grpc.aio.server(options=options)
         servicer = self._servicer = InferenceServicer(self.core)
-        if handlers := _generic_handlers(servicer):
+        if handlers := _generic_handlers(servicer, self.guard):
             server.add_generic_rpc_handlers(handlers)
         else:  # generated code that registers no generic handler: serve it as generated, only slower
             service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
@@ -314,11 +332,14 @@ class GrpcServer:
             raise OSError(f"cannot listen for gRPC on {address}: the port is taken or the address is invalid")
         await server.start()
         self._server, self.port = server, port
+        self._sweeper = asyncio.get_running_loop().create_task(self.guard.sweep())
         log.info("gRPC on %s:%d", self.config.host, port)
         return port
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Refuse new RPCs and let in-flight ones finish for up to grace_s (default: the config's)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
             self._servicer.drain_streams()
             await self._server.stop(self.config.grace_s if grace_s is None else grace_s)
@@ -328,4 +349,5 @@ class GrpcServer:
 def create_frontend(core: Any, host: str, port: int, options: Any) -> GrpcServer:
     """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit."""
     return GrpcServer(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
-                                       grace_s=options.drain_timeout_s))
+                                       grace_s=options.drain_timeout_s, body_timeout_s=options.body_timeout_s,
+                                       max_connections=options.max_connections))

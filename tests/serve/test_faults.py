@@ -204,3 +204,78 @@ def test_an_idle_stream_does_not_hold_shutdown(repo):
         idle.close()
     finally:
         stop_process(proc)
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """An HPACK header field without indexing, no Huffman coding (lengths below 127)."""
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+def _stalled_grpc_call(port: int) -> socket.socket:
+    """A raw HTTP/2 connection that starts a ModelInfer call declaring an 8 MiB message, sends 60 KB of it
+    (inside the initial flow-control window) and stalls."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    headers = b"".join(_literal(n, v) for n, v in (
+        (b":method", b"POST"), (b":scheme", b"http"), (b":path", b"/inference.GRPCInferenceService/ModelInfer"),
+        (b":authority", b"t"), (b"content-type", b"application/grpc"), (b"te", b"trailers")))
+    message = b"\x00" + (8 * MiB).to_bytes(4, "big") + b"\x01" * 60_000  # gRPC's length prefix, then part of it
+    data = b"".join(_frame(0, 0, 1, message[i:i + 16384]) for i in range(0, len(message), 16384))  # DATA frames
+    s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b"")  # preface, SETTINGS
+              + _frame(1, 4, 1, headers) + data)  # HEADERS (END_HEADERS) on stream 1, then the partial message
+    return s
+
+
+def _ends_stream_1(s: socket.socket, timeout_s: float) -> bool:
+    """True when the server ends stream 1 (trailers with END_STREAM, or RST_STREAM) within timeout_s."""
+    s.settimeout(timeout_s)
+    buf = b""
+    try:
+        while True:
+            while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                length, kind, flags, stream = int.from_bytes(buf[:3], "big"), buf[3], buf[4], \
+                    int.from_bytes(buf[5:9], "big") & 0x7FFFFFFF
+                buf = buf[9 + length:]
+                if stream == 1 and (kind == 3 or (kind == 1 and flags & 1)):
+                    return True
+            chunk = s.recv(65536)
+            if not chunk:
+                return False
+            buf += chunk
+    except (TimeoutError, socket.timeout):
+        return False
+
+
+def _refused(metrics_port: int) -> dict[str, int]:
+    text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
+    return {line.split("{", 1)[1].split("}")[0]: int(line.rsplit(" ", 1)[1])
+            for line in text.splitlines() if line.startswith("trainserve_refused_total{")}
+
+
+def test_a_stalled_grpc_message_is_ended_by_the_deadline_and_the_cap_refuses_one_more(repo):
+    from tests.conftest import free_port
+
+    metrics_port = free_port()
+    proc, _, grpc_port = _serve(repo, "--body-timeout-s", "1.5", "--max-connections", "1",
+                                "--metrics-port", str(metrics_port))
+    try:
+        stalled = _stalled_grpc_call(grpc_port)
+        time.sleep(0.3)  # the call has begun on the server
+        other = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        x = grpcclient.InferInput("input", [1, 4], "FP32")
+        x.set_data_from_numpy(np.ones((1, 4), np.float32))
+        with pytest.raises(Exception, match=r"UNAVAILABLE.*limit of 1 connections \(--max-connections\)"):
+            other.infer("classifier", [x])
+        assert _ends_stream_1(stalled, 10), "the stalled call was not ended by the deadline"
+        stalled.close()
+        assert other.infer("classifier", [x]).as_numpy("logits").shape == (1, 3)  # the cap has room again
+        other.close()
+        counts = _refused(metrics_port)
+        assert counts['frontend="grpc",reason="body_timeout"'] == 1
+        assert counts['frontend="grpc",reason="connections"'] == 1
+        assert counts['frontend="http",reason="connections"'] == 0
+    finally:
+        stop_process(proc)
