@@ -12,6 +12,7 @@ from typing import Any
 
 from trainserve.report import cost_render, withheld
 from trainserve.report import limits as lim
+from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
 from trainserve.report.plots import safe_name
@@ -298,6 +299,13 @@ def _md_time_to_accuracy(model: dict[str, Any]) -> list[str]:
 OP_HEADER = ["device", "precision", "batch", "samples/s", "step p50", "step p99", "peak memory", "GPU util"]
 
 
+def _op_util(device: str, util: float | None) -> str:
+    """A GPU point's utilization, or that it was not sampled (never 0% for a point too short to read)."""
+    if util is None:
+        return NOT_SAMPLED if device == "cuda" else ""
+    return f"{util:.0f}%"
+
+
 def _op_rows(model: dict[str, Any]) -> list[list[str]]:
     """The training sweep's points, one row each; the device's best marked."""
     rows = []
@@ -306,7 +314,7 @@ def _op_rows(model: dict[str, Any]) -> list[list[str]]:
             mark = " (best)" if p == op.get("train_best") else ""
             rows.append([DEVICE_LABEL[d] + mark, p["precision"], str(p["batch_size"]), u.num(p["throughput_samples_s"]),
                          u.ms(p["p50_ms"]), u.ms(p.get("p99_ms")), u.nbytes(p["peak_bytes"]),
-                         "" if p.get("gpu_util_mean_percent") is None else f"{p['gpu_util_mean_percent']:.0f}%"])
+                         _op_util(d, p.get("gpu_util_mean_percent"))])
     return rows
 
 
