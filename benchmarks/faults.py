@@ -228,7 +228,7 @@ def main() -> None:
     parser.add_argument("--slow-connections", type=int, default=11)
     parser.add_argument("--slow-mib", type=int, default=60)
     parser.add_argument("--slow-s", type=float, default=3.0, help="how long each slow body takes to send, seconds")
-    parser.add_argument("--settle-s", type=float, default=3.0, help="idle time before the 'after' RSS, seconds")
+    parser.add_argument("--settle-s", type=float, default=5.0, help="idle time before the 'after' RSS, seconds")
     args = parser.parse_args()
     from tests.serve.tiny_models import make_repository
 

@@ -7,6 +7,7 @@ same numbers. The HTML loads nothing from the network: it opens from disk, offli
 from __future__ import annotations
 
 import base64
+import re
 from html import escape
 from typing import Any
 
@@ -15,7 +16,7 @@ from trainserve.report import limits as lim
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
-from trainserve.report.plots import safe_name
+from trainserve.report.plots import alt_text, safe_name
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
@@ -137,17 +138,20 @@ def _html_summary(s: dict[str, Any]) -> str:
     for model in s["models"].values():
         if len(s["models"]) > 1:
             out.append(f"<h3>{escape(model['model'])}</h3>")
-        out.append("<div class='tiles'>")
+        tiles = ["<div class='tiles speedups'>"]
         for key, title, metric in SPEEDUPS:
             sp = model["speedups"][key]
             value = (f"<div class='v'>{u.ratio(sp['value'])}</div>" if sp["value"] is not None
                      else "<div class='v small err'>error: withheld</div>" if sp.get("error")
                      else f"<div class='v nm'>{NOT_MEASURED}</div>")
-            out.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
-                       f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}"
-                       f"{escape(lim.speedup_note(model, key))}</div></div>")
-        out.append("</div>")
-        out.append(_html_measured_tiles(model))
+            tiles.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
+                         f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}"
+                         f"{escape(lim.speedup_note(model, key))}</div></div>")
+        tiles.append("</div>")
+        # a run without a GPU side leads with what it measured; the GPU-vs-CPU tiles (all "not measured") follow
+        compared = any(model["speedups"][key]["value"] is not None or model["speedups"][key].get("error")
+                       for key, _, _ in SPEEDUPS)
+        out += [*tiles, _html_measured_tiles(model)] if compared else [_html_measured_tiles(model), *tiles]
     out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in s["conclusions"]) + "</ul>")
     if s.get("errors"):
         out.append(f"<p class='errbox'>{len(s['errors'])} figure(s) beyond a physical bound withheld — "
@@ -208,7 +212,7 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     note = (f"<p class='muted'>{' and '.join(missing)}: {NOT_MEASURED} — this run has no records for it, "
             "so it has no column here.</p>") if missing else ""
     figs = "".join(
-        f"<img alt='{escape(n)}' src='data:image/png;base64,{base64.b64encode(figures[n]).decode()}'>"
+        f"<img alt='{escape(alt_text(n, model['model']))}' src='data:image/png;base64,{base64.b64encode(figures[n]).decode()}'>"
         for n in figures_of(model["model"], figures))
     return (f"<section id='model-{name}'><h2>Model <code>{name}</code>: training beside inference</h2>{note}"
             f"<div class='tablewrap'><table><thead><tr><th></th>{head}</tr></thead>"
@@ -357,12 +361,35 @@ def _users_or_rate(p: dict[str, Any]) -> str:
     return f"{users} user" if users == 1 else f"{users} users"
 
 
+_FIGURES = re.compile(r"\d[\d.,]*")
+
+
+def group_warnings(warnings: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Warnings that say the same thing but for their figures (one per sweep point, say), grouped:
+    [(the first one's message, every warning of the group)], in order of first appearance."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for w in warnings:
+        groups.setdefault(_FIGURES.sub("#", w["message"]), []).append(w)
+    return [(ws[0]["message"], ws) for ws in groups.values()]
+
+
 def _html_warnings(s: dict[str, Any]) -> str:
     if not s["warnings"]:
         return "<section id='warnings'><h2>Warnings</h2><p class='ok'>No record carries a warning.</p></section>"
-    items = "".join(f"<div class='warn'><code>{escape(w['source'])}</code> — {escape(w['message'])}</div>"
-                    for w in s["warnings"])
-    return f"<section id='warnings'><h2>Warnings ({len(s['warnings'])})</h2>{items}</section>"
+    items = []
+    for message, ws in group_warnings(s["warnings"]):
+        if len(ws) == 1:
+            items.append(f"<div class='warn'><code>{escape(ws[0]['source'])}</code> — {escape(message)}</div>")
+            continue
+        same = len({w["message"] for w in ws}) == 1
+        rest = "".join(f"<li><code>{escape(w['source'])}</code>{'' if same else ' — ' + escape(w['message'])}</li>"
+                       for w in ws)
+        items.append(f"<div class='warn'>{len(ws)} records: {escape(message)}"
+                     f"{'' if same else ' (figures of the first; each record has its own)'}"
+                     f"<details><summary>which records</summary><ul>{rest}</ul></details></div>")
+    groups = len(items)
+    return (f"<section id='warnings'><h2>Warnings ({len(s['warnings'])}, {groups} kind{'s' if groups != 1 else ''})"
+            f"</h2>{''.join(items)}</section>")
 
 
 def _html_records(s: dict[str, Any]) -> str:
@@ -424,7 +451,9 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     for model in s["models"].values():
         md += _md_model(model, figures)
     md += ["## Warnings", ""]
-    md += [f"- `{w['source']}`: {w['message']}" for w in s["warnings"]] or ["No record carries a warning."]
+    md += [f"- `{ws[0]['source']}`: {m}" if len(ws) == 1 else
+           f"- {len(ws)} records ({', '.join('`' + w['source'] + '`' for w in ws)}): {m}"
+           for m, ws in group_warnings(s["warnings"])] or ["No record carries a warning."]
     md += ["", "## All profile records", ""]
     md += _md_table(["file", "phase", "model", "device", "backend", "batch", "users", "samples/s", "p50", "p99"],
                     [[f"`{r['source']}`", r["phase"], r["model"], DEVICE_LABEL[r["device"]], r["backend"],
@@ -467,7 +496,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
         md += [f"{note[0].upper()}{note[1:]}.", ""] if note else []
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
                         [[_users_or_rate(p), *map(withheld.md_text, _ramp_cells(p))] for p in r["points"]])
-    md += [f"![{n}]({n})" for n in figures_of(model["model"], figures)] + [""]
+    md += [f"![{alt_text(n, model['model'])}]({n})" for n in figures_of(model["model"], figures)] + [""]
     return md
 
 
