@@ -61,12 +61,19 @@ class CallGuard:
         else:
             self.peers.pop(peer, None)
 
-    async def receive(self, requests: AsyncIterator[Any]) -> Any:
-        """The call's one request message; RequestTimeout when it has not arrived within the deadline."""
+    async def receive(self, context: Any) -> Any:
+        """The call's one request message; RequestTimeout when it has not arrived within the deadline,
+        StopAsyncIteration when the call ended without one.
+
+        context.read(), not the request iterator grpc hands the handler: its async generator keeps the last
+        message in its frame for as long as grpc keeps the call's state (a refused 59 MiB request stayed)."""
         task = asyncio.current_task()
         self.waiting[task] = asyncio.get_running_loop().time()
         try:
-            return await requests.__anext__()
+            message = await context.read()
+            if message is grpc.aio.EOF:
+                raise StopAsyncIteration
+            return message
         except asyncio.CancelledError:
             if task not in self._expired:
                 raise
@@ -104,12 +111,13 @@ def guard_handler(method: str, handler: grpc.RpcMethodHandler, guard: CallGuard,
                 await abort(context, TooManyConnections(guard.max_connections))
             try:
                 try:
-                    request = await guard.receive(requests)
+                    # passed straight on, never held in a local: grpc keeps an aborted call's error, whose
+                    # traceback holds this frame; a request named here stayed in memory with it
+                    return await inner(await guard.receive(context), context)
                 except RequestTimeout as error:
                     await abort(context, error)
                 except StopAsyncIteration:  # half-closed without a message: no unary client does this
                     await abort(context, InvalidArgument("the ModelInfer call carried no request message"))
-                return await inner(request, context)
             finally:
                 guard.leave(peer)
 
