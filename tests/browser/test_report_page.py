@@ -32,7 +32,8 @@ MEASURE = """() => {
   for (const s of document.querySelectorAll("section, header")) {
     const right = s.getBoundingClientRect().right + 0.5;
     for (const e of s.querySelectorAll("*")) {
-      if (e.closest(".tablewrap") && e.closest(".tablewrap") !== e) continue;
+      const box = e.closest(".tablewrap, .scrollbox");
+      if (box && box !== e) continue;
       if (e.getBoundingClientRect().right > right) spill.push(`${s.id || s.tagName}: ${e.tagName}.${e.className}`);
     }
   }
@@ -136,4 +137,20 @@ def test_a_cpu_only_report_leads_with_what_it_measured(tab: Any, tmp_path: Path)
     tab.page.goto(html.resolve().as_uri())
     facts = tab.page.evaluate(PAGE_FACTS)
     assert facts["firstTileMeasured"] and "GPU vs CPU" not in facts["firstTile"], facts["firstTile"]
+    assert not tab.errors, tab.errors
+
+
+def test_a_phone_gets_legible_charts_and_scroll_hints(tab: Any, quick_report: Path) -> None:
+    page = tab.page
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.goto(quick_report.resolve().as_uri())
+    facts = page.evaluate("""() => ({
+      widths: [...document.querySelectorAll("section[id^=model-] .figs img")].map(i => i.getBoundingClientRect().width),
+      hints: [...document.querySelectorAll(".scrollhint")].filter(h => h.offsetParent !== null).length,
+      scrolls: [...document.querySelectorAll(".figs.scrollbox")].every(b => b.scrollWidth > b.clientWidth),
+    })""")
+    assert facts["widths"] and min(facts["widths"]) >= 600, facts  # not ~330 px with unreadable text
+    assert facts["hints"] >= 2 and facts["scrolls"], facts
+    page.set_viewport_size({"width": 1280, "height": 900})
+    assert page.evaluate("[...document.querySelectorAll('.scrollhint')].every(h => h.offsetParent === null)")
     assert not tab.errors, tab.errors

@@ -92,6 +92,13 @@ td.path code { overflow-wrap:anywhere; }
   .tablewrap tr.group td:first-child { background:#fafbfc; max-width:none; }
 }
 @media (max-width: 420px) { .tiles { grid-template-columns:1fr; } }
+.scrollhint { display:none; }
+@media (max-width: 720px) {
+  /* a phone: charts keep a legible size (their text is drawn for ~640 px) and the row scrolls sideways */
+  .figs.scrollbox { display:flex; overflow-x:auto; gap:10px; scroll-snap-type:x mandatory; }
+  .figs.scrollbox img { flex:0 0 auto; width:640px; max-width:none; scroll-snap-align:start; }
+  .scrollhint { display:block; color:var(--muted); font-size:13px; margin:6px 0 4px; }
+}
 """
 
 
@@ -215,11 +222,13 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
         f"<img alt='{escape(alt_text(n, model['model']))}' src='data:image/png;base64,{base64.b64encode(figures[n]).decode()}'>"
         for n in figures_of(model["model"], figures))
     return (f"<section id='model-{name}'><h2>Model <code>{name}</code>: training beside inference</h2>{note}"
+            "<p class='scrollhint'>Swipe the table sideways for the other columns →</p>"
             f"<div class='tablewrap'><table><thead><tr><th></th>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>"
             + _html_limits(model) + _html_max_batch(model) + _html_time_to_accuracy(model)
             + _html_operating_points(model)
-            + (f"<div class='figs'>{figs}</div>" if figs else "")
+            + ("<p class='scrollhint'>Charts at a readable size: swipe sideways for the next →</p>"
+               f"<div class='figs scrollbox'>{figs}</div>" if figs else "")
             + _html_ramps(model) + "</section>")
 
 
