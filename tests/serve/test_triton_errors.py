@@ -27,6 +27,9 @@ CASES = [
      "Request for unknown model: 'classifier' version 9 is not found"),
     ("no version available", "broken", "", [("input", np.ones((1, 4), np.float32))], None, "404", "NOT_FOUND",
      "Request for unknown model: 'broken' has no available versions"),
+    # the same model with its version named: UNAVAILABLE, as Triton's GetModel (docs/serving.md says both)
+    ("version failed to load", "broken", "1", [("input", np.ones((1, 4), np.float32))], None, "503", "UNAVAILABLE",
+     "Request for unknown model: 'broken' version 1 is not at ready state"),
     ("version not a number", "classifier", "abc", [("input", np.ones((1, 4), np.float32))], None, "400",
      "INVALID_ARGUMENT",
      "failed to get model version from specified version string 'abc' (details: stol), version should be an "
