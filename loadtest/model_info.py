@@ -90,6 +90,32 @@ def describe_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if type(e).__name__ not in text else text
 
 
+def unreachable_in_words(e: BaseException, protocol: str, timeout_s: float) -> str:
+    """Why no server answered, in words rather than Python's exception text."""
+    text = describe_error(e)
+    if isinstance(e, ConnectionRefusedError) or "Connection refused" in text or "ECONNREFUSED" in text:
+        return "nothing listens on that port"
+    if isinstance(e, TimeoutError) or "timed out" in text.lower() or "DEADLINE_EXCEEDED" in text:
+        return f"nothing answered within {timeout_s:g} s"
+    if "HTTPParseError" in text or "Expected HTTP/" in text:
+        return "what answers there does not speak HTTP (a gRPC port? gRPC listens on 8001 by default)"
+    if "UNAVAILABLE" in text and protocol == "grpc":
+        return "no gRPC server answers there (an HTTP port? HTTP listens on 8000 by default)"
+    if "Name or service not known" in text or "nodename nor servname" in text or "getaddrinfo" in text:
+        return "that host name is not known"
+    return text
+
+
+def _served_models(client: Any, protocol: str) -> list[str]:
+    """The names of the models the server holds (its repository index); [] when it cannot say."""
+    try:
+        index = client.get_model_repository_index(**_as_json(protocol))
+    except Exception:  # an old server without the index: the sentence simply lists none
+        return []
+    entries = index.get("models", index) if isinstance(index, dict) else index
+    return sorted({e.get("name", "") for e in entries if isinstance(e, dict) and e.get("name")})
+
+
 def fetch_model_info(url: str, model: str, protocol: str, timeout_s: float = 5.0) -> ModelInfo:
     """Check that the server and the model are ready and read the model's metadata, or raise UserError."""
     try:
@@ -106,12 +132,16 @@ def fetch_model_info(url: str, model: str, protocol: str, timeout_s: float = 5.0
     try:
         ready = client.is_server_ready(**({"client_timeout": timeout_s} if protocol == "grpc" else {}))
     except Exception as e:
-        raise UserError(f"no {protocol.upper()} inference server answers at {url} ({describe_error(e)}); "
+        raise UserError(f"no {'gRPC' if protocol == 'grpc' else 'HTTP'} inference server answers at {url} "
+                        f"({unreachable_in_words(e, protocol, timeout_s)}); "
                         "start one (trainserve serve, or docker compose up) or fix --url") from None
     try:
         if not ready:
             raise UserError(f"the server at {url} is not ready yet; wait for it to finish loading models")
         if not client.is_model_ready(model):
+            served = _served_models(client, protocol)
+            if served and model not in served:
+                raise UserError(f"the server at {url} has no model {model!r}; it serves {', '.join(served)}")
             raise UserError(f"model {model!r} is not ready on the server at {url}; "
                             f"check the name (trainserve serve lists the models it loaded)")
         server = client.get_server_metadata(**_as_json(protocol))

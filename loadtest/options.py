@@ -16,14 +16,19 @@ HTTP_CLIENTS = ("prepared", "tritonclient")
 
 # The start form's label of each custom field (Locust would title-case the option's name: "Slo P9 9Ms");
 # the help text under each is the option's --help.
+# The web form's fields in the order a person fills them, grouped: what to load, the load's shape, then the
+# inputs and their checks (Locust lists them by option name otherwise: Server URL 14th of 16)
+FORM_GROUPS = (
+    ("What to load", ("server_url", "model_name", "protocol", "batch_size")),
+    ("Load shape", ("rate", "open_loop_users", "max_in_flight", "ramp_start_users", "ramp_step_users",
+                    "ramp_step_s", "ramp_max_users", "slo_p99_ms", "min_gain")),
+    ("Inputs and checks", ("input_data", "validate", "expected_output")),
+)
 FORM_LABELS = {
     "server_url": "Server URL",
     "model_name": "Model name",
     "protocol": "Protocol (load shapes, open loop)",
     "batch_size": "Batch size",
-    "input_data": "Input data",
-    "validate": "Validate responses",
-    "expected_output": "Expected outputs (.npz)",
     "rate": "Arrival rate (requests/s)",
     "open_loop_users": "Open-loop schedulers",
     "max_in_flight": "Most requests in flight per scheduler",
@@ -37,6 +42,18 @@ FORM_LABELS = {
     "window_s": "Measurement window (s)",
     "search_budget_s": "Server search: time budget (s)",
     "search_probe_s": "Server search: most seconds per rate",
+    "input_data": "Input data",
+    "validate": "Validate responses",
+    "expected_output": "Expected outputs (.npz)",
+}
+# The form's help where the command line's names other options by their flags: said in words
+FORM_HELP = {
+    "validate": "Check each response: off, shape (its shape and data type), or values (against the expected "
+                "outputs below)",
+    "expected_output": "When responses are validated by value: the .npz file of the outputs recorded for the same "
+                       "inputs",
+    "rate": "Open loop (the PoissonRate shape or the OpenLoopUser class): arrivals per second, all users together",
+    "open_loop_users": "Open loop: scheduler users sharing the arrival rate (one per worker process is enough)",
 }
 
 

@@ -23,6 +23,8 @@ from trainserve.loadtest.model_info import (
     fetch_model_info,  # tritonclient: only when a start is checked
 )
 from trainserve.loadtest.options import (
+    FORM_GROUPS,
+    FORM_HELP,
     FORM_LABELS,
     LoadOptions,
     OptionError,
@@ -79,6 +81,16 @@ def check_form(form: Mapping[str, str], user_classes: list[str], shape: str, cur
         return {}, ("The ticked user classes use both HTTP and gRPC, but there is one Server URL: "
                     "tick the classes of one protocol.")
     protocol = protocols.pop() if protocols else opts.protocol
+    given = str(merged.get("server_url") or "")  # as typed: LoadOptions keeps HOST:PORT only
+    said = _scheme_protocol(given)
+    if said and said != protocol:  # a grpc:// URL with the HTTP class ticked: say so, not the parser's error
+        speaks = {"http": "HTTP", "grpc": "gRPC"}
+        ticked = [c for c in user_classes if CLASS_PROTOCOL.get(c) == protocol] if shape == "Default" else []
+        who = f"the ticked user class {ticked[0]}" if ticked else f"the Protocol field ({protocol})"
+        fix = (f"tick {next(c for c, p in CLASS_PROTOCOL.items() if p == said)} instead" if ticked
+               else f"set Protocol to {said}")
+        return {}, (f"The Server URL {given} is a {speaks[said]} address, but {who} speaks "
+                    f"{speaks[protocol]}: {fix}, or give an {'http' if protocol == 'http' else 'grpc'}:// URL.")
 
     try:
         fetch_model_info(opts.server_url, opts.model_name, protocol, timeout_s=SERVER_CHECK_TIMEOUT_S)
@@ -89,22 +101,63 @@ def check_form(form: Mapping[str, str], user_classes: list[str], shape: str, cur
     return values, None
 
 
+def _scheme_protocol(url: str) -> str | None:
+    """The protocol a URL names by its scheme, or None when it names none."""
+    if url.startswith("grpc://"):
+        return "grpc"
+    if url.startswith(("http://", "https://")):
+        return "http"
+    return None
+
+
 class _Namespace:
     def __init__(self, d: dict[str, Any]) -> None:
         self.__dict__.update(d)
 
 
 def _script(labels: dict[str, dict[str, str]], pick: str) -> str:
-    """Relabel the custom fields, add their help, tick only `pick` in the class picker, hide Host."""
+    """Relabel the custom fields, add their help, put them in FORM_GROUPS' order under group headings, keep the
+    last test's values (Stop -> New, and a reload, show them again), tick only `pick` in the class picker,
+    hide Host."""
     return """<script>(() => {
-const FIELDS = %s, PICK = %s;
+const FIELDS = %s, PICK = %s, KEY = "trainserve-form";
+const stored = () => { try { return JSON.parse(localStorage.getItem(KEY) || "{}"); } catch (e) { return {}; } };
+// the form posts what React holds: set a value through the input's own setter, then tell React
+function restore(el, value) {
+  if (value === undefined || el.value === value || el.type === "hidden" || el.type === "checkbox") return;
+  Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set.call(el, value);
+  el.dispatchEvent(new Event("input", {bubbles: true}));
+}
+document.addEventListener("submit", ev => {  // a start: remember every custom field for the next form
+  const keep = {};
+  for (const name of Object.keys(FIELDS)) {
+    const el = ev.target.querySelector(`[name="${name}"]`);
+    if (el) keep[name] = el.value;
+  }
+  localStorage.setItem(KEY, JSON.stringify(keep));
+  // Locust's top bar shows the form's Host (hidden, unused): name the server and model there instead
+  const host = ev.target.querySelector('input[name="host"]');
+  if (host && keep.serverUrl !== undefined) {
+    Object.getOwnPropertyDescriptor(HTMLInputElement.prototype, "value").set.call(
+      host, `${keep.serverUrl} · ${keep.modelName || ""}`);
+  }
+}, true);
 function fix() {
+  const last = stored();
   for (const [name, f] of Object.entries(FIELDS)) {
     const el = document.querySelector(`form [name="${name}"]`);
     if (!el || el.dataset.tsLabel) continue;
     const box = el.closest(".MuiFormControl-root");
     if (!box) continue;
     el.dataset.tsLabel = "1";
+    restore(el, last[name]);
+    // CSS order, not moved nodes (React owns them): the fields follow FORM_GROUPS after Locust's own
+    if (box.parentElement && getComputedStyle(box.parentElement).display !== "flex") {
+      box.parentElement.style.display = "flex";
+      box.parentElement.style.flexDirection = "column";
+    }
+    box.style.order = String(100 + f.order);
+    if (f.group) box.dataset.tsGroup = f.group;
     el.setAttribute("aria-description", f.help);
     for (const node of box.querySelectorAll("label, legend > span")) {
       const text = [...node.childNodes].find(n => n.nodeType === Node.TEXT_NODE);
@@ -130,6 +183,10 @@ function fix() {
     }
   }
 }
+const style = document.createElement("style");
+style.textContent = "[data-ts-group]::before{content:attr(data-ts-group);display:block;font-weight:600;" +
+  "margin:12px 0 6px;font-size:0.9rem}";
+document.head.appendChild(style);
 new MutationObserver(fix).observe(document.documentElement, {childList: true, subtree: true});
 document.addEventListener("DOMContentLoaded", fix);
 })();</script>""" % (json.dumps(labels), json.dumps(pick))
@@ -145,7 +202,11 @@ def install(environment: Any, web_ui: Any) -> None:
     web_ui.userclass_picker_is_active = True
     environment.shape_class = None  # the picker's "Default": plain users until a shape is picked
     actions = form_fields(argument_parser.get_parser().args_included_in_web_ui)
-    labels = {_camel(d): {"label": FORM_LABELS[d], "help": a.help or ""} for d, a in actions.items()}
+    order = [d for _, dests in FORM_GROUPS for d in dests]
+    firsts = {dests[0]: group for group, dests in FORM_GROUPS}
+    labels = {_camel(d): {"label": FORM_LABELS[d], "help": FORM_HELP.get(d, a.help or ""),
+                          "order": order.index(d) if d in order else len(order), "group": firsts.get(d, "")}
+              for d, a in actions.items()}
     pick = "TritonGrpcUser" if protocol_of(opts.server_url, opts.protocol) == "grpc" else "TritonHttpUser"
     script = _script(labels, pick)
 
@@ -169,6 +230,17 @@ def install(environment: Any, web_ui: Any) -> None:
         for dest, value in values.items():
             setattr(environment.parsed_options, dest, value)
         return None
+
+    @web_ui.app.after_request
+    def _name_the_target(response: Any) -> Any:
+        """A started test names its server and model where Locust's top bar shows the (unused) Host."""
+        if request.endpoint == "locust.swarm" and response.is_json and (response.get_json() or {}).get("success"):
+            o = environment.parsed_options
+            environment.host = f"{o.server_url} · {o.model_name}"
+            body = response.get_json()
+            body["host"] = environment.host
+            response.set_data(json.dumps(body))
+        return response
 
     @web_ui.app.after_request
     def _add_script(response: Any) -> Any:

@@ -80,9 +80,15 @@ class TooLarge(ServeError):
     http_status = 413
     grpc_code = "RESOURCE_EXHAUSTED"
 
-    def __init__(self, size: int | None, limit: int) -> None:
-        what = f"{size} bytes" if size is not None else "more bytes"
-        super().__init__(f"request body of {what} exceeds the server's limit of {limit} bytes (--max-body-bytes)")
+    def __init__(self, size: int | None, limit: int, encoding: str = "") -> None:
+        # size None: a body without a declared length (chunked), or one that grew past the limit as it was inflated
+        if size is not None:
+            what = f"request body of {size} bytes"
+        elif encoding:
+            what = f"request body, inflated from its {encoding} encoding,"
+        else:
+            what = "request body"
+        super().__init__(f"{what} exceeds the server's limit of {limit} bytes (--max-body-bytes)")
 
 
 class TooManyConnections(ServeError):

@@ -77,28 +77,68 @@ def decode_contents(contents: pb.InferTensorContents, datatype: str, shape: list
     return np.asarray(values, dtype=DTYPES[datatype]).reshape(shape)
 
 
+# Triton's typed-contents fields in the order its InferGRPCToInput looks at them, with the datatype each holds
+# (int_contents and uint_contents also hold the 8- and 16-bit types)
+_TYPED_FIELDS = (("bool_contents", ("BOOL",)), ("int_contents", ("INT8", "INT16", "INT32")),
+                 ("int64_contents", ("INT64",)), ("uint_contents", ("UINT8", "UINT16", "UINT32")),
+                 ("uint64_contents", ("UINT64",)), ("fp32_contents", ("FP32",)), ("fp64_contents", ("FP64",)),
+                 ("bytes_contents", ("BYTES",)))
+
+
+def _check_typed_fields(contents: pb.InferTensorContents, datatype: str, name: str, model: str) -> None:
+    """Triton's checks of explicit tensor data, in its order: a field of another type, or a second field."""
+    supplied = False
+    for field, types in _TYPED_FIELDS:
+        if not getattr(contents, field):
+            continue
+        # Triton's wording (src/grpc/infer_handler.cc, the helper InferGRPCToInput calls per field)
+        if supplied:
+            raise CodecError(f"unexpected explicit tensor data for input tensor '{name}' for model '{model}', "
+                             "binary data was already supplied.")
+        if datatype not in types:
+            field_type = datatype if datatype in types else types[-1]
+            raise CodecError(f"unexpected explicit tensor data for input tensor '{name}' for model '{model}' of "
+                             f"type '{field_type}', expected datatype '{datatype}'")
+        supplied = True
+
+
 def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
-    """All inputs of a request by name, from raw contents when present, else typed contents."""
+    """All inputs of a request by name, from raw contents when present, else typed contents.
+
+    The checks run in Triton's order (src/grpc/infer_handler.cc, InferGRPCToInput), input by input: typed
+    contents beside raw_input_contents; then the input's own data (typed fields, or the next raw entry by
+    position); an input left without data. Raw entries beyond the inputs are refused after all of them
+    (Triton's loop leaves them unread).
+    """
     raw = request.raw_input_contents
-    if raw and len(raw) != len(request.inputs):
-        raise CodecError(f"expected {len(request.inputs)} raw input contents, one per input, got {len(raw)}")
+    model = request.model_name
+    names = [t.name for t in request.inputs]
+    for name in names:  # Triton adds every input to the request before it reads any data
+        if names.count(name) > 1:
+            raise CodecError(f"input '{name}' is given more than once")
     inputs: dict[str, np.ndarray] = {}
-    for i, tensor in enumerate(request.inputs):
+    index = 0  # the next raw entry: raw_input_contents are taken in order by the inputs without typed contents
+    for tensor in request.inputs:
         name = tensor.name
+        has_contents = tensor.HasField("contents")
+        if has_contents and raw:
+            # Triton's wording (src/grpc/infer_handler.cc)
+            raise CodecError(f"contents field must not be specified when using raw_input_contents for '{name}' "
+                             f"for model '{model}'")
+        if not has_contents and index >= len(raw):
+            raise CodecError(f"unable to find data for input tensor '{name}' for model '{model}' in request.")
         if tensor.datatype not in DTYPES:
             raise CodecError(f"input '{name}' has unknown datatype '{tensor.datatype}'; "
                              f"allowed: {', '.join(DTYPES)}")
-        if name in inputs:
-            raise CodecError(f"input '{name}' is given more than once")
         shape = list(tensor.shape)
-        if raw:
-            if tensor.HasField("contents"):
-                # Triton's wording (src/grpc/infer_handler.cc)
-                raise CodecError(f"contents field must not be specified when using raw_input_contents for '{name}' "
-                                 f"for model '{request.model_name}'")
-            inputs[name] = decode_raw(raw[i], tensor.datatype, shape, name)
-        else:
+        if has_contents:
+            _check_typed_fields(tensor.contents, tensor.datatype, name, model)
             inputs[name] = decode_contents(tensor.contents, tensor.datatype, shape, name)
+        else:
+            inputs[name] = decode_raw(raw[index], tensor.datatype, shape, name)
+            index += 1
+    if index < len(raw):
+        raise CodecError(f"expected {len(request.inputs)} raw input contents, one per input, got {len(raw)}")
     return inputs
 
 

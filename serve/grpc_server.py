@@ -21,7 +21,9 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from trainserve.serve import refusals
 from trainserve.serve.errors import ServeError
+from trainserve.serve.grpc_guard import CallGuard, guard_handler
 from trainserve.serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
 from trainserve.core.errors import UserError
 
@@ -37,6 +39,8 @@ class GrpcConfig:
     max_message_bytes: int = 64 << 20  # larger requests get RESOURCE_EXHAUSTED from gRPC itself, bytes
     grace_s: float = 5.0  # on stop, how long in-flight RPCs may take to finish, seconds
     reuse_port: bool = False  # share the port with the other front-end processes (SO_REUSEPORT)
+    body_timeout_s: float = 30.0  # a ModelInfer message not received this long after its call began: DEADLINE_EXCEEDED
+    max_connections: int = 1024  # client connections with calls in flight at most; a call from one more: UNAVAILABLE
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -45,6 +49,10 @@ class GrpcConfig:
             raise UserError(f"GrpcConfig.max_message_bytes={self.max_message_bytes} must be >= 1024")
         if self.grace_s < 0:
             raise UserError(f"GrpcConfig.grace_s={self.grace_s} must be >= 0")
+        if not self.body_timeout_s > 0:
+            raise UserError(f"GrpcConfig.body_timeout_s={self.body_timeout_s} must be > 0")
+        if self.max_connections < 1:
+            raise UserError(f"GrpcConfig.max_connections={self.max_connections} must be >= 1")
 
 
 def _status(error: Exception) -> tuple[grpc.StatusCode, str]:
@@ -78,8 +86,9 @@ class _SafeDecoding(grpc.GenericRpcHandler):
     protobuf cannot parse answers UNKNOWN on a unary call and ends a stream with status OK, dropping
     every request after it."""
 
-    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
+    def __init__(self, inner: grpc.GenericRpcHandler, guard: CallGuard | None = None) -> None:
         self.inner = inner
+        self.guard = guard  # the body deadline and connection cap (serve/grpc_guard.py), when given
         self._cache: dict[str, grpc.RpcMethodHandler | None] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
@@ -88,8 +97,15 @@ class _SafeDecoding(grpc.GenericRpcHandler):
             handler = self.inner.service(handler_call_details)
             if handler is not None and handler.request_deserializer is not None:
                 handler = handler._replace(request_deserializer=_safe(handler.request_deserializer))
+                if self.guard is not None:
+                    handler = guard_handler(method, handler, self.guard, _abort)
             self._cache[method] = handler
         return self._cache[method]
+
+
+async def _abort(context: grpc.aio.ServicerContext, error: Exception) -> None:
+    code, message = _status(error)
+    await context.abort(code, message)
 
 
 def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
@@ -102,7 +118,11 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
             return await method(self, request, context)
         except Exception as error:  # every failure answers the client with a status, never a dropped call
             code, message = _status(error)
-            await context.abort(code, message)
+        # Aborted outside the except block and without the request: grpc keeps the AbortError on the call's
+        # state after the call, and its traceback (and the error it would chain) hold this frame; with the
+        # request still in it, each refused 59 MiB request stayed in memory (issue 27 item 2).
+        del request
+        await context.abort(code, message)
 
     return wrapper
 
@@ -112,6 +132,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     def __init__(self, core: Any) -> None:
         self.core = core
+        self._stream_wakers: set[Callable[[], None]] = set()  # one per open ModelStreamInfer stream
+        self.draining = False  # stop(): streams end once they have nothing in flight
+
+    def drain_streams(self) -> None:
+        """End every open stream that has no request in flight now, the others after their last answer: an
+        idle stream would otherwise hold the server's shutdown for the whole drain timeout."""
+        self.draining = True
+        for wake in list(self._stream_wakers):
+            wake()
 
     @_rpc
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Any) -> pb.ServerLiveResponse:
@@ -181,16 +210,18 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(self, request_iterator: AsyncIterator[pb.ModelInferRequest],
                                context: Any) -> AsyncIterator[pb.ModelStreamInferResponse]:
         """Each request is answered on the stream as soon as it finishes; errors travel in error_message."""
-        done: asyncio.Queue[pb.ModelStreamInferResponse | None] = asyncio.Queue()
+        done: asyncio.Queue[pb.ModelStreamInferResponse | None | object] = asyncio.Queue()
         pending: set[asyncio.Task] = set()
 
         async def answer(request: pb.ModelInferRequest) -> None:
             try:
-                await done.put(pb.ModelStreamInferResponse(infer_response=await self._infer(request)))
+                response = pb.ModelStreamInferResponse(infer_response=await self._infer(request))
             except Exception as error:
-                await done.put(pb.ModelStreamInferResponse(
+                response = pb.ModelStreamInferResponse(
                     error_message=_status(error)[1], infer_response=pb.ModelInferResponse(
-                        model_name=request.model_name, model_version=request.model_version, id=request.id)))
+                        model_name=request.model_name, model_version=request.model_version, id=request.id))
+            pending.discard(asyncio.current_task())  # before the answer is seen: a draining stream may end on it
+            done.put_nowait(response)
 
         async def read_all() -> None:
             try:
@@ -206,14 +237,23 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             finally:
                 await done.put(None)  # end of stream (or the client went away): stop yielding
 
+        wake = functools.partial(done.put_nowait, _WAKE)
+        self._stream_wakers.add(wake)
         reader = asyncio.create_task(read_all())
         try:
             while (response := await done.get()) is not None:
-                yield response
+                if response is not _WAKE:
+                    yield response
+                if self.draining and not pending and done.empty():
+                    break  # the server stops and this stream has nothing in flight: end it (status OK)
         finally:
+            self._stream_wakers.discard(wake)
             reader.cancel()
             for task in list(pending):
                 task.cancel()
+
+
+_WAKE = object()  # put on a stream's queue to make it look at InferenceServicer.draining
 
 
 def _unimplemented(name: str) -> Callable[..., Awaitable[Any]]:
@@ -246,7 +286,7 @@ class _HandlerCollector:
         pass
 
 
-def _generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandler]:
+def _generic_handlers(servicer: InferenceServicer, guard: CallGuard | None = None) -> list[grpc.GenericRpcHandler]:
     """The service's handlers as generic handlers only.
 
     Why: grpc.aio keeps one pending request_call per registered method and, for every RPC it accepts,
@@ -257,7 +297,7 @@ def _generic_handlers(servicer: InferenceServicer) -> list[grpc.GenericRpcHandle
     """
     collector = _HandlerCollector()
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, collector)
-    return [_SafeDecoding(h) for h in collector.handlers]
+    return [_SafeDecoding(h, guard) for h in collector.handlers]
 
 
 class GrpcServer:
@@ -270,6 +310,8 @@ class GrpcServer:
         self.config = config or GrpcConfig()
         self._server: grpc.aio.Server | None = None
         self.port: int | None = None  # bound port, known after start()
+        self.guard = CallGuard(self.config.max_connections, self.config.body_timeout_s, refusals.of(core))
+        self._sweeper: asyncio.Task | None = None
 
     async def start(self) -> int:
         """Bind and serve; returns the bound port (the OS's choice for port 0)."""
@@ -278,8 +320,8 @@ class GrpcServer:
                    # a taken port must fail, not be shared, except among this server's front-end processes
                    ("grpc.so_reuseport", 1 if self.config.reuse_port else 0)]
         server = grpc.aio.server(options=options)
-        servicer = InferenceServicer(self.core)
-        if handlers := _generic_handlers(servicer):
+        servicer = self._servicer = InferenceServicer(self.core)
+        if handlers := _generic_handlers(servicer, self.guard):
             server.add_generic_rpc_handlers(handlers)
         else:  # generated code that registers no generic handler: serve it as generated, only slower
             service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
@@ -292,12 +334,16 @@ class GrpcServer:
             raise OSError(f"cannot listen for gRPC on {address}: the port is taken or the address is invalid")
         await server.start()
         self._server, self.port = server, port
+        self._sweeper = asyncio.get_running_loop().create_task(self.guard.sweep())
         log.info("gRPC on %s:%d", self.config.host, port)
         return port
 
     async def stop(self, grace_s: float | None = None) -> None:
         """Refuse new RPCs and let in-flight ones finish for up to grace_s (default: the config's)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         if self._server is not None:
+            self._servicer.drain_streams()
             await self._server.stop(self.config.grace_s if grace_s is None else grace_s)
             self._server = None
 
@@ -305,4 +351,6 @@ class GrpcServer:
 def create_frontend(core: Any, host: str, port: int, options: Any) -> GrpcServer:
     """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit."""
     return GrpcServer(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
-                                       grace_s=options.drain_timeout_s, reuse_port=options.reuse_port))
+                                       grace_s=options.drain_timeout_s, reuse_port=options.reuse_port,
+                                       body_timeout_s=options.body_timeout_s,
+                                       max_connections=options.max_connections))

@@ -15,7 +15,7 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from trainserve.serve import kserve
+from trainserve.serve import kserve, refusals
 from trainserve.serve.core import ServerCore
 from trainserve.serve.errors import InvalidArgument, MethodNotAllowed, NotFound, RequestTimeout, ServeError, TooLarge, Unsupported
 from trainserve.serve.http_fast import KEEPALIVE_S, ConnectionTable, FastConnection
@@ -93,7 +93,7 @@ class HttpFrontEnd:
         self._runner: web.AppRunner | None = None
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task | None = None
-        self.connections = ConnectionTable(max_connections, body_timeout_s, KEEPALIVE_S)
+        self.connections = ConnectionTable(max_connections, body_timeout_s, KEEPALIVE_S, refusals.of(core))
 
     async def start(self) -> int:
         app = web.Application(client_max_size=self.max_body_bytes)
@@ -241,9 +241,11 @@ class HttpFrontEnd:
         try:
             body = await asyncio.wait_for(request.read(), self.body_timeout_s)
         except web.HTTPRequestEntityTooLarge:
-            raise TooLarge(None, self.max_body_bytes) from None
+            encoding = request.headers.get("Content-Encoding", "").strip().lower()
+            raise TooLarge(None, self.max_body_bytes, "" if encoding in ("", "identity") else encoding) from None
         except asyncio.TimeoutError:
             self.connections.trim_due = True  # what arrived of the body is freed; the sweeper trims the heap
+            self.connections.refusals.add("http", "body_timeout")
             raise RequestTimeout(self.body_timeout_s) from None
         # aiohttp already undid a gzip/deflate Content-Encoding, and counted the limit on the inflated bytes
         return body

@@ -29,6 +29,7 @@ from aiohttp.http import SERVER_SOFTWARE
 
 from trainserve.serve import heap
 from trainserve.serve.errors import RequestTimeout, ServeError, TooManyConnections
+from trainserve.serve.refusals import Refusals
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,9 @@ class ConnectionTable:
     cap is reached instead.
     """
 
-    def __init__(self, max_connections: int, request_timeout_s: float, keepalive_s: float = KEEPALIVE_S) -> None:
+    def __init__(self, max_connections: int, request_timeout_s: float, keepalive_s: float = KEEPALIVE_S,
+                 refusals: Refusals | None = None) -> None:
+        self.refusals = refusals or Refusals()  # the server's counters for /metrics (serve/refusals.py)
         self.max_connections = max_connections
         self.request_timeout_s = request_timeout_s  # a request head + body not received within this: 408, close
         self.keepalive_s = keepalive_s  # an idle connection between requests is closed after this, silently
@@ -82,6 +85,7 @@ class ConnectionTable:
             self._open = {t for t in self._open if not t.is_closing()}
             if len(self._open) >= self.max_connections:
                 self.refused += 1
+                self.refusals.add("http", "connections")
                 now = time.monotonic()
                 if now >= self._refused_log_at:
                     log.warning("refused %d connection(s): the server holds its limit of %d (--max-connections)",
@@ -108,7 +112,8 @@ class ConnectionTable:
                     continue
                 if conn.waiting_since is not None:
                     if conn.waiting_since < late:
-                        conn.timed_out(self.request_timeout_s)
+                        if conn.timed_out(self.request_timeout_s):
+                            self.refusals.add("http", "body_timeout")
                         self.trim_due = True
                 elif conn.last_active < idle_since:
                     conn.close_when_idle()
@@ -360,11 +365,12 @@ class FastConnection(asyncio.BufferedProtocol):
             handler.data_received(pending)
         self.transport = None
 
-    def timed_out(self, timeout_s: float) -> None:
-        """The request deadline passed: 408 if any of the request came, then close; nothing if none came."""
+    def timed_out(self, timeout_s: float) -> bool:
+        """The request deadline passed: 408 if any of the request came, then close; nothing if none came.
+        True when a request was refused (a 408 sent)."""
         transport = self.transport
         if transport is None or self.closing:
-            return
+            return False
         started = self._body is not None or bool(self._pending)
         self._body = None  # give a partly received body's memory back now
         self._pending.clear()
@@ -373,6 +379,7 @@ class FastConnection(asyncio.BufferedProtocol):
             e = RequestTimeout(timeout_s)
             transport.write(response_bytes(e.http_status, self.frontend.error_body(e), b"application/json", _CLOSE))
         transport.close()
+        return started
 
     def close_when_idle(self) -> None:
         """Shutdown: close now if idle, else right after the answer in flight."""

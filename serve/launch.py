@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainserve.core.procs import usable_cpus
+from trainserve.serve import heap
 from trainserve.serve.core import CoreOptions, ServerCore
 from trainserve.serve.engine import run_engine
 from trainserve.serve.model import CudaUnavailable
@@ -58,6 +59,9 @@ def run_server(
     """
     if not 0 <= frontends <= 64:
         raise StartError(f"--frontends {frontends} is invalid; allowed: 0 (from the cores) to 64")
+    # bodies are received on event loops (this process's, and the front ends' it starts, which inherit it):
+    # no 2 MiB page zeroed inside a recv
+    heap.no_huge_pages()
     frontends = frontends or default_frontends()
     try:
         core_options = CoreOptions(

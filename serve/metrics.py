@@ -18,6 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from trainserve.core.telemetry import Nvml, Sampler
+from trainserve.serve import refusals
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +91,7 @@ def _number(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def render(model_stats: Iterable[Mapping[str, Any]], resources: Resources | None) -> str:
+def render(model_stats: Iterable[Mapping[str, Any]], resources: Resources | None, extra: Iterable[str] = ()) -> str:
     """The Prometheus text exposition (format 0.0.4) of the model counters and resource gauges."""
     stats = list(model_stats)
     lines: list[str] = []
@@ -118,6 +119,7 @@ def render(model_stats: Iterable[Mapping[str, Any]], resources: Resources | None
         for name, kind, help_text, attr in _CPU_METRICS:
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}",
                       f"{name} {_number(getattr(resources, attr))}"]
+    lines += extra  # the server's own counters (trainserve_refused_total)
     return "\n".join(lines) + "\n"
 
 
@@ -180,15 +182,16 @@ class MetricsServer:
     name = "metrics"
 
     def __init__(self, stats: StatsSource, host: str = "127.0.0.1", port: int = 8002,
-                 resources: ResourceReader | None = None) -> None:
+                 resources: ResourceReader | None = None, extra: Callable[[], list[str]] = list) -> None:
         self._stats, self._host, self._port = stats, host, port
+        self._extra = extra  # more exposition lines, read at each scrape
         self._resources = resources
         self._runner: web.AppRunner | None = None
         self.port: int | None = None  # bound port, known after start()
 
     async def _handle(self, request: web.Request) -> web.Response:
         resources = self._resources.read() if self._resources is not None else None
-        return web.Response(text=render(self._stats(), resources), content_type="text/plain",
+        return web.Response(text=render(self._stats(), resources, self._extra()), content_type="text/plain",
                             charset="utf-8", headers={"X-Metrics-Format": "0.0.4"})
 
     async def start(self) -> int:
@@ -219,4 +222,4 @@ def create_frontend(core: Any, host: str, port: int, options: Any) -> MetricsSer
     """The hook serve/server.py calls: /metrics over the core's statistics and this machine's resources."""
     gpu_index = 0  # the device the core's sessions use (onnxruntime's default CUDA device)
     return MetricsServer(lambda: [s.to_dict() for s in core.statistics()], host, port,
-                         resources=ResourceReader(gpu_index=gpu_index))
+                         resources=ResourceReader(gpu_index=gpu_index), extra=refusals.of(core).exposition)

@@ -131,15 +131,21 @@ class Server:
 
 async def trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
     """Once a second: if requests were served since the last look and nothing is queued or running now,
-    give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood."""
+    give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood;
+    and when RSS grew anyway (requests refused before the core, whose buffers sit in reference cycles),
+    collect those cycles first."""
 
     seen = -1
+    reclaimer = heap.Reclaimer()
     while True:
         await asyncio.sleep(every_s)
+        if not core.idle:
+            continue
         served = sum(s.success.count + s.fail.count for s in core.statistics())
-        if served != seen and core.idle:
+        if served != seen:
             seen = served
             heap.trim()
+        reclaimer.maybe()
 
 
 async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int | None]], None]) -> None:

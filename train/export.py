@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainserve.core import diskfull
 from trainserve.core.card import CARD_NAME, CHECKPOINT_NAME, ModelCard, example_inputs
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
@@ -151,6 +152,8 @@ def export_onnx(model: Any, card: ModelCard, path: Path, opset: int | None = Non
     try:
         _export_dynamo(model, args, card, path, opset)
     except Exception as e:  # the exporter raises many kinds; any of them means "try the other one"
+        if diskfull.disk_full_error(e) is not None:
+            raise  # the other exporter would fail the same way (or, worse, write half a file silently)
         reason = f"{type(e).__name__}: {_first_line(e)}"
         log.warning("dynamo ONNX export failed (%s); falling back to the TorchScript exporter", reason)
         exporter = "torchscript"
@@ -158,6 +161,8 @@ def export_onnx(model: Any, card: ModelCard, path: Path, opset: int | None = Non
             with _quiet_output():  # on failure it prints its whole graph from C++
                 _export_torchscript(model, args, card, path, opset)
         except Exception as e2:
+            if diskfull.disk_full_error(e2) is not None:
+                raise
             op = refused_operator(str(e2), str(e))
             if op:
                 raise UserError(f"the ONNX exporters cannot convert the operator {op} that the model uses "
@@ -165,7 +170,14 @@ def export_onnx(model: Any, card: ModelCard, path: Path, opset: int | None = Non
                                 "another --opset") from None
             raise UserError(f"ONNX export failed with both exporters (dynamo: {reason}; torchscript: "
                             f"{type(e2).__name__}: {_first_line(e2)}); try another --opset") from None
-    proto = onnx.load(str(path))
+    try:
+        with diskfull.blames_a_full_disk(path):  # the exporter may have written a truncated file without a word
+            proto = onnx.load(str(path))
+    except OSError:
+        raise
+    except Exception as e:
+        raise UserError(f"the exported ONNX file {path} cannot be read back ({type(e).__name__}: {_first_line(e)}); "
+                        "export again") from None
     try:
         onnx.checker.check_model(proto)
     except onnx.checker.ValidationError as e:
@@ -209,7 +221,8 @@ def make_fp16(src: Path, dst: Path) -> dict[str, Any]:
     from onnxruntime.transformers.float16 import convert_float_to_float16
 
     model = convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
-    onnx.save(model, str(dst))
+    with diskfull.blames_a_full_disk(dst):
+        onnx.save(model, str(dst))
     return {"tool": "onnxruntime.transformers.float16.convert_float_to_float16", "keep_io_types": True}
 
 
@@ -234,7 +247,7 @@ def make_int8(src: Path, dst: Path) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(dir=dst.parent) as tmp:
         plain = Path(tmp) / "plain.onnx"
         onnx.save(model, str(plain))
-        with _quiet(""):  # quantize_dynamic warns on the root logger to run its pre-processing
+        with _quiet(""), diskfull.blames_a_full_disk(dst):  # _quiet: quantize_dynamic warns on the root logger
             quantize_dynamic(str(plain), str(dst), weight_type=QuantType.QInt8, reduce_range=True, per_channel=False,
                              op_types_to_quantize=list(INT8_OP_TYPES))
     return {"tool": "onnxruntime.quantization.quantize_dynamic", "weight_type": "QInt8", "reduce_range": True,

@@ -24,6 +24,7 @@ from trainserve.commands import report as _report
 from trainserve.commands import run as _run
 from trainserve.commands import serve as _serve
 from trainserve.commands import train as _train
+from trainserve.core import diskfull
 from trainserve.core.errors import UserError
 from trainserve.train import launch
 
@@ -73,6 +74,11 @@ def user_errors(fn: Callable[P, R]) -> Callable[P, R]:
             return fn(*args, **kwargs)
         except UserError as e:
             typer.secho(f"error: {e}", err=True, fg="red")
+            raise typer.Exit(code=1) from None
+        except (OSError, RuntimeError) as e:  # a full disk while writing an artifact: also one sentence
+            if (full := diskfull.as_user_error(e)) is None:
+                raise
+            typer.secho(f"error: {full}", err=True, fg="red")
             raise typer.Exit(code=1) from None
 
     return wrapper

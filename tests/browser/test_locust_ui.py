@@ -118,7 +118,18 @@ def test_bad_values_are_refused_with_one_sentence(tab: Any, embedded_server: dic
         field(page, "batch_size").fill("1")
         field(page, "model_name").fill("no_such_model")
         start(page)
-        refused(page, url, "model 'no_such_model' is not ready on the server")
+        refused(page, url, f"has no model 'no_such_model'; it serves {MODEL}")  # the models it has, listed
+        # a gRPC URL with the HTTP class ticked: said in those words (not the HTTP parser's error)
+        field(page, "model_name").fill(MODEL)
+        field(page, "server_url").fill("grpc://" + embedded_server["grpc"])
+        start(page)
+        refused(page, url, "is a gRPC address, but the ticked user class TritonHttpUser speaks HTTP: tick "
+                           "TritonGrpcUser instead")
+        # nothing listens: in words, not "ConnectionRefusedError: [Errno 111]"
+        field(page, "server_url").fill(f"127.0.0.1:{free_port()}")
+        start(page)
+        refused(page, url, "(nothing listens on that port)")
+        field(page, "server_url").fill(embedded_server["http"])
         # both protocols ticked with one URL
         page.locator("tr", has_text="TritonGrpcUser").locator("input[type=checkbox]").click()
         field(page, "model_name").fill(MODEL)
@@ -163,3 +174,43 @@ def test_swarm_over_grpc_from_the_form(tab: Any, embedded_server: dict[str, str]
     # a grpc:// URL ticks the gRPC class by default
     with locust_ui("--server-url", "grpc://" + embedded_server["grpc"], "--model-name", MODEL) as url:
         swarm(tab, url, "gRPC")
+
+
+def test_fields_come_in_the_order_a_person_fills_them_with_help_in_words(tab: Any) -> None:
+    from trainserve.loadtest.options import FORM_GROUPS
+
+    with locust_ui() as url:
+        page = open_form(tab, url)
+        order = [d for _, dests in FORM_GROUPS for d in dests]
+        tops = [field(page, d).evaluate("e => e.closest('.MuiFormControl-root').getBoundingClientRect().top")
+                for d in order]
+        assert tops == sorted(tops), dict(zip(order, tops))
+        helps = page.locator(".ts-help").all_inner_texts()
+        assert len(helps) == len(FORM_LABELS) and not [h for h in helps if "--" in h], helps
+        groups = [field(page, dests[0]).evaluate("e => e.closest('.MuiFormControl-root').dataset.tsGroup")
+                  for _, dests in FORM_GROUPS]
+        assert groups == [g for g, _ in FORM_GROUPS]
+        assert not tab.errors, tab.errors
+
+
+def test_the_form_keeps_the_last_test_after_new_and_a_reload_and_names_the_target(
+        tab: Any, embedded_server: dict[str, str]) -> None:
+    with locust_ui() as url:  # started with the defaults: Server URL 127.0.0.1:8000, no model
+        page = open_form(tab, url)
+        field(page, "server_url").fill(embedded_server["http"])
+        field(page, "model_name").fill(MODEL)
+        field(page, "batch_size").fill("2")
+        start(page, users=1)
+        # while it runs, the page names the server and the model (Locust's Host slot in the top bar)
+        page.get_by_text(f"{embedded_server['http']} · {MODEL}").first.wait_for()
+        page.get_by_role("button", name=re.compile("^stop$", re.I)).click()
+        page.get_by_role("button", name=re.compile("^new$", re.I)).click()
+        page.wait_for_selector("form [name=serverUrl][data-ts-label]", state="attached")
+        assert field(page, "server_url").input_value() == embedded_server["http"]
+        assert field(page, "model_name").input_value() == MODEL
+        assert field(page, "batch_size").input_value() == "2"
+        page.goto(url + "/")  # a reload: the stopped test's page, then New again
+        page.get_by_role("button", name=re.compile("^new$", re.I)).click()
+        page.wait_for_selector("form [name=serverUrl][data-ts-label]", state="attached")
+        assert field(page, "server_url").input_value() == embedded_server["http"]
+        assert field(page, "model_name").input_value() == MODEL

@@ -32,7 +32,8 @@ MEASURE = """() => {
   for (const s of document.querySelectorAll("section, header")) {
     const right = s.getBoundingClientRect().right + 0.5;
     for (const e of s.querySelectorAll("*")) {
-      if (e.closest(".tablewrap") && e.closest(".tablewrap") !== e) continue;
+      const box = e.closest(".tablewrap, .scrollbox");
+      if (box && box !== e) continue;
       if (e.getBoundingClientRect().right > right) spill.push(`${s.id || s.tagName}: ${e.tagName}.${e.className}`);
     }
   }
@@ -85,3 +86,71 @@ def test_quick_report_in_the_browser(tab: Any, quick_report: Path) -> None:
 
 def test_example_report_in_the_browser(tab: Any) -> None:
     check_report(tab, REPO_ROOT / "docs" / "example-report" / "report.html")
+
+
+# What issue 27 asked of the page (items 13, 14, 16), read in the browser.
+PAGE_FACTS = """() => ({
+  alts: [...document.images].map(i => i.alt),
+  warnHeading: document.querySelector("#warnings h2").textContent,
+  warnItems: document.querySelectorAll("#warnings div.warn").length,
+  firstTile: (document.querySelector("#summary .tile") || {}).textContent || "",
+  firstTileMeasured: !document.querySelector("#summary .tile .v.nm") ||
+    document.querySelector("#summary .tile") !== document.querySelector("#summary .tile .v.nm").closest(".tile"),
+})"""
+
+
+def _with_repeated_warnings(run: Path) -> Path:
+    """Three records of the crafted run carry the same warning with their own figures, as sweep points do."""
+    import json
+
+    for k, rel in enumerate(("compare/profile-cpu.json", "load/embedded-cpu.json", "load/embedded-cpu-b64.json")):
+        path = run / rel
+        record = json.loads(path.read_text())
+        record["validity"]["warnings"] = [f"GPU utilization averaged {k}.5% (< 50%) while 1.{k} GiB was in use"]
+        path.write_text(json.dumps(record))
+    return run
+
+
+def test_charts_have_alt_texts_and_repeated_warnings_are_grouped(tab: Any, tmp_path: Path) -> None:
+    from tests.trainserve.test_report import make_run
+    from trainserve.report import build_report
+
+    html = build_report(_with_repeated_warnings(make_run(tmp_path / "runs")))
+    tab.page.goto(html.resolve().as_uri())
+    facts = tab.page.evaluate(PAGE_FACTS)
+    assert facts["alts"] and all(not a.endswith(".png") and "model" in a and len(a) > 40 for a in facts["alts"]), \
+        facts["alts"]
+    import re
+
+    total, kinds = map(int, re.fullmatch(r"Warnings \((\d+), (\d+) kinds?\)", facts["warnHeading"]).groups())
+    assert kinds <= total - 2 and facts["warnItems"] == kinds, facts  # the three say one thing: one item
+    assert "3 records: GPU utilization averaged 0.5%" in tab.page.inner_text("#warnings")
+    assert not tab.errors, tab.errors
+
+
+def test_a_cpu_only_report_leads_with_what_it_measured(tab: Any, tmp_path: Path) -> None:
+    from tests.trainserve.test_report import make_run
+    from trainserve.report import build_report
+
+    html = build_report(make_run(tmp_path / "runs", gpu=False))
+    tab.page.set_viewport_size({"width": 390, "height": 900})
+    tab.page.goto(html.resolve().as_uri())
+    facts = tab.page.evaluate(PAGE_FACTS)
+    assert facts["firstTileMeasured"] and "GPU vs CPU" not in facts["firstTile"], facts["firstTile"]
+    assert not tab.errors, tab.errors
+
+
+def test_a_phone_gets_legible_charts_and_scroll_hints(tab: Any, quick_report: Path) -> None:
+    page = tab.page
+    page.set_viewport_size({"width": 390, "height": 900})
+    page.goto(quick_report.resolve().as_uri())
+    facts = page.evaluate("""() => ({
+      widths: [...document.querySelectorAll("section[id^=model-] .figs img")].map(i => i.getBoundingClientRect().width),
+      hints: [...document.querySelectorAll(".scrollhint")].filter(h => h.offsetParent !== null).length,
+      scrolls: [...document.querySelectorAll(".figs.scrollbox")].every(b => b.scrollWidth > b.clientWidth),
+    })""")
+    assert facts["widths"] and min(facts["widths"]) >= 600, facts  # not ~330 px with unreadable text
+    assert facts["hints"] >= 2 and facts["scrolls"], facts
+    page.set_viewport_size({"width": 1280, "height": 900})
+    assert page.evaluate("[...document.querySelectorAll('.scrollhint')].every(h => h.offsetParent === null)")
+    assert not tab.errors, tab.errors

@@ -97,8 +97,26 @@ def test_typed_contents_wrong_count_and_fp16_needs_raw():
         decode_inputs(request)
     request = pb.ModelInferRequest(model_name="m")
     request.inputs.add(name="h", datatype="FP16", shape=[1])
-    with pytest.raises(CodecError, match="raw_input_contents"):
+    with pytest.raises(CodecError, match=r"^unable to find data for input tensor 'h' for model 'm' in request\.$"):
         decode_inputs(request)
+    request.inputs[0].contents.SetInParent()  # a contents field with no values: FP16 has no typed field
+    with pytest.raises(CodecError, match="datatype FP16 must be sent in raw_input_contents"):
+        decode_inputs(request)
+
+
+@pytest.mark.parametrize("fill, message", [
+    # Triton's order: the typed field's type before anything else about it, then a second field
+    (lambda c: c.fp32_contents.extend([1.0]),
+     "unexpected explicit tensor data for input tensor 'i' for model 'm' of type 'FP32', expected datatype 'INT64'"),
+    (lambda c: (c.int64_contents.extend([1]), c.fp32_contents.extend([1.0])),
+     "unexpected explicit tensor data for input tensor 'i' for model 'm', binary data was already supplied."),
+])
+def test_typed_contents_of_another_type_are_refused_in_tritons_words(fill, message):
+    request = pb.ModelInferRequest(model_name="m")
+    fill(request.inputs.add(name="i", datatype="INT64", shape=[1]).contents)
+    with pytest.raises(CodecError) as info:
+        decode_inputs(request)
+    assert str(info.value) == message
 
 
 def test_requested_outputs_and_parameters():

@@ -27,6 +27,9 @@ CASES = [
      "Request for unknown model: 'classifier' version 9 is not found"),
     ("no version available", "broken", "", [("input", np.ones((1, 4), np.float32))], None, "404", "NOT_FOUND",
      "Request for unknown model: 'broken' has no available versions"),
+    # the same model with its version named: UNAVAILABLE, as Triton's GetModel (docs/serving.md says both)
+    ("version failed to load", "broken", "1", [("input", np.ones((1, 4), np.float32))], None, "503", "UNAVAILABLE",
+     "Request for unknown model: 'broken' version 1 is not at ready state"),
     ("version not a number", "classifier", "abc", [("input", np.ones((1, 4), np.float32))], None, "400",
      "INVALID_ARGUMENT",
      "failed to get model version from specified version string 'abc' (details: stol), version should be an "
@@ -127,3 +130,35 @@ def test_server_metadata_says_triton_and_loadtest_still_tells_the_servers_apart(
     with grpcclient.InferenceServerClient(f"127.0.0.1:{server.ports['grpc']}") as c:
         meta = c.get_server_metadata()
     assert meta.name == "triton" and EMBEDDED_EXTENSION in meta.extensions
+
+
+def _grpc_refusal(server, request) -> tuple:
+    with grpc.insecure_channel(f"127.0.0.1:{server.ports['grpc']}") as channel:
+        with pytest.raises(grpc.RpcError) as info:
+            service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(request)
+    return info.value.code(), info.value.details()
+
+
+def test_grpc_checks_run_in_tritons_order(server):
+    """Issue 27 item 17: Triton's InferGRPCToInput checks input by input, so typed contents beside raw ones are
+    refused before the raw entries are counted, and a missing raw entry is named by its input."""
+    x = np.ones((1, 4), np.float32)
+    typed = pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="FP32", shape=[1, 4])
+    typed.contents.fp32_contents.extend(x.ravel().tolist())
+    second = pb.ModelInferRequest.InferInputTensor(name="INPUT1", datatype="FP32", shape=[1, 4])
+    # typed first input, one raw entry for two inputs: the contents check comes first (not the count)
+    request = pb.ModelInferRequest(model_name="classifier", inputs=[typed, second], raw_input_contents=[x.tobytes()])
+    assert _grpc_refusal(server, request) == (grpc.StatusCode.INVALID_ARGUMENT, (
+        "contents field must not be specified when using raw_input_contents for 'INPUT0' for model 'classifier'"))
+    # two raw inputs, one raw entry: the input left without data is named
+    first = pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="FP32", shape=[1, 4])
+    request = pb.ModelInferRequest(model_name="classifier", inputs=[first, second], raw_input_contents=[x.tobytes()])
+    assert _grpc_refusal(server, request) == (grpc.StatusCode.INVALID_ARGUMENT, (
+        "unable to find data for input tensor 'INPUT1' for model 'classifier' in request."))
+    # typed contents of another type than the datatype
+    wrong = pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[1, 4])
+    wrong.contents.int64_contents.extend([1, 2, 3, 4])
+    request = pb.ModelInferRequest(model_name="classifier", inputs=[wrong])
+    assert _grpc_refusal(server, request) == (grpc.StatusCode.INVALID_ARGUMENT, (
+        "unexpected explicit tensor data for input tensor 'input' for model 'classifier' of type 'INT64', "
+        "expected datatype 'FP32'"))

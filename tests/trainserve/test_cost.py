@@ -238,12 +238,12 @@ def test_report_has_the_cost_section_plan_and_chart(tmp_path):
     assert b1["usd_per_million_inferences"] == pytest.approx(1.0001)
     assert s["plan"]["models"]["cnn"]["devices"]["cpu"]["servers"] == 5
     md = (out / "report.md").read_text()
-    assert "## What it costs" in md and "given with --price-gpu-hour" in md and "![cost-cnn.png](cost-cnn.png)" in md
+    assert "## What it costs" in md and "given with --price-gpu-hour" in md and "](cost-cnn.png)" in md and "![cost-cnn.png]" not in md
     assert md.index("## What it costs") < md.index("## Model `cnn`")  # near the top
     assert "### Capacity plan" in md and "Extrapolated" in md
     assert (out / "cost-cnn.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     html = (out / "report.html").read_text()
-    assert "What it costs" in html and "Assumptions" in html and "cost-cnn.png" in html
+    assert "What it costs" in html and "Assumptions" in html and "cost per million one-row inferences of model cnn" in html
 
 
 def test_report_without_qps_has_no_plan_and_default_prices(tmp_path):

@@ -176,7 +176,7 @@ def test_markdown_has_the_tables(full_report):
     assert "| p99.9 | 4,371.00 ms | 16.18 ms |" in md  # 0.01 ms resolution
     assert "| 8 users |" in md  # the ramp table
     assert "### Load ramp: GPU · onnxruntime · batch 1 · 4 front-end processes" in md
-    assert "![ramp-cnn.png](ramp-cnn.png)" in md
+    assert "![Line charts of model cnn under a rising served load: samples per second and latency percentiles against users or offered requests per second](ramp-cnn.png)" in md
 
 
 def test_cpu_only_run_says_gpu_not_measured(tmp_path):

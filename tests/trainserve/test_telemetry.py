@@ -110,8 +110,9 @@ def test_invalid_config_names_the_field():
 def test_energy_from_nvml_counter_and_apply(monkeypatch):
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
+    monkeypatch.setattr(telemetry, "NVML_UTIL_PERIOD_S", 0.03)  # a product with a short utilization period
     with Sampler(interval_s=0.02) as s:
-        _wait_ticks(s, 4)
+        _wait_ticks(s, 6)
     summary = s.summary()
     assert summary["gpu_name"] == "NVIDIA H200"
     assert summary["gpu_energy_source"] == "nvml"
@@ -236,3 +237,26 @@ def test_power_is_read_every_tick_and_read_costs_names_each_call(monkeypatch):
         assert costs[name] is not None and costs[name] >= 0, name
         assert wall[name] >= 0, name
     assert wall.keys() <= costs.keys()
+
+
+def test_a_point_shorter_than_nvmls_period_reads_not_sampled_never_0(monkeypatch):
+    """Issue 27 item 15: NVML's utilization covers its own past period; on a point shorter than that the
+    readings speak for the idle gap before it (the H200 sweep read 0% at 31,050 samples/s)."""
+    fake = FakeNvml()
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    busy = {"on": False}
+    fake.nvmlDeviceGetUtilizationRates = lambda h: types.SimpleNamespace(gpu=95 if busy["on"] else 0, memory=0)
+    monkeypatch.setattr(telemetry, "NVML_UTIL_PERIOD_S", 0.3)
+    with Sampler(interval_s=0.02) as s:
+        _wait_ticks(s, 3)  # idle before the point
+        s.mark()
+        busy["on"] = True  # the stand-in workload: a point of ~0.1 s, a third of the period
+        time.sleep(0.1)
+        short = s.summary()
+        time.sleep(0.4)  # the same point, now longer than the period
+        long = s.summary()
+    assert short["gpu_util_mean_percent"] is None and short["gpu_util_sampled"] is False
+    assert long["gpu_util_sampled"] is True and long["gpu_util_mean_percent"] == 95
+    from trainserve.report.render import _op_util  # the sweep table's cell
+
+    assert _op_util("cuda", None) == "not sampled" and _op_util("cuda", 0.0) == "0%" and _op_util("cpu", None) == ""

@@ -9,6 +9,7 @@ import typer
 
 from trainserve.core.errors import UserError
 from trainserve.core.speedup import speedups_of_records
+from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.analysis import train_speedup_text
 from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
@@ -41,7 +42,7 @@ def point_line(p: Any) -> str:
         return f"{head}  {p.status}: {p.reason}"
     r = p.record
     util = r.utilization.gpu_util_mean_percent
-    tail = f"  GPU util {util:.0f}%" if util is not None else ""
+    tail = f"  GPU util {util:.0f}%" if util is not None else f"  GPU util {NOT_SAMPLED}" if p.device == "cuda" else ""
     cut = "  (cut short at the budget)" if r.validity.partial else ""
     return (f"{head}  {u.num(r.speed.throughput_samples_s):>9} samples/s  step p50 {u.ms(r.speed.latency.p50_ms):>9}"
             f"  peak {u.nbytes(r.memory.peak_bytes):>9}{tail}{cut}")

@@ -27,9 +27,10 @@ def serve(
     max_body_bytes: Annotated[int, typer.Option(help="Largest request body accepted, in bytes (413 beyond).")] = 64 * 1024 * 1024,
     body_timeout_s: Annotated[float, typer.Option(help=(
         "An HTTP request head or body not fully received this many seconds after it began is answered 408 and "
-        "its connection closed."))] = 30.0,
+        "its connection closed; a gRPC ModelInfer message, DEADLINE_EXCEEDED."))] = 30.0,
     max_connections: Annotated[int, typer.Option(help=(
-        "Open HTTP connections at most; a connection beyond it is answered 503 and closed at once."))] = 1024,
+        "Open HTTP connections at most; a connection beyond it is answered 503 and closed at once. gRPC: client "
+        "connections with calls in flight at most; a call from one more is answered UNAVAILABLE."))] = 1024,
     max_queue_bytes: Annotated[int, typer.Option(help="Input bytes waiting per model before the server answers 503 / UNAVAILABLE.")] = 256 << 20,
     queue_timeout_s: Annotated[float, typer.Option(help=(
         "A request still queued after this many seconds is answered 503 / UNAVAILABLE 'Request timeout expired' "

@@ -374,6 +374,13 @@ class _Stat:
         return self.total / self.n if self.n else None
 
 
+# NVML's utilization is the share of "the past sample period" (1/6 s to 1 s, by product) a kernel ran: a reading
+# taken sooner than that after a window opened speaks partly for the time before it (an idle gap read as 0%
+# on a short sweep point). Only readings a whole period into the window count; a window with none says
+# "not sampled", never 0%.
+NVML_UTIL_PERIOD_S = 1.0
+NOT_SAMPLED = "not sampled"  # how a utilization without a reading of its own reads
+
 _STAT_FIELDS = ("gpu_util_percent", "gpu_mem_used_bytes", "gpu_power_w",
                 "cpu_process_percent", "cpu_system_percent", "rss_bytes")
 
@@ -500,6 +507,7 @@ class Sampler:
                 "gpu_name": self._gpu.name if self._gpu is not None else None,
                 "gpu_util_mean_percent": _round(st["gpu_util_percent"].mean),
                 "gpu_util_max_percent": _round(st["gpu_util_percent"].max),
+                "gpu_util_sampled": st["gpu_util_percent"].n > 0,  # False: too short for NVML's period
                 "gpu_mem_used_max_bytes": None if mem_max is None else int(mem_max),
                 "gpu_power_mean_w": _round(power_mean),
                 "gpu_power_max_w": _round(st["gpu_power_w"].max),
@@ -623,6 +631,8 @@ class Sampler:
         if prev is not None and prev is not s and prev.gpu_power_w is not None and s.gpu_power_w is not None:
             self._power_j += (prev.gpu_power_w + s.gpu_power_w) / 2 * max(0.0, s.t_s - prev.t_s)
         for f in _STAT_FIELDS:
+            if f == "gpu_util_percent" and (self._win_first is None or s.t_s - self._win_first.t_s < NVML_UTIL_PERIOD_S):
+                continue  # its NVML period began before the window
             self._stats[f].add(getattr(s, f))
         if self._ticks % self._stride == 0:
             point = {k: v for k, v in asdict(s).items() if k not in ("gpu_energy_j", "cpu_energy_j")}

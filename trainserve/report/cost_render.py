@@ -15,7 +15,7 @@ from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.breakeven import sentence
 from trainserve.report.cost import SERVER
-from trainserve.report.plots import safe_name
+from trainserve.report.plots import alt_text, safe_name
 
 BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
          "best": "best operating point", "as_trained": "as trained (the run's record)"}
@@ -192,7 +192,7 @@ def html_section(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
             out.append("<p class='muted'>Training cost: not measured.</p>")
         png = figures.get(f"cost-{safe_name(name)}.png")
         if png:
-            out.append(f"<div class='figs'><img alt='cost-{escape(name)}.png' "
+            out.append(f"<div class='figs'><img alt='{escape(alt_text('cost-', name))}' "
                        f"src='data:image/png;base64,{base64.b64encode(png).decode()}'></div>")
     plan = summary.get("plan")
     if plan:
@@ -246,7 +246,7 @@ def md_section(summary: dict[str, Any], figures: dict[str, bytes], table) -> lis
             md += ["Training cost: not measured.", ""]
         n = f"cost-{safe_name(name)}.png"
         if n in figures:
-            md += [f"![{n}]({n})", ""]
+            md += [f"![{alt_text(n, name)}]({n})", ""]
     plan = summary.get("plan")
     if plan:
         md += ["### Capacity plan", ""]

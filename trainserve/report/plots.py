@@ -29,6 +29,33 @@ def model_figures(section: dict[str, Any]) -> dict[str, bytes]:
     return out
 
 
+# What each figure shows, for its alt text (issue 27 item 13): a reader without the image, or with a screen
+# reader, learns what the chart holds instead of its file name
+ALT_TEXT = {
+    "throughput": "Bar chart of samples per second for model {m}: training and inference, CPU beside GPU",
+    "latency": "Bar chart of latency percentiles (p50, p90, p99, p99.9, in ms) for model {m}: training step and "
+               "served request, CPU beside GPU",
+    "memory": "Stacked bar chart of peak memory for model {m}: training split into weights, gradients, optimizer "
+              "state and activations, beside inference",
+    "ramp": "Line charts of model {m} under a rising served load: samples per second and latency percentiles "
+            "against users or offered requests per second",
+    "frontier": "Latency against throughput for model {m} as served, per device, under the in-process limits "
+                "(the batch-1 latency floor and the best samples per second)",
+    "maxbatch": "Bar chart of the largest batch of model {m} that fits in memory, training and inference, per device",
+    "sweep": "Line charts against batch size for model {m}: samples per second and peak memory, training per "
+             "device and precision beside inference in process",
+    "cost": "Line chart of the cost per million one-row inferences of model {m} as the load grows, per device, "
+            "measured points marked",
+}
+
+
+def alt_text(file_name: str, model: str) -> str:
+    """The alt text of a figure file `<kind>-<model>.png`."""
+    kind = file_name.split("-", 1)[0]
+    template = ALT_TEXT.get(kind)
+    return template.format(m=model) if template else f"Figure {file_name} for model {model}"
+
+
 def safe_name(name: str) -> str:
     """A model name as it appears in figure file names."""
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)

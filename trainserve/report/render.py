@@ -7,14 +7,16 @@ same numbers. The HTML loads nothing from the network: it opens from disk, offli
 from __future__ import annotations
 
 import base64
+import re
 from html import escape
 from typing import Any
 
 from trainserve.report import attribution_render, cost_render, scenarios, withheld
 from trainserve.report import limits as lim
+from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
-from trainserve.report.plots import safe_name
+from trainserve.report.plots import alt_text, safe_name
 from trainserve.report.rows import GROUPS, SPEEDUPS, speedup_detail
 
 NOT_MEASURED = "not measured"
@@ -96,6 +98,13 @@ td.path code { overflow-wrap:anywhere; }
   .tablewrap tr.group td:first-child { background:#fafbfc; max-width:none; }
 }
 @media (max-width: 420px) { .tiles { grid-template-columns:1fr; } }
+.scrollhint { display:none; }
+@media (max-width: 720px) {
+  /* a phone: charts keep a legible size (their text is drawn for ~640 px) and the row scrolls sideways */
+  .figs.scrollbox { display:flex; overflow-x:auto; gap:10px; scroll-snap-type:x mandatory; }
+  .figs.scrollbox img { flex:0 0 auto; width:640px; max-width:none; scroll-snap-align:start; }
+  .scrollhint { display:block; color:var(--muted); font-size:13px; margin:6px 0 4px; }
+}
 """
 
 
@@ -145,17 +154,20 @@ def _html_summary(s: dict[str, Any]) -> str:
     for model in s["models"].values():
         if len(s["models"]) > 1:
             out.append(f"<h3>{escape(model['model'])}</h3>")
-        out.append("<div class='tiles'>")
+        tiles = ["<div class='tiles speedups'>"]
         for key, title, metric in SPEEDUPS:
             sp = model["speedups"][key]
             value = (f"<div class='v'>{u.ratio(sp['value'])}</div>" if sp["value"] is not None
                      else "<div class='v small err'>error: withheld</div>" if sp.get("error")
                      else f"<div class='v nm'>{NOT_MEASURED}</div>")
-            out.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
-                       f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}"
-                       f"{escape(lim.speedup_note(model, key))}</div></div>")
-        out.append("</div>")
-        out.append(_html_measured_tiles(model))
+            tiles.append(f"<div class='tile'><div class='k'>GPU vs CPU · {escape(title)}</div>{value}"
+                         f"<div class='d'>{escape(metric)}<br>{escape(speedup_detail(key, sp))}"
+                         f"{escape(lim.speedup_note(model, key))}</div></div>")
+        tiles.append("</div>")
+        # a run without a GPU side leads with what it measured; the GPU-vs-CPU tiles (all "not measured") follow
+        compared = any(model["speedups"][key]["value"] is not None or model["speedups"][key].get("error")
+                       for key, _, _ in SPEEDUPS)
+        out += [*tiles, _html_measured_tiles(model)] if compared else [_html_measured_tiles(model), *tiles]
     out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in s["conclusions"]) + "</ul>")
     if s.get("errors"):
         out.append(f"<p class='errbox'>{len(s['errors'])} figure(s) beyond a physical bound withheld — "
@@ -216,14 +228,16 @@ def _html_model(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     note = (f"<p class='muted'>{' and '.join(missing)}: {NOT_MEASURED} — this run has no records for it, "
             "so it has no column here.</p>") if missing else ""
     figs = "".join(
-        f"<img alt='{escape(n)}' src='data:image/png;base64,{base64.b64encode(figures[n]).decode()}'>"
+        f"<img alt='{escape(alt_text(n, model['model']))}' src='data:image/png;base64,{base64.b64encode(figures[n]).decode()}'>"
         for n in figures_of(model["model"], figures))
     return (f"<section id='model-{name}'><h2>Model <code>{name}</code>: training beside inference</h2>{note}"
+            "<p class='scrollhint'>Swipe the table sideways for the other columns →</p>"
             f"<div class='tablewrap'><table><thead><tr><th></th>{head}</tr></thead>"
             f"<tbody>{''.join(body)}</tbody></table></div>"
             + _html_limits(model) + _html_max_batch(model) + _html_time_to_accuracy(model)
             + _html_operating_points(model)
-            + (f"<div class='figs'>{figs}</div>" if figs else "")
+            + ("<p class='scrollhint'>Charts at a readable size: swipe sideways for the next →</p>"
+               f"<div class='figs scrollbox'>{figs}</div>" if figs else "")
             + _html_ramps(model) + attribution_render.html_section(model, figures) + "</section>")
 
 
@@ -320,6 +334,13 @@ def _md_time_to_accuracy(model: dict[str, Any]) -> list[str]:
 OP_HEADER = ["device", "precision", "batch", "samples/s", "step p50", "step p99", "peak memory", "GPU util"]
 
 
+def _op_util(device: str, util: float | None) -> str:
+    """A GPU point's utilization, or that it was not sampled (never 0% for a point too short to read)."""
+    if util is None:
+        return NOT_SAMPLED if device == "cuda" else ""
+    return f"{util:.0f}%"
+
+
 def _op_rows(model: dict[str, Any]) -> list[list[str]]:
     """The training sweep's points, one row each; the device's best marked."""
     rows = []
@@ -328,7 +349,7 @@ def _op_rows(model: dict[str, Any]) -> list[list[str]]:
             mark = " (best)" if p == op.get("train_best") else ""
             rows.append([DEVICE_LABEL[d] + mark, p["precision"], str(p["batch_size"]), u.num(p["throughput_samples_s"]),
                          u.ms(p["p50_ms"]), u.ms(p.get("p99_ms")), u.nbytes(p["peak_bytes"]),
-                         "" if p.get("gpu_util_mean_percent") is None else f"{p['gpu_util_mean_percent']:.0f}%"])
+                         _op_util(d, p.get("gpu_util_mean_percent"))])
     return rows
 
 
@@ -371,12 +392,35 @@ def _users_or_rate(p: dict[str, Any]) -> str:
     return f"{users} user" if users == 1 else f"{users} users"
 
 
+_FIGURES = re.compile(r"\d[\d.,]*")
+
+
+def group_warnings(warnings: list[dict[str, Any]]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """Warnings that say the same thing but for their figures (one per sweep point, say), grouped:
+    [(the first one's message, every warning of the group)], in order of first appearance."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for w in warnings:
+        groups.setdefault(_FIGURES.sub("#", w["message"]), []).append(w)
+    return [(ws[0]["message"], ws) for ws in groups.values()]
+
+
 def _html_warnings(s: dict[str, Any]) -> str:
     if not s["warnings"]:
         return "<section id='warnings'><h2>Warnings</h2><p class='ok'>No record carries a warning.</p></section>"
-    items = "".join(f"<div class='warn'><code>{escape(w['source'])}</code> — {escape(w['message'])}</div>"
-                    for w in s["warnings"])
-    return f"<section id='warnings'><h2>Warnings ({len(s['warnings'])})</h2>{items}</section>"
+    items = []
+    for message, ws in group_warnings(s["warnings"]):
+        if len(ws) == 1:
+            items.append(f"<div class='warn'><code>{escape(ws[0]['source'])}</code> — {escape(message)}</div>")
+            continue
+        same = len({w["message"] for w in ws}) == 1
+        rest = "".join(f"<li><code>{escape(w['source'])}</code>{'' if same else ' — ' + escape(w['message'])}</li>"
+                       for w in ws)
+        items.append(f"<div class='warn'>{len(ws)} records: {escape(message)}"
+                     f"{'' if same else ' (figures of the first; each record has its own)'}"
+                     f"<details><summary>which records</summary><ul>{rest}</ul></details></div>")
+    groups = len(items)
+    return (f"<section id='warnings'><h2>Warnings ({len(s['warnings'])}, {groups} kind{'s' if groups != 1 else ''})"
+            f"</h2>{''.join(items)}</section>")
 
 
 def _html_records(s: dict[str, Any]) -> str:
@@ -444,7 +488,9 @@ def markdown_report(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
     for model in s["models"].values():
         md += _md_model(model, figures)
     md += ["## Warnings", ""]
-    md += [f"- `{w['source']}`: {w['message']}" for w in s["warnings"]] or ["No record carries a warning."]
+    md += [f"- `{ws[0]['source']}`: {m}" if len(ws) == 1 else
+           f"- {len(ws)} records ({', '.join('`' + w['source'] + '`' for w in ws)}): {m}"
+           for m, ws in group_warnings(s["warnings"])] or ["No record carries a warning."]
     md += ["", "## All profile records", ""]
     md += _md_table(["file", "phase", "model", "device", "backend", "batch", "users", "samples/s", "p50", "p99"],
                     [[f"`{r['source']}`", r["phase"], r["model"], DEVICE_LABEL[r["device"]], r["backend"],
@@ -487,7 +533,7 @@ def _md_model(model: dict[str, Any], figures: dict[str, bytes]) -> list[str]:
         md += [f"{note[0].upper()}{note[1:]}.", ""] if note else []
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
                         [[_users_or_rate(p), *map(withheld.md_text, _ramp_cells(p))] for p in r["points"]])
-    md += [f"![{n}]({n})" for n in figures_of(model["model"], figures)] + [""]
+    md += [f"![{alt_text(n, model['model'])}]({n})" for n in figures_of(model["model"], figures)] + [""]
     md += attribution_render.md_section(model, figures, _md_table)
     return md
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.limits import row_limit, row_vs_limit
 from trainserve.report.withheld import guard
@@ -64,7 +65,8 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("GPU memory used (NVML max)", _mem("gpu_mem_used_max_bytes")),
     ]),
     ("Utilization and energy", [
-        ("GPU utilization, mean", lambda v: u.percent(v["gpu_util_mean_percent"])),
+        ("GPU utilization, mean", lambda v: NOT_SAMPLED if v["gpu_util_mean_percent"] is None and v.get("device") == "cuda"
+         else u.percent(v["gpu_util_mean_percent"])),
         ("CPU, process mean (100% = 1 core)", lambda v: u.percent(v["cpu_process_mean_percent"])),
         ("mean power", lambda v: u.watts(v["mean_power_w"])),
         ("energy per sample", lambda v: u.joules(v["energy_per_sample_j"])),
