@@ -52,6 +52,10 @@ class ServerSearch(LoadTestShape):
 
     def reset_time(self) -> None:
         super().reset_time()
+        # a master calls this again once its first tick has started the workers' users (the test's start):
+        # a search already begun would run beside the next one and drive the same workers, so it goes
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True)
         self._greenlet, self.done = None, False
 
     def tick(self) -> tuple[int, float, list[Any]] | None:
