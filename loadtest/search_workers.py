@@ -132,9 +132,9 @@ class WorkerProbes:
         missing = [w for w in self.workers if w not in got]
         return out, [f"worker {w} did not report window {i} within {REPLY_S:g} s" for w in missing]
 
-    def finish(self) -> tuple[float, dict[str, float]]:
+    def finish(self) -> tuple[float | None, dict[str, float]]:
         """The busiest worker's share of a core over the probe (as of its last window), and each worker's."""
-        return (max(self.busy.values()) if self.busy else 0.0), dict(sorted(self.busy.items()))
+        return (max(self.busy.values()) if self.busy else None), dict(sorted(self.busy.items()))
 
     def drain(self) -> None:
         self.drained = set()
