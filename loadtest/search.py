@@ -74,10 +74,12 @@ class Probe:
     reasons: list[str]  # why it failed (empty when it passed)
     client_core_fraction: float | None = None  # CPU of the load generator's busiest process over the probe, cores
     per_process: dict[str, float] | None = None  # each sending process's share of a core (workers by id)
+    client_problem: bool = False  # a worker's windows did not arrive: the client failed this rate, not the server
 
     @property
     def client_saturated(self) -> bool:
-        return self.client_core_fraction is not None and self.client_core_fraction >= CLIENT_BUSY
+        return self.client_problem or (self.client_core_fraction is not None
+                                       and self.client_core_fraction >= CLIENT_BUSY)
 
     @property
     def p99_ms(self) -> float | None:
@@ -117,7 +119,7 @@ def evaluate(rate: float, windows: list[Window], config: SearchConfig, client_co
         reasons.append(f"the load generator{f' (worker {busiest})' if busiest else ''} used "
                        f"{client_core_fraction:.0%} of a core: this rate measured the client")
     return Probe(rate, stability, figure, passed=not reasons, reasons=reasons,
-                 client_core_fraction=client_core_fraction, per_process=per_process)
+                 client_core_fraction=client_core_fraction, per_process=per_process, client_problem=bool(problems))
 
 
 def highest_rate(start_rate: float, budget_s: float, min_probe_s: float, max_rate: float = 1e6) -> float:

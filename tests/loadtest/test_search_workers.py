@@ -89,3 +89,4 @@ def test_a_silent_worker_fails_the_probe(monkeypatch) -> None:
     config = SearchConfig(slo_p99_ms=50.0, warmup_s=0.0, max_probe_s=3.0, rule=StabilityRule(window_s=1.0))
     probe = evaluate(100.0, windows, config, problems=problems)
     assert not probe.passed and "worker w1 did not report window 0" in probe.reasons[0]
+    assert probe.client_saturated  # the client failed this rate: a capacity above it is a lower bound
