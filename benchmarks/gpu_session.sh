@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, one phase per table there (that file names machine and date).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp
+#           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -74,6 +74,9 @@ usermodel)  # issue 25: the example model of one's own (examples/resnet_small.py
     --num-classes 10 --qps 1000 --run gpu-usermodel --runs-dir "$R/runs" ;;
 repeats)  # issue 24: every served operating point 3 times (mean and 95% CI, the noise table), on --quick's budget
   step repeats 580 $py -m trainserve run --quick --repeats 3 --run gpu-repeats --runs-dir "$R/runs" --slo-p99-ms 20 ;;
+server-search)  # issue 24 item 1: the Server search from a master and workers on the GPU (auto --processes), SLO 20 ms
+  step server_search_run 580 $py -m trainserve run --quick --run gpu-search --runs-dir "$R/runs" --slo-p99-ms 20
+  step server_search 60 env OUT="$R" $py benchmarks/server_search.py --run-dir "$R/runs/gpu-search" ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null

@@ -37,7 +37,7 @@ def auto_processes(*, mode: str, users: int | None, rate: float | None, ramp_max
                    cpus: int | None = None) -> int:
     """Locust processes for a target: enough for its users or rate, within `process_cap`."""
     cap = process_cap(device, cpus)
-    if mode == "open":
+    if mode in ("open", "search"):  # search: `rate` is the highest it may try (search.highest_rate)
         need = math.ceil((rate or 0.0) / REQUESTS_S_PER_PROCESS)
     elif mode == "ramp":
         need = math.ceil(ramp_max_users / USERS_PER_PROCESS)

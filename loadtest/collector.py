@@ -60,6 +60,7 @@ class Collector:
         self.rate: float | None = None
         self.probe: WindowLog | None = None
         self.search: dict[str, Any] | None = None
+        self.fleet: Any = None  # a master's or worker's side of the search (loadtest/search_workers.py)
         self.scheduled_total = 0
         self.answered_total = 0
         ev = environment.events

@@ -35,6 +35,7 @@ if __package__ in (None, ""):  # run as a file by Locust: make the `loadtest` pa
 
 from trainserve.loadtest import options as _options  # noqa: E402
 from trainserve.loadtest.collector import Collector  # noqa: E402
+from trainserve.loadtest import search_workers  # noqa: E402
 from trainserve.loadtest.search_shape import ServerSearch  # noqa: E402
 from trainserve.loadtest.shapes import PoissonRate, StepRamp  # noqa: E402
 from trainserve.loadtest.users import OpenLoopUser, TritonGrpcUser, TritonHttpUser  # noqa: E402
@@ -73,6 +74,8 @@ def _add_arguments(parser: Any) -> None:
 @events.init.add_listener
 def _on_init(environment: Any, runner: Any, web_ui: Any = None, **_: Any) -> None:
     environment.trainserve = Collector(environment)
+    # the capacity search's messages between a master and its workers (loadtest/search_workers.py)
+    environment.trainserve.fleet = search_workers.install(runner)
     if web_ui is not None:
         from trainserve.loadtest import webui  # the web UI's form and pages: not loaded by headless runs
 

@@ -29,6 +29,7 @@ from trainserve.loadtest.histogram import Histogram
 from trainserve.loadtest.metrics import MetricsScraper
 from trainserve.loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
 from trainserve.loadtest.options import strip_scheme
+from trainserve.loadtest.search import highest_rate
 from trainserve.loadtest.servedrecord import ServedWindow, instances_of
 from trainserve.loadtest.windows import percentiles_short
 from trainserve.core.errors import UserError
@@ -84,9 +85,6 @@ class LoadConfig:
             raise UserError("--ramp steps up users (closed loop); drop --rate, or drop --ramp for open loop")
         if self.search and (self.ramp or self.users is not None):
             raise UserError("--search finds the highest open-loop rate within the SLO; drop --ramp and --users")
-        if self.search and self.processes > 1:
-            raise UserError("--search runs in one Locust process (the rate and its windows live there); "
-                            "drop --processes")
         for name, value, ok, allowed in (
             ("users", self.users, self.users is None or self.users >= 1, ">= 1"),
             ("rate", self.rate, self.rate is None or self.rate > 0, "> 0 per second"),
@@ -145,7 +143,9 @@ def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[
     if config.processes > 1:
         cmd += ["--processes", str(config.processes)]
     if config.mode == "search":
-        cmd += ["--load-shape", "ServerSearch", "--rate", f"{config.rate or 100.0:g}", "--open-loop-users", "1",
+        # one open-loop user per process: each worker sends rate/processes (loadtest/search_workers.py)
+        cmd += ["--load-shape", "ServerSearch", "--rate", f"{config.rate or 100.0:g}", "--open-loop-users",
+                str(max(1, config.processes)),
                 "--slo-p99-ms", f"{config.slo_p99_ms:g}", "--search-budget-s", f"{config.duration_s:g}",
                 "--search-probe-s", f"{config.search_probe_s:g}"]
     elif config.mode == "open":
@@ -165,10 +165,11 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
     """Run one load test; returns the record's path and the record (raises UserError after writing a partial one)."""
     info = fetch_model_info(config.url, config.model, config.protocol)
     arrays = build_arrays(info, config.batch, config.input_data)  # a bad batch or .npz fails here, not in every user
-    if config.processes == 0 and config.search:
-        config.processes = 1  # the search's rate and windows live in one Locust process
-    elif config.processes == 0:
-        config.processes = auto_processes(mode=config.mode, users=config.users, rate=config.rate,
+    if config.processes == 0:
+        # a search needs enough processes for the highest rate it may try within its time
+        rate = highest_rate(config.rate or 100.0, config.duration_s, config.warmup_s + 3 * config.window_s) \
+            if config.search else config.rate
+        config.processes = auto_processes(mode=config.mode, users=config.users, rate=rate,
                                           ramp_max_users=config.ramp_max_users, device=info.device)
     target = config.target or default_target(config, info)
     out_dir = run_dir(config.run, config.runs_dir, writable=True) / "load"

@@ -72,11 +72,14 @@ class Probe:
     figure: Window  # the windows the figure comes from, merged
     passed: bool
     reasons: list[str]  # why it failed (empty when it passed)
-    client_core_fraction: float | None = None  # CPU of the load generator's process over the probe, cores
+    client_core_fraction: float | None = None  # CPU of the load generator's busiest process over the probe, cores
+    per_process: dict[str, float] | None = None  # each sending process's share of a core (workers by id)
+    client_problem: bool = False  # a worker's windows did not arrive: the client failed this rate, not the server
 
     @property
     def client_saturated(self) -> bool:
-        return self.client_core_fraction is not None and self.client_core_fraction >= CLIENT_BUSY
+        return self.client_problem or (self.client_core_fraction is not None
+                                       and self.client_core_fraction >= CLIENT_BUSY)
 
     @property
     def p99_ms(self) -> float | None:
@@ -88,16 +91,18 @@ class Probe:
                 "requests_s": round(self.figure.throughput, 3) if self.figure.length_s else None,
                 "window_s": round(self.figure.length_s, 3), **{k: v for k, v in s.items() if k != "count"},
                 "requests": self.figure.requests, "failures": self.figure.failures, "late": self.figure.late,
-                "client_core_fraction": self.client_core_fraction, "stability": self.stability.to_dict()}
+                "client_core_fraction": self.client_core_fraction, "per_process_core_fraction": self.per_process,
+                "stability": self.stability.to_dict()}
 
 
-def evaluate(rate: float, windows: list[Window], config: SearchConfig,
-             client_core_fraction: float | None = None) -> Probe:
+def evaluate(rate: float, windows: list[Window], config: SearchConfig, client_core_fraction: float | None = None,
+             problems: list[str] | None = None, per_process: dict[str, float] | None = None) -> Probe:
     """Judge one probe's windows against the SLO and the error bound; a probe whose load generator was
-    busy (`client_core_fraction` >= CLIENT_BUSY) fails, since late sends show as late answers."""
+    busy (`client_core_fraction` >= CLIENT_BUSY: its busiest sending process) fails, since late sends show
+    as late answers, and so does one with `problems` (a worker whose windows are missing)."""
     stability = judge(windows, config.rule)
     figure = merged(windows, stability.windows_used)
-    reasons = []
+    reasons = list(problems or [])
     if not stability.stable:
         reasons.append(stability.reason)
     if figure.hist.count == 0:
@@ -110,9 +115,18 @@ def evaluate(rate: float, windows: list[Window], config: SearchConfig,
         reasons.append(f"{figure.failures} of {figure.requests} requests failed "
                        f"(more than {config.max_error_fraction:.1%})")
     if client_core_fraction is not None and client_core_fraction >= CLIENT_BUSY:
-        reasons.append(f"the load generator used {client_core_fraction:.0%} of a core: this rate measured the client")
+        busiest = max(per_process, key=per_process.__getitem__) if per_process and len(per_process) > 1 else None
+        reasons.append(f"the load generator{f' (worker {busiest})' if busiest else ''} used "
+                       f"{client_core_fraction:.0%} of a core: this rate measured the client")
     return Probe(rate, stability, figure, passed=not reasons, reasons=reasons,
-                 client_core_fraction=client_core_fraction)
+                 client_core_fraction=client_core_fraction, per_process=per_process, client_problem=bool(problems))
+
+
+def highest_rate(start_rate: float, budget_s: float, min_probe_s: float, max_rate: float = 1e6) -> float:
+    """The highest rate a search from `start_rate` may probe within `budget_s`: it doubles at most once per
+    probe, and bisection stays below the doubling that failed (the client's processes are sized for it)."""
+    probes = max(1, int(budget_s // max(min_probe_s, 1e-9)))
+    return min(max_rate, start_rate * 2.0 ** min(probes - 1, 60))
 
 
 class RateSearch:

@@ -13,8 +13,10 @@ collector (`collector.rate`), one rate at a time, from a greenlet of its own: Lo
 3. the rate is paused until the requests still in flight are answered (at most 2 s), so a rate the
    server could not keep up with does not leave its queue to the next one.
 
-One Locust process only: the rate and the windows live in this process (the runner refuses
-`--processes` with `--search`). The search's result goes to the results file (`search`).
+In one Locust process the rate and the windows live in that process; with `--processes N` the master
+runs the search and its N workers send and measure (loadtest/search_workers.py: each worker sends
+rate/N and reports each window's histogram; the master judges the merged windows). The search's result
+goes to the results file (`search`).
 """
 
 from __future__ import annotations
@@ -29,11 +31,11 @@ from locust import LoadTestShape
 
 from trainserve.loadtest.options import LoadOptions
 from trainserve.loadtest.search import Probe, RateSearch, SearchConfig, evaluate
+from trainserve.loadtest.search_workers import LocalProbes, WorkerProbes
 from trainserve.loadtest.users import OpenLoopUser
-from trainserve.loadtest.windows import StabilityRule, WindowLog, merged, min_requests_for
+from trainserve.loadtest.windows import StabilityRule, merged, min_requests_for
 
 log = logging.getLogger(__name__)
-DRAIN_S = 2.0  # most seconds to wait, between rates, for answers still in flight
 P99_REQUESTS = min_requests_for(99)
 WINDOW_REQUESTS = 30  # the fewest requests a window is expected to hold (it is made longer at low rates)
 
@@ -50,6 +52,10 @@ class ServerSearch(LoadTestShape):
 
     def reset_time(self) -> None:
         super().reset_time()
+        # a master calls this again once its first tick has started the workers' users (the test's start):
+        # a search already begun would run beside the next one and drive the same workers, so it goes
+        if self._greenlet is not None:
+            self._greenlet.kill(block=True)
         self._greenlet, self.done = None, False
 
     def tick(self) -> tuple[int, float, list[Any]] | None:
@@ -65,34 +71,35 @@ class ServerSearch(LoadTestShape):
     def _search(self, opts: LoadOptions, collector: Any) -> None:
         config = search_config(opts)
         search = RateSearch(config)
+        # a master's workers send and measure (registered at init, loadtest/search_workers.py); alone, this process
+        probes = collector.fleet if isinstance(getattr(collector, "fleet", None), WorkerProbes) \
+            else LocalProbes(collector)
         t0 = time.perf_counter()
         while self.runner.user_count < opts.open_loop_users and time.perf_counter() - t0 < 5.0:
             gevent.sleep(0.05)
         t0 = time.perf_counter()
         try:
             while (rate := search.next_rate(time.perf_counter() - t0)) is not None:
-                probe = self._probe(rate, config, collector, deadline=t0 + config.budget_s)
+                probe = self._probe(rate, config, probes, deadline=t0 + config.budget_s)
                 search.record(probe)
                 log.info("search: %.1f req/s %s (p99 %s ms)%s", rate, "met the SLO" if probe.passed else "failed",
                          None if probe.p99_ms is None else round(probe.p99_ms, 3),
                          "" if probe.passed else f": {'; '.join(probe.reasons)}")
-                self._drain(collector)
+                probes.drain()
         finally:
-            collector.probe, collector.rate = None, 0.0
+            probes.stop()
             collector.search = search.result()
             self.done = True
 
-    def _probe(self, rate: float, config: SearchConfig, collector: Any, deadline: float) -> Probe:
+    def _probe(self, rate: float, config: SearchConfig, probes: Any, deadline: float) -> Probe:
         # a window holds at least WINDOW_REQUESTS requests, or its median and count are mostly noise
         rule = dataclasses.replace(config.rule, window_s=max(config.rule.window_s, WINDOW_REQUESTS / rate))
         config = dataclasses.replace(config, rule=rule,
                                      max_probe_s=max(config.max_probe_s, rule.window_s * rule.consecutive))
         grace = config.slo_p99_ms / 1000.0 * 1.2 + 0.02  # an unanswered request is then past the SLO
         start = time.time()
-        cpu0 = time.process_time()
-        probe_log = WindowLog(start, config.warmup_s, rule.window_s)
-        collector.probe, collector.rate = probe_log, rate
-        windows = []
+        probe_log = probes.start(rate, start, config.warmup_s, rule.window_s)
+        windows, problems = [], []
         last = min(start + config.warmup_s + config.max_probe_s,  # the probe's windows end by here
                    time.time() + max(0.0, deadline - time.perf_counter()) - grace)
         i = 0
@@ -101,26 +108,21 @@ class ServerSearch(LoadTestShape):
             if end > last and len(windows) >= rule.consecutive:
                 break
             gevent.sleep(max(0.0, end + grace - time.time()))
-            windows.append(probe_log.close(i, time.time()))
+            window, missing = probes.close(i)
+            windows.append(window)
+            problems += missing
             i += 1
-            probe = evaluate(rate, windows, config)
+            probe = evaluate(rate, windows, config, problems=problems)
             # stable, and enough requests that the p99 is more than the largest few (else more windows)
             if probe.stability.stable and (probe.figure.requests >= P99_REQUESTS or end > last):
                 break
             every = merged(windows, [w.index for w in windows])
-            if every.hist.count and every.hist.percentile(99) > 2 * config.slo_p99_ms \
+            if problems or every.hist.count and every.hist.percentile(99) > 2 * config.slo_p99_ms \
                     and len(windows) >= rule.consecutive:
-                break  # far past the SLO in every window so far: more windows will not rescue it
-        collector.probe = None
-        busy = (time.process_time() - cpu0) / max(time.time() - start, 1e-9)  # cores of this process
-        return evaluate(rate, windows, config, client_core_fraction=round(busy, 3))
-
-    @staticmethod
-    def _drain(collector: Any) -> None:
-        collector.rate = 0.0
-        t0 = time.perf_counter()
-        while collector.scheduled_total > collector.answered_total and time.perf_counter() - t0 < DRAIN_S:
-            gevent.sleep(0.02)
+                break  # a worker's windows are missing, or far past the SLO in every window so far
+        busy, per_process = probes.finish()  # cores of the busiest process that sent
+        return evaluate(rate, windows, config, client_core_fraction=busy, problems=problems,
+                        per_process=per_process)
 
 
 def search_config(opts: LoadOptions) -> SearchConfig:

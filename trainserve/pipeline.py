@@ -302,8 +302,12 @@ class Pipeline:
             start = max(1.0, 0.8 * best) if best else start
         except UserError:
             pass
+        # on a GPU server `trainserve load` picks enough Locust processes for the rates the search may try
+        # (master and workers, loadtest/search_workers.py); a CPU server keeps the cores: one process
+        processes = [] if device == "cuda" else ["--processes", "1"]
         return ["--search", "--batch", "1", "--rate", f"{start:.1f}", "--slo-p99-ms", f"{slo:g}",
-                "--duration", f"{b.search_budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *windows]
+                "--duration", f"{b.search_budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
+                *windows]
 
     def _report(self) -> Path:
         t0 = time.monotonic()

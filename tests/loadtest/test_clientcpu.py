@@ -9,6 +9,7 @@ import pytest
 
 from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.loadtest.clientcpu import StepCpu, auto_processes, client_cpu
+from trainserve.loadtest.search import highest_rate
 from trainserve.loadtest.servedrecord import annotate
 
 
@@ -19,6 +20,11 @@ def test_auto_processes_grow_with_the_target_within_the_free_cores() -> None:
     assert auto_processes(mode="ramp", users=None, rate=None, ramp_max_users=256, device="cuda", cpus=16) == 8
     assert auto_processes(mode="open", users=None, rate=5000, ramp_max_users=64, device="cuda", cpus=64) == 7
     assert auto_processes(mode="open", users=None, rate=50000, ramp_max_users=64, device="cuda", cpus=128) == 16
+    # the Server search: enough for the highest rate it may try (doubling from its first rate within its time)
+    reach = highest_rate(100.0, budget_s=10.0, min_probe_s=2.0)
+    assert reach == 1600.0 and highest_rate(100.0, budget_s=1000.0, min_probe_s=2.0, max_rate=5e4) == 5e4
+    assert auto_processes(mode="search", users=None, rate=reach, ramp_max_users=64, device="cuda", cpus=16) == 2
+    assert auto_processes(mode="search", users=None, rate=1e6, ramp_max_users=64, device="cuda", cpus=16) == 8
     # against a CPU server the client takes cores the server needs: an eighth; a 2-core machine gets one
     assert auto_processes(mode="ramp", users=None, rate=None, ramp_max_users=64, device="cpu", cpus=2) == 1
     assert auto_processes(mode="ramp", users=None, rate=None, ramp_max_users=64, device="cpu", cpus=32) == 4

@@ -11,7 +11,6 @@ import pytest
 
 from tests.conftest import stop_process
 from tests.loadtest.conftest import start_stub
-from trainserve.core.errors import UserError
 from trainserve.loadtest.runner import LoadConfig, run_load
 from trainserve.report.collect import Entry
 from trainserve.report.scenarios import row
@@ -75,6 +74,17 @@ def test_repeats_yield_a_confidence_interval(tmp_path: Path) -> None:
     assert ci["p99_ms"]["n"] == 3
 
 
-def test_search_refuses_several_processes() -> None:
-    with pytest.raises(UserError, match="one Locust process"):
-        LoadConfig(url="127.0.0.1:1", model="m", search=True, processes=2)
+def test_search_across_two_worker_processes_finds_the_known_capacity(tmp_path: Path) -> None:
+    # the same stand-in and band as the one-process search; a master and two workers, each sending half
+    _, record = _load(tmp_path, ["--capacity", "200"], search=True, rate=160.0, slo_p99_ms=200.0,
+                      duration_s=24.0, warmup_s=0.5, window_s=0.5, search_probe_s=2.0, processes=2)
+    search = record.extra["search"]
+    assert record.settings["processes"] == 2
+    assert 150.0 <= search["capacity_req_s"] <= 220.0, search["probes"]
+    assert search["upper_req_s"] is not None and not search["lower_bound"]
+    # every probe was measured on both workers, and the figure's requests are both workers' together:
+    # answered at about the whole rate, not the half one worker sends
+    assert all(len(p["per_process_core_fraction"] or {}) == 2 for p in search["probes"]), search["probes"]
+    assert record.speed.requests_s == pytest.approx(search["capacity_req_s"], rel=0.25)
+    lat = record.speed.latency
+    assert lat.p95_ms is not None and lat.p50_ms <= lat.p95_ms <= lat.p99_ms <= 200.0

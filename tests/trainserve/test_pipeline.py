@@ -45,6 +45,7 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     # the Server scenario starts at 80% of the ramp's best, with the run's SLO, and feeds the cost section
     server_log = (tmp_path / "p1" / "logs" / "load-cpu-server.log").read_text()
     assert "--search" in server_log and "--rate 2560.0" in server_log and "--slo-p99-ms 100" in server_log
+    assert "--processes 1 " in server_log  # a CPU server keeps its cores; on a GPU `load` picks the processes
     assert "--warmup-s 0.5 --window-s 0.5" in (tmp_path / "p1" / "logs" / "load-cpu-batch1.log").read_text()
     summary = json.loads((html.parent / "summary.json").read_text())
     assert summary["verdict"]["result"] == "VALID", summary["verdict"]
