@@ -33,6 +33,9 @@ def annotate(record: ProfileRecord, results: dict[str, Any], calibration: dict[s
     client_ms = (calibration or {}).get("client_ms")
     client = from_results(results.get("load_generator") or {}, record.validity.window_s, results.get("workers") or 0)
     served = record.served = Served(client=client, device_busy_fraction=busy_fraction(server, instances))
+    # the embedded server's front-end processes (its served config's `frontends`): the front-end bound's cores
+    if frontends := (record.extra.get("server") or {}).get("frontends"):
+        served.frontends = int(frontends)
     served.attribution = attribute(record.speed.latency.mean_ms, client_ms, server)
     record.extra["attribution"] = {"calibration": calibration, "server_window": server, "instances": instances}
     for row in record.extra.get("ramp") or []:
