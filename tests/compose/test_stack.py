@@ -36,7 +36,7 @@ MODEL = "cnn_cpu"
 # The README's compose section, as a user types it (less the engine set-up).
 COMMANDS = [
     "docker compose --profile train build",
-    "docker compose --profile train run --rm train",
+    "PRESET=tiny EPOCHS=1 docker compose --profile train run --rm train",
     "docker compose --profile cpu up -d --scale locust-worker=2 embedded locust locust-worker",
     "docker compose --profile cpu down -v",
 ]
@@ -52,14 +52,17 @@ class Stack:
     project: str
 
     def run(self, command: str, timeout_s: float = 600, check: bool = True) -> subprocess.CompletedProcess:
-        """A README command with this machine's compose CLI in place of `docker compose`."""
+        """A README command (`VAR=value ... docker compose ...`) with this machine's compose CLI."""
         argv = shlex.split(command)
+        env = dict(a.split("=", 1) for a in argv[:argv.index("docker")])
+        argv = argv[len(env):]
         assert argv[:2] == ["docker", "compose"], command
-        return self.compose_cmd(*argv[2:], timeout_s=timeout_s, check=check)
+        return self.compose_cmd(*argv[2:], timeout_s=timeout_s, check=check, **env)
 
-    def compose_cmd(self, *args: str, timeout_s: float = 120, check: bool = True) -> subprocess.CompletedProcess:
-        out = subprocess.run([*self.compose, *args], cwd=REPO_ROOT, env=self.env, capture_output=True, text=True,
-                             timeout=timeout_s)
+    def compose_cmd(self, *args: str, timeout_s: float = 120, check: bool = True,
+                    **env: str) -> subprocess.CompletedProcess:
+        out = subprocess.run([*self.compose, *args], cwd=REPO_ROOT, env={**self.env, **env}, capture_output=True,
+                             text=True, timeout=timeout_s)
         if check:
             assert out.returncode == 0, f"`compose {' '.join(args)}` failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out
@@ -170,31 +173,49 @@ def _inferences(stack: Stack) -> float:
     return total
 
 
-def _swarm(stack: Stack, user_class: str, server_url: str, min_requests: int = 50) -> dict:
-    """Start a swarm from the master's web API, wait for `min_requests`, stop it; the MODEL row."""
+def _form(user_class: str, server_url: str) -> dict[str, object]:
+    """The fields of a start from the master's web API (its web form's names)."""
+    return {"user_count": 2, "spawn_rate": 2, "user_classes": user_class, "server_url": server_url,
+            "model_name": MODEL}
+
+
+def _row(stats: dict, request_type: str) -> dict:
+    """The statistics row of MODEL's requests of one type (HTTP or gRPC); zeros before the first."""
+    rows = [r for r in stats["stats"] if r.get("method") == request_type and r["name"].startswith(MODEL)]
+    return rows[0] if rows else {"num_requests": 0, "num_failures": 0}
+
+
+def _swarm(stack: Stack, user_class: str, server_url: str, request_type: str, min_requests: int = 50) -> int:
+    """Start a swarm from the master's web API, wait for `min_requests` more of `request_type`, stop it.
+
+    Returns how many requests Locust counted in this swarm, after checking that the containerised
+    server's own counter (through the published metrics port) grew by at least as many.
+    """
     locust = stack.url("locust")
-    _get(locust + "/stats/reset")
-    form = urllib.parse.urlencode({"user_count": 2, "spawn_rate": 2, "user_classes": user_class,
-                                   "shape_class": "Default", "server_url": server_url,
-                                   "model_name": MODEL}).encode()
+    stats = lambda: json.loads(_get(locust + "/stats/requests"))  # noqa: E731
+    before, served_before = _row(stats(), request_type)["num_requests"], _inferences(stack)
+    form = urllib.parse.urlencode(_form(user_class, server_url)).encode()
     with urllib.request.urlopen(urllib.request.Request(locust + "/swarm", data=form), timeout=30) as r:
         answer = json.load(r)
     assert answer.get("success"), f"the master refused the swarm: {answer}"
 
-    def enough() -> dict | None:
-        stats = json.loads(_get(locust + "/stats/requests"))
-        total = next(s for s in stats["stats"] if s["name"] == "Aggregated")
-        assert total["num_failures"] == 0, f"{user_class}: failures {stats.get('errors')}"
-        return stats if total["num_requests"] >= min_requests else None
+    def enough() -> bool:
+        now = stats()
+        total = next(s for s in now["stats"] if s["name"] == "Aggregated")
+        assert total["num_failures"] == 0, f"{user_class}: failures {now.get('errors')}"
+        return _row(now, request_type)["num_requests"] - before >= min_requests
 
-    stats = _wait(f"{user_class} through the master reached {min_requests} requests", enough, 120, 0.5)
+    _wait(f"{user_class} through the master reached {min_requests} requests", enough, 120, 0.5)
     urllib.request.urlopen(urllib.request.Request(locust + "/stop", data=b""), timeout=10).close()
-    _wait("the swarm stopped", lambda: json.loads(_get(locust + "/stats/requests"))["state"] == "stopped", 30, 0.5)
-    stats = json.loads(_get(locust + "/stats/requests"))
-    total = next(s for s in stats["stats"] if s["name"] == "Aggregated")
-    assert total["num_failures"] == 0, stats.get("errors")
-    assert stats["worker_count"] == 2
-    return total
+    _wait("the swarm stopped", lambda: stats()["state"] == "stopped", 30, 0.5)
+    final = stats()
+    total = next(s for s in final["stats"] if s["name"] == "Aggregated")
+    assert total["num_failures"] == 0, final.get("errors")
+    assert final["worker_count"] == 2
+    counted = _row(final, request_type)["num_requests"] - before
+    served = _inferences(stack) - served_before
+    assert served >= counted, f"{user_class}: Locust counted {counted} requests, the server answered {served}"
+    return counted
 
 
 def _started(container: dict) -> datetime:
@@ -212,8 +233,12 @@ def test_readme_section_is_what_this_test_runs():
     section = text.split("## Serving with NVIDIA Triton (docker compose)", 1)[1].split("\n## ", 1)[0]
     block = re.search(r"```bash\n(.*?)```", section, re.S).group(1)
     lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
-    commands = [line for line in lines if line.startswith("docker compose")]
+    commands = [line for line in lines if "docker compose" in line]
     assert commands == COMMANDS
+    # the swarm the README starts is the test's HTTP swarm
+    swarm = next(line for line in lines if "/swarm" in line)
+    fields = dict(re.findall(r"-d (\w+)=(\S+)", swarm))
+    assert fields == {k: str(v) for k, v in _form("TritonHttpUser", "embedded:8000").items()}, fields
 
 
 def test_triton_services_pass_compose_config(engine: dict[str, str], stack: Stack):
@@ -255,12 +280,10 @@ def test_the_stack_for_real(engine: dict[str, str], stack: Stack):
 
     # a headless load through the master, over HTTP and gRPC, answered by the containerised server
     t = time.monotonic()
-    before = _inferences(stack)
-    http = _swarm(stack, "TritonHttpUser", "embedded:8000")
-    grpc = _swarm(stack, "TritonGrpcUser", "embedded:8001")
+    http = _swarm(stack, "TritonHttpUser", "embedded:8000", "HTTP")
+    grpc = _swarm(stack, "TritonGrpcUser", "embedded:8001", "gRPC")
     times["load"] = time.monotonic() - t
-    served = _inferences(stack) - before
-    assert served >= http["num_requests"] + grpc["num_requests"], (served, http["num_requests"], grpc["num_requests"])
+    print(f"compose stack load: {http} HTTP and {grpc} gRPC requests through the master, 0 failures")
 
     # a second `up` (after a `down` that keeps the volume) reuses the trained run
     stack.compose_cmd("--profile", "cpu", "down", timeout_s=300)
