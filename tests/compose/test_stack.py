@@ -95,7 +95,7 @@ def _read_env(path: Path) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def engine() -> Iterator[dict[str, str]]:
-    """COMPOSE and BASE_IMAGE from `scripts/engine up`; its `down` stops dockerd if it started it."""
+    """COMPOSE and BASE_IMAGE from `scripts/engine up`; `scripts/engine down` after, if that started dockerd."""
     required = os.environ.get("TRAINSERVE_REQUIRE_ENGINE") == "1"
     if not required and not _engine_answers():
         pytest.skip("no Docker engine answers here; `scripts/engine up` brings one up, "
@@ -111,9 +111,10 @@ def engine() -> Iterator[dict[str, str]]:
         found["engine_s"] = f"{time.monotonic() - started:.0f}"
         yield found
     finally:
-        down = subprocess.run(["scripts/engine", "down"], cwd=REPO_ROOT, capture_output=True, text=True,
-                              timeout=120)
-        print(down.stdout, down.stderr)
+        if "engine: dockerd is up" in up.stdout:  # only the engine this test started is stopped
+            down = subprocess.run(["scripts/engine", "down"], cwd=REPO_ROOT, capture_output=True, text=True,
+                                  timeout=120)
+            print(down.stdout, down.stderr)
 
 
 @pytest.fixture(scope="module")
