@@ -64,7 +64,8 @@ class Stack:
         out = subprocess.run([*self.compose, *args], cwd=REPO_ROOT, env={**self.env, **env}, capture_output=True,
                              text=True, timeout=timeout_s)
         if check:
-            assert out.returncode == 0, f"`compose {' '.join(args)}` failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
+            assert out.returncode == 0, \
+                f"`compose {' '.join(args)}` failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
         return out
 
     def container(self, service: str) -> dict:
@@ -219,14 +220,19 @@ def _swarm(stack: Stack, user_class: str, server_url: str, request_type: str, mi
     return counted
 
 
+def _time(stamp: str) -> datetime:
+    """Docker's RFC 3339 time (nanoseconds, Z or an offset) as an aware datetime."""
+    return datetime.fromisoformat(re.sub(r"(\.\d{6})\d+", r"\1", stamp).replace("Z", "+00:00"))
+
+
 def _started(container: dict) -> datetime:
-    return datetime.fromisoformat(container["State"]["StartedAt"][:26].rstrip("Z"))
+    return _time(container["State"]["StartedAt"])
 
 
 def _first_healthy(container: dict) -> datetime:
     probes = [p for p in container["State"]["Health"]["Log"] if p["ExitCode"] == 0]
     assert probes, "the server never passed its health check"
-    return min(datetime.fromisoformat(p["End"][:26].rstrip("Z")) for p in probes)
+    return min(_time(p["End"]) for p in probes)
 
 
 def test_readme_section_is_what_this_test_runs():
@@ -273,7 +279,8 @@ def test_the_stack_for_real(engine: dict[str, str], stack: Stack):
                            "id -u; stat -c %u /runs/compose/model_repository/cnn_cpu/1/model.onnx").stdout.split()
     assert ls == ["1000", "1000"], ls
     # ports come from the environment
-    for service, inside, name in (("embedded", 8000, "http"), ("embedded", 8002, "metrics"), ("locust", 8089, "locust")):
+    for service, inside, name in (("embedded", 8000, "http"), ("embedded", 8002, "metrics"),
+                                  ("locust", 8089, "locust")):
         published = stack.compose_cmd("port", service, str(inside)).stdout.strip()
         assert published == f"127.0.0.1:{stack.ports[name]}", (service, published)
     _wait("both workers joined the master",
