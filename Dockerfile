@@ -2,7 +2,10 @@
 # one-shot train/export job of compose.yaml. Installed exactly as the README says: scripts/setup.
 #   docker build -t trainserve:local .
 #   docker build --build-arg TORCH_INDEX_URL=<PyTorch's CPU wheel index> -t trainserve:local .   (smaller image)
-FROM python:3.12-slim
+# BASE_IMAGE: any Debian-like image with Python 3.11+, venv and useradd; where python:3.12-slim
+# cannot be pulled, scripts/engine builds one with debootstrap (docs/compose.md).
+ARG BASE_IMAGE=python:3.12-slim
+FROM ${BASE_IMAGE}
 
 # scripts/setup reads these: which torch, and from which index (empty = the default index).
 ARG TORCH_SPEC=""
