@@ -75,8 +75,11 @@ def client_cpu(per_process_cpu_s: dict[str, float], window_s: float | None, user
 def from_results(gen: dict[str, Any], window_s: float | None, workers: int) -> ClientCpu:
     """ClientCpu of a whole test from the locustfile's results["load_generator"]."""
     per = gen.get("per_process_cpu_s") or {}
+    # CPU seconds over the span they were spent in (the whole test: warm-up, and every rate a search tried),
+    # not over the measured window alone, which would put a 40 s search's CPU into its last few seconds
+    span = gen.get("window_s") or window_s
     # with workers the master runs no users; alone, the one process does
-    return client_cpu({k: float(v) for k, v in per.items()}, window_s, workers if workers > 0 else 1)
+    return client_cpu({k: float(v) for k, v in per.items()}, span, workers if workers > 0 else 1)
 
 
 class StepCpu:

@@ -233,6 +233,7 @@ class Collector:
         per_process = {role: round(own, 3), **{k: round(v, 3) for k, v in self.worker_cpu.items()}}
         window = end - self.started if self.started is not None else None
         return {"cpu_s": round(sum(per_process.values()), 3), "per_process_cpu_s": per_process,
+                "window_s": round(window, 3) if window else None,  # the span those CPU seconds were spent in
                 "max_process_core_fraction": round(max(per_process.values()) / window, 3) if window else None}
 
     def write_results(self) -> None:

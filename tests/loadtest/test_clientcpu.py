@@ -8,7 +8,7 @@ import types
 import pytest
 
 from trainserve.core.profile import LatencyStats, ProfileRecord
-from trainserve.loadtest.clientcpu import StepCpu, auto_processes, client_cpu
+from trainserve.loadtest.clientcpu import StepCpu, auto_processes, client_cpu, from_results
 from trainserve.loadtest.search import highest_rate
 from trainserve.loadtest.servedrecord import annotate
 
@@ -76,3 +76,12 @@ def test_a_ramp_step_counts_the_client_cpu_of_its_own_window() -> None:
     time.sleep(0.2)
     cpu = step.finish()
     assert not cpu.saturated and cpu.per_process_core_fraction["w1"] == 0.0
+
+
+def test_cpu_seconds_count_over_the_span_they_were_spent_in_not_the_measured_window():
+    # a 35 s search whose last probe's window was 3 s: 10 CPU-s per worker is 29% of a core, not 333%
+    gen = {"per_process_cpu_s": {"master": 0.5, "w1": 10.0, "w2": 10.2}, "window_s": 35.0}
+    client = from_results(gen, 3.0, workers=2)
+    assert not client.saturated and max(client.per_process_core_fraction.values()) < 0.3
+    # without the span (an older record) the measured window stands in, as before
+    assert from_results({k: v for k, v in gen.items() if k != "window_s"}, 3.0, workers=2).saturated
