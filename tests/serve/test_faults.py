@@ -201,7 +201,7 @@ def test_an_idle_stream_does_not_hold_shutdown(repo):
         proc.wait(30)
         took = time.monotonic() - t0
         # 30.2 s (the whole drain timeout) before; an idle stream now ends at once
-        assert took < 5, f"shutdown with an idle stream took {took:.1f} s"
+        assert took < 2, f"shutdown with an idle stream took {took:.1f} s"
         assert proc.returncode == 0
         idle.stop_stream(cancel_requests=True)
         idle.close()
