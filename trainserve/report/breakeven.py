@@ -25,11 +25,11 @@ def gpu_price_break_even(cpu_capacity: float | None, cpu_usd_per_hour: float | N
     out: dict[str, Any] = {"load_req_s": None, "load_basis": None, "cpu_servers": None, "cpu_usd_per_hour": None,
                            "gpus": None, "break_even_usd_per_gpu_hour": None,
                            "gpu_usd_per_gpu_hour": gpu_usd_per_gpu_hour, "gpu_cheaper": None, "note": None}
-    missing = [what for what, v in (("a CPU server's capacity within the SLO", cpu_capacity),
-                                    ("a CPU server's price", cpu_usd_per_hour),
-                                    ("a GPU's capacity within the SLO", gpu_capacity)) if not v]
+    missing = [what for what, v in (("CPU server's capacity within the SLO", cpu_capacity),
+                                    ("CPU server's price", cpu_usd_per_hour),
+                                    ("GPU's capacity within the SLO", gpu_capacity)) if not v]
     if missing:
-        return out | {"note": "not computed: no " + " and no ".join(missing)}
+        return out | {"note": "not computed: no " + " and no ".join(missing) + " was measured or given"}
     load = planned_req_s if planned_req_s else gpu_capacity
     n_cpu, n_gpu = _servers(load, cpu_capacity), _servers(load, gpu_capacity)
     price = n_cpu * cpu_usd_per_hour / n_gpu
