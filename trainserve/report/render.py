@@ -64,6 +64,8 @@ ul.conclusions { margin:6px 0 0; padding-left:20px; } ul.conclusions li { margin
 table { border-collapse:collapse; width:100%; font-size:13px; }
 th, td { padding:5px 9px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
 th:first-child, td:first-child { text-align:left; }
+/* the scenarios table has twelve columns, a record path and verdict words among them: they wrap */
+#scenarios th, #scenarios td { white-space:normal; overflow-wrap:anywhere; padding:5px 6px; }
 thead th { background:#f0f2f5; font-weight:600; vertical-align:bottom; border-bottom:2px solid #cfd5dd;
            white-space:normal; min-width:92px; line-height:1.3; }
 thead th .dev { display:block; font-weight:500; color:var(--muted); font-size:12px; }
