@@ -192,21 +192,10 @@ def _dtype(config: ModelConfig) -> type:
 
 def _npz(config: ModelConfig, path: Path, seed: int) -> Splits:
     path = path.expanduser().resolve()
-    if not path.is_file():
-        raise UserError(f"dataset {path} not found; pass --dataset synthetic, digits, or an existing .npz file")
-    try:
-        with np.load(path, allow_pickle=False) as f:
-            arrays = {k: f[k] for k in f.files}
-    except (zipfile.BadZipFile, ValueError, OSError, EOFError, KeyError) as e:
-        raise UserError(f"{path} is not a readable .npz file ({type(e).__name__}); save it with numpy.savez(path, x=..., y=...)") from None
-    for key in ("x", "y"):
-        if key not in arrays:
-            raise UserError(f"{path} has no array {key!r} (it has {sorted(arrays)}); save it with numpy.savez(path, x=..., y=...)")
+    arrays = _read_npz(path)  # x and y present; x_test and y_test both or neither
     family = family_of(config)
     x, y = _check_xy(arrays["x"], arrays["y"], family, path, "x", "y")
-    if "x_test" in arrays or "y_test" in arrays:
-        if not ("x_test" in arrays and "y_test" in arrays):
-            raise UserError(f"{path} has only one of x_test / y_test; give both or neither")
+    if "x_test" in arrays:
         x_te, y_te = _check_xy(arrays["x_test"], arrays["y_test"], family, path, "x_test", "y_test")
         if x_te.shape[1:] != x.shape[1:]:
             raise UserError(f"{path}: x_test rows have shape {x_te.shape[1:]}, x rows {x.shape[1:]}; make them equal")
