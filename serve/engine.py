@@ -45,7 +45,7 @@ from trainserve.serve import ipc, shm
 from trainserve.serve.core import ServerCore
 from trainserve.serve.errors import InvalidArgument, ServeError
 from trainserve.serve.remote_core import registry_snapshot
-from trainserve.serve.server import Server, ServerOptions, StartError, trim_when_idle
+from trainserve.serve.server import Server, ServerOptions, StartError, run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -273,6 +273,8 @@ class Engine:
     # ------------------------------------------------------------------ stop
     async def stop(self) -> None:
         """SIGTERM every front end, wait for them (they drain, this process still answering), then the core."""
+        if self._stopping:  # already stopping (a failure, then the caller's own stop)
+            return
         self._stopping = True
         self.core.draining = True
         for child in self.children:
@@ -294,24 +296,7 @@ class Engine:
 
 
 async def _run(engine: Engine, on_ready: Callable[[dict[str, int | None]], None]) -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        ports = await engine.start()
-        on_ready(ports)
-        trimmer = loop.create_task(trim_when_idle(engine.core))
-        waits = [loop.create_task(stop.wait()), loop.create_task(engine.failed.wait())]
-        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for w in waits:
-            w.cancel()
-        trimmer.cancel()
-    finally:
-        if not engine._stopping:
-            await engine.stop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.remove_signal_handler(sig)
+    await run_until_signalled(engine, on_ready, engine.failed)
     if engine.failed.is_set():
         raise ServerFailed(engine.failure)
 

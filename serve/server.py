@@ -26,7 +26,7 @@ import logging
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from trainserve.core.errors import UserError
 from trainserve.serve import heap
@@ -148,8 +148,11 @@ async def trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
         reclaimer.maybe()
 
 
-async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int | None]], None]) -> None:
-    """Start, call on_ready(ports), wait for SIGTERM or SIGINT, then drain and stop."""
+async def run_until_signalled(server: Any, on_ready: Callable[[dict[str, int | None]], None],
+                              failed: asyncio.Event | None = None) -> None:
+    """Start, call on_ready(ports), wait for SIGTERM or SIGINT (or `failed`), then drain and stop.
+
+    `server` is a Server or serve/engine.py's Engine: start() -> ports, stop(), and the core it serves."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -158,9 +161,13 @@ async def run_until_signalled(server: Server, on_ready: Callable[[dict[str, int 
         ports = await server.start()
         on_ready(ports)
         trimmer = loop.create_task(trim_when_idle(server.core))
-        await stop.wait()
+        waits = [loop.create_task(stop.wait())] + ([loop.create_task(failed.wait())] if failed is not None else [])
+        await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        for w in waits:
+            w.cancel()
         trimmer.cancel()
-        log.info("signal received: finishing in-flight requests, then exiting")
+        if stop.is_set():
+            log.info("signal received: finishing in-flight requests, then exiting")
     finally:
         await server.stop()
         for sig in (signal.SIGTERM, signal.SIGINT):
