@@ -200,8 +200,6 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         results = pool_repeats(runs)
         record = build_record(config, info, target, results, scraper.summary(), returncode)
         served.annotate(record, results, instances_of(info.config.get("instance_group")), config.slo_p99_ms)
-        if record.served is not None and record.served.client is not None and record.served.client.saturated:
-            record.validity.client_saturated = True  # the verdict reads it (report/verdict.py)
         for f in [*staging.glob(f"{target}_*.csv"), *staging.glob(f"{target}.html")]:
             os.replace(f, out_dir / f.name)
         path = out_dir / f"{target}.json"
