@@ -10,6 +10,7 @@ a failing stage, Ctrl-C, SIGTERM — every child is stopped before this returns.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -18,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.fsutil import write_json_atomic
 from trainserve.core.procs import (
     ChildFailed,
     Children,
@@ -44,6 +46,9 @@ log = logging.getLogger(__name__)
 
 MODELS = FAMILIES
 DEVICES = ("auto", "cpu", "cuda")
+SCENARIOS = ("ramp", "server", "batch1", "saturated")  # the load stages of each served device, in their order
+RUN_OPTIONS = "run.json"  # the options that decide a run's work (--resume checks them)
+STAGES = "stages.json"  # the stages that completed, with their seconds (--resume keeps them)
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,7 @@ class RunConfig:
     user_model: dict[str, Any] = field(default_factory=dict)  # your own model: TrainConfig's input_shape, ...
     onnx: Path | None = None  # a model trained elsewhere: serve, load, price and plan it; no training stages
     repeats: int = 1  # each served operating point measured this many times (the report: mean and 95% CI)
+    resume: bool = False  # finish an earlier attempt of this run: its completed stages are kept (run.json, stages.json)
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:
@@ -160,9 +166,13 @@ class Pipeline:
 
     def __post_init__(self) -> None:
         self.root = run_dir(self.cfg.run, self.cfg.runs_dir, writable=True)
-        if (self.root / "train" / "checkpoint.pt").exists():  # trainserve.core.card.CHECKPOINT_NAME (no torch import here)
+        self.done: dict[str, dict] = {}  # stages.json: the stages of this run that completed, by name
+        if self.cfg.resume:
+            self._check_resume()
+        elif (self.root / "train" / "checkpoint.pt").exists() or (self.root / RUN_OPTIONS).exists():
+            # train/checkpoint.pt: trainserve.core.card.CHECKPOINT_NAME (no torch import here)
             raise UserError(f"run {self.cfg.run!r} already exists at {self.root}; pass another --run (or none, for "
-                            "a new dated one), or delete that folder to redo it")
+                            "a new dated one), --resume to finish it, or delete that folder to redo it")
         self.logs = self.root / "logs"
         self.env = _child_env()
         self.name = self.cfg.model  # the served model's name; run() checks a model of the user's own first
@@ -173,6 +183,8 @@ class Pipeline:
         """Run every stage; return the report's path. Children are stopped on every way out."""
         gpu = self._gpu_devices()
         self.name = self._check_model()
+        if not self.cfg.resume:
+            write_json_atomic(self.root / RUN_OPTIONS, self._options())
         with interrupts_stop_children():
             try:
                 if self.cfg.onnx is not None:  # trained elsewhere: its file becomes the repository
@@ -249,6 +261,11 @@ class Pipeline:
 
     def _serve_and_load(self, device: str) -> None:
         name = f"serve-{device}"
+        loads = [f"load-{device}-{s}" for s in SCENARIOS]
+        if all(stage in self.done for stage in loads):
+            for stage in [name, *loads]:
+                self._kept(stage, "")
+            return
         t0 = time.monotonic()
         self.progress(StageEvent(name, "start", f"embedded server on the {_label(device)}"))
         server = self.children.start(
@@ -280,14 +297,20 @@ class Pipeline:
             "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
                           "--duration", f"{b.measure_s:g}s", *windows],
         }
+        assert tuple(scenarios) == SCENARIOS
         for scenario, args in scenarios.items():
             target = f"embedded-{device}-{scenario}"  # the record's file name: load/<target>.json
+            if f"load-{device}-{scenario}" in self.done:
+                self._kept(f"load-{device}-{scenario}", f"{scenario} on {model}")
+                continue
             if args is None:
                 args = self._server_args(device, windows)
+            t1 = time.monotonic()
             with _ServerWatch(server.proc.pid) as watch:
                 self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
-                            f"{scenario} on {model}")
+                            f"{scenario} on {model}", mark=False)
             watch.annotate(self.root / "load" / f"{target}.json")
+            self._mark(f"load-{device}-{scenario}", time.monotonic() - t1)
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
     def _server_args(self, device: str, windows: list[str]) -> list[str]:
@@ -349,8 +372,11 @@ class Pipeline:
         return args
 
     def _stage(self, name: str, argv: list[str], detail: str, timeout_s: float | None = None,
-               lines: Callable[[str], str | None] | None = None) -> None:
+               lines: Callable[[str], str | None] | None = None, mark: bool = True) -> None:
         """Run one stage's CLI; `lines` picks log lines to show as "line" events while it runs."""
+        if name in self.done:
+            self._kept(name, detail)
+            return
         t0 = time.monotonic()
         self.progress(StageEvent(name, "start", detail))
         log_path = self.logs / f"{name}.log"
@@ -364,7 +390,46 @@ class Pipeline:
             why = (f"ran past its {timeout_s:.0f} s limit" if rc == 124
                    else f"exited with code {rc}")
             raise _failed(name, log_path, why)
+        if mark:  # a load stage is marked by its caller, once the server's own figures are added to its record
+            self._mark(name, time.monotonic() - t0)
         self.progress(StageEvent(name, "done", detail, time.monotonic() - t0))
+
+    # --- resuming ---------------------------------------------------------------------------
+
+    def _options(self) -> dict[str, Any]:
+        """What decides a run's work, as written to run.json: a resumed run must be given the same."""
+        c = self.cfg
+        slo = c.cost.slo_p99_ms if c.cost is not None else DEFAULT_SLO_P99_MS
+        return {"model": c.model, "preset": c.preset, "device": c.device, "quick": c.quick, "sweep": c.sweep,
+                "sweep_budget_s": c.sweep_budget_s, "dataset": c.dataset, "target_accuracy": c.target_accuracy,
+                "seeds": c.seeds, "user_model": c.user_model, "onnx": str(c.onnx) if c.onnx is not None else None,
+                "repeats": c.repeats, "slo_p99_ms": slo}
+
+    def _check_resume(self) -> None:
+        """--resume: the run must exist with its options, and be given the same ones."""
+        path = self.root / RUN_OPTIONS
+        try:
+            earlier = json.loads(path.read_text())
+            done = json.loads((self.root / STAGES).read_text()) if (self.root / STAGES).exists() else {}
+        except (OSError, ValueError) as e:
+            raise UserError(f"--resume: run {self.cfg.run!r} cannot be resumed, its {path.name} at {self.root} is "
+                            f"missing or unreadable ({type(e).__name__}); start it again without --resume") from None
+        now = json.loads(json.dumps(self._options(), default=str))
+        for key, value in now.items():
+            if earlier.get(key) != value:
+                flag = "--" + key.replace("_", "-")
+                raise UserError(f"--resume: run {self.cfg.run!r} was started with {flag} {earlier.get(key)!r}, not "
+                                f"{value!r}; resume it with the options it was started with, or start a new --run")
+        self.done = done if isinstance(done, dict) else {}
+
+    def _mark(self, stage: str, seconds: float) -> None:
+        """Record a completed stage (stages.json), so that --resume keeps it."""
+        self.done[stage] = {"seconds": round(seconds, 1), "ended": _dt.datetime.now().isoformat(timespec="seconds")}
+        write_json_atomic(self.root / STAGES, self.done)
+
+    def _kept(self, stage: str, detail: str) -> None:
+        self.progress(StageEvent(stage, "start", detail))
+        self.progress(StageEvent(stage, "done", "kept from the earlier attempt (--resume)", 0.0))
 
 
     def _wait_showing(self, name: str, child, log_path: Path, timeout_s: float,

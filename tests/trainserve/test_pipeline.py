@@ -237,3 +237,42 @@ def test_a_bad_target_accuracy_is_one_sentence():
     for bad in (0, 1.5, -0.2):
         with pytest.raises(UserError, match=rf"^--target-accuracy {bad:g} is invalid; give a held-out accuracy"):
             RunConfig(target_accuracy=bad)
+
+
+def test_resume_keeps_the_completed_stages_and_runs_the_rest(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "export")
+    cfg = dict(device="cpu", quick=True, run="r1", runs_dir=tmp_path)
+    with pytest.raises(UserError, match="the export stage failed"):
+        Pipeline(RunConfig(**cfg), argv=fake_argv).run()
+    run = tmp_path / "r1"
+    assert set(json.loads((run / "stages.json").read_text())) == {"train", "sweep-cpu"}
+    train_log = (run / "logs" / "train.log").read_text()
+    # without --resume an existing run is refused, so nothing of it is overwritten by accident
+    with pytest.raises(UserError, match=r"^run 'r1' already exists at .*--resume to finish it"):
+        Pipeline(RunConfig(**cfg), argv=fake_argv)
+    monkeypatch.delenv("FAKE_FAIL")
+    events = []
+    html = Pipeline(RunConfig(**cfg, resume=True), progress=events.append, argv=fake_argv).run()
+    kept = [e.stage for e in events if e.status == "done" and "kept from the earlier attempt" in e.detail]
+    assert kept == ["train", "sweep-cpu"]
+    ran = [e.stage for e in events if e.status == "done" and e.stage not in kept]
+    assert ran == ["export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server", "load-cpu-batch1",
+                   "load-cpu-saturated", "report"]
+    assert (run / "logs" / "train.log").read_text() == train_log  # not run again
+    assert html.is_file() and len(json.loads((run / "stages.json").read_text())) == 8
+
+    # a run whose every load is done starts no server when resumed
+    events.clear()
+    Pipeline(RunConfig(**cfg, resume=True), progress=events.append, argv=fake_argv).run()
+    assert [e.stage for e in events if e.status == "done" and "kept" not in e.detail] == ["report"]
+
+
+def test_resume_refuses_other_options_and_a_run_that_never_started(tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_FAIL", "train")
+    with pytest.raises(UserError):
+        Pipeline(RunConfig(device="cpu", quick=True, run="r2", runs_dir=tmp_path), argv=fake_argv).run()
+    with pytest.raises(UserError, match=r"^--resume: run 'r2' was started with --repeats 1, not 3; resume it with"):
+        Pipeline(RunConfig(device="cpu", quick=True, run="r2", runs_dir=tmp_path, repeats=3, resume=True),
+                 argv=fake_argv)
+    with pytest.raises(UserError, match=r"^--resume: run 'r9' cannot be resumed, its run.json at .* is missing"):
+        Pipeline(RunConfig(device="cpu", quick=True, run="r9", runs_dir=tmp_path, resume=True), argv=fake_argv)

@@ -60,6 +60,9 @@ def run(
         "dimension must be dynamic."))] = None,
     repeats: Annotated[int, typer.Option(help=(
         "Measure each served operating point N times; the report shows mean and 95% CI."))] = 1,
+    resume: Annotated[bool, typer.Option("--resume", help=(
+        "Finish a run that stopped (a failed stage, Ctrl-C, a time limit): the stages it completed are kept, "
+        "the rest run. Give its --run and the options it was started with."))] = False,
     prices: PricesFile = None,
     price_cpu_core_hour: CpuCoreHour = None,
     price_gpu_hour: GpuHour = None,
@@ -88,7 +91,7 @@ def run(
     cfg = RunConfig(model=fields["model"], user_model=user_model, onnx=onnx, preset=preset.value if preset else None,
                     device=device.value, quick=quick, run=run_name, runs_dir=runs_dir, sweep=sweep,
                     sweep_budget_s=sweep_budget_s, cost=cost, dataset=dataset, target_accuracy=target_accuracy,
-                    seeds=seeds, repeats=repeats)
+                    seeds=seeds, repeats=repeats, resume=resume)
     console = Console()
     started = time.monotonic()
     if not console.is_terminal:  # a log file or a pipe: one plain line per event, no live display
@@ -129,6 +132,6 @@ def _run(pipeline, stop=lambda: None) -> Path:  # pipeline: trainserve.pipeline.
         return pipeline.run()
     except KeyboardInterrupt:
         stop()
-        typer.secho(f"interrupted; every process this run started was stopped (logs in {pipeline.logs})",
-                    err=True, fg="yellow")
+        typer.secho(f"interrupted; every process this run started was stopped (logs in {pipeline.logs}); "
+                    f"--run {pipeline.cfg.run} --resume with the same options finishes it", err=True, fg="yellow")
         raise typer.Exit(code=130) from None
