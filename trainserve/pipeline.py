@@ -262,9 +262,11 @@ class Pipeline:
     def _serve_and_load(self, device: str) -> None:
         name = f"serve-{device}"
         loads = [f"load-{device}-{s}" for s in SCENARIOS]
+        model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         if all(stage in self.done for stage in loads):
-            for stage in [name, *loads]:
-                self._kept(stage, "")
+            self._kept(name, f"embedded server on the {_label(device)}")
+            for scenario in SCENARIOS:
+                self._kept(f"load-{device}-{scenario}", f"{scenario} on {model}")
             return
         t0 = time.monotonic()
         self.progress(StageEvent(name, "start", f"embedded server on the {_label(device)}"))
@@ -277,7 +279,6 @@ class Pipeline:
         except ChildFailed as e:
             raise _failed(name, e.child.log_path, str(e)) from None
         self.progress(StageEvent(name, "done", f"ready at http://{addresses.get('http')}", time.monotonic() - t0))
-        model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         b = self.cfg.budget
         url = ["--url", addresses["http"], "--model", model, *self._run_args()]
         if addresses.get("metrics", "off") != "off":
