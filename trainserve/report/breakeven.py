@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainserve.report import units as u
 
 def _servers(load: float, capacity: float) -> int:
     return max(1, math.ceil(load / capacity - 1e-9))  # k × capacity itself is k servers despite rounding
@@ -47,9 +48,9 @@ def sentence(name: str, be: dict[str, Any], gpu_label: str) -> str:
     p = be["break_even_usd_per_gpu_hour"]
     text = (f"{name}: at {where} {be['load_req_s']:,.0f} req/s, {be['gpus']} GPU{'s' if be['gpus'] > 1 else ''} "
             f"cost{'' if be['gpus'] > 1 else 's'} less than {be['cpu_servers']} CPU server{'s' if be['cpu_servers'] > 1 else ''} "
-            f"(${be['cpu_usd_per_hour']:,.2f}/h) below ${p:,.2f} per GPU-hour")
+            f"({u.cents(be['cpu_usd_per_hour'])}/h) below {u.cents(p)} per GPU-hour")
     own = be["gpu_usd_per_gpu_hour"]
     if own is None:
         return text + f"; the {gpu_label} has no price."
     verdict = "cheaper" if be["gpu_cheaper"] else "dearer"
-    return text + f"; at its price of ${own:,.2f} per GPU-hour the {gpu_label} is {verdict}."
+    return text + f"; at its price of {u.cents(own)} per GPU-hour the {gpu_label} is {verdict}."

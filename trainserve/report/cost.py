@@ -23,6 +23,7 @@ from typing import Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.speedup import DEVICE_LABEL
+from trainserve.report import units as u
 from trainserve.report.breakeven import gpu_price_break_even
 from trainserve.report.price_table import gpu_pricing
 from trainserve.report.prices import Prices
@@ -73,7 +74,7 @@ def held(device: str, point: dict[str, Any], prices: Prices, phase: str) -> dict
         if prices.gpu_hour_usd is None:  # a GPU the price table does not know, and no --price-gpu-hour
             return {"units": n, "unit": "GPU", "usd_per_hour": None, "basis": f"{gpus}, no price"}
         return {"units": n, "unit": "GPU", "usd_per_hour": n * prices.gpu_hour_usd,
-                "basis": f"{gpus} × ${prices.gpu_hour_usd:g}/GPU-hour"}
+                "basis": f"{gpus} × {u.price(prices.gpu_hour_usd)}/GPU-hour"}
     threads, cpus = point.get("torch_threads"), point.get("host_logical_cpus")
     if phase == "train" and threads:
         n, why = int(threads), "torch threads"
@@ -83,7 +84,7 @@ def held(device: str, point: dict[str, Any], prices: Prices, phase: str) -> dict
         return {"units": None, "unit": "logical CPU", "usd_per_hour": None,
                 "basis": "not known: the record names no thread count and no host CPU count"}
     return {"units": n, "unit": "logical CPU", "usd_per_hour": n * prices.cpu_core_hour_usd,
-            "basis": f"{n} logical CPUs ({why}) × ${prices.cpu_core_hour_usd:g}/core-hour"}
+            "basis": f"{n} logical CPUs ({why}) × {u.price(prices.cpu_core_hour_usd)}/core-hour"}
 
 
 def own_energy(device: str, source: str | None) -> bool:

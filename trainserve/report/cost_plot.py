@@ -7,7 +7,6 @@ from typing import Any
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.cost import MILLION, frontier, servers_needed
-from trainserve.report.cost_render import usd
 from trainserve.report.plots import (
     COLORS,
     _figure,
@@ -62,7 +61,7 @@ def cost_chart(name: str, section: dict[str, Any], costs: dict[str, Any], slo_p9
         inside = xs <= cap
         unit = "server" if d == "cpu" else "GPU"
         ax.plot(xs[inside], np.array(ys)[inside], "-", color=color, linewidth=1.6,
-                label=f"{DEVICE_LABEL[d]}: one {unit} ({usd(per_hour)}/h, {u.num(cap)} req/s within SLO)")
+                label=f"{DEVICE_LABEL[d]}: one {unit} ({u.usd(per_hour)}/h, {u.num(cap)} req/s within SLO)")
         ax.plot(xs[~inside], np.array(ys)[~inside], "--", color=color, linewidth=1.2,
                 label=f"{DEVICE_LABEL[d]}: more {unit}s (linear scaling assumed)")
     if be.get("break_even_req_s") is not None:

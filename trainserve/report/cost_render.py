@@ -21,21 +21,6 @@ BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s
          "best": "best operating point", "as_trained": "as trained (the run's record)"}
 
 
-def usd(x: float | None) -> str:
-    """Dollars with enough digits to compare small unit costs: $1,234 / $12.3 / $0.0456 / $0.000012."""
-    if x is None:
-        return u.MISSING
-    if x >= 100:
-        return f"${x:,.0f}"
-    if x >= 1:
-        return f"${x:,.2f}"
-    return "$" + u.num(x, 3)
-
-
-def kwh(x: float | None) -> str:
-    return u.MISSING if x is None else f"{u.num(x, 3)} kWh"
-
-
 # --- rows shared by both renderers ------------------------------------------------------------
 
 INFER_HEADER = ["device", "where", "load", "p99", "held", "hardware $/M", "energy kWh/M", "energy $/M", "total $/M"]
@@ -51,10 +36,10 @@ def infer_rows(c: dict[str, Any]) -> list[list[str]]:
                      else f"{r['users']} user" + ("" if r["users"] == 1 else "s"))
             load = f"{u.num(r['throughput_samples_s'])} samples/s, batch {r['batch_size']} × {users} ({r['kind']})"
             rows.append([DEVICE_LABEL[d], BASIS[r["basis"]], load, u.ms(r["p99_ms"]), _held(dev),
-                         usd(r["hardware_usd_per_million_inferences"]),
-                         kwh(r["kwh_per_million_inferences"]) if r["kwh_per_million_inferences"] is not None
-                         else r["energy_note"], usd(r["energy_usd_per_million_inferences"]),
-                         usd(r["usd_per_million_inferences"])])
+                         u.usd(r["hardware_usd_per_million_inferences"]),
+                         u.kwh(r["kwh_per_million_inferences"]) if r["kwh_per_million_inferences"] is not None
+                         else r["energy_note"], u.usd(r["energy_usd_per_million_inferences"]),
+                         u.usd(r["usd_per_million_inferences"])])
     return rows
 
 
@@ -66,10 +51,10 @@ def train_rows(c: dict[str, Any]) -> list[list[str]]:
             hours = (f"{u.num(run['hardware_hours'])} {r['unit']}-hours" if run.get("hardware_hours") is not None
                      else run.get("note", u.MISSING))
             rows.append([DEVICE_LABEL[d], BASIS[r["basis"]], f"{r['batch_size']} {r['precision']}",
-                         u.num(r["throughput_samples_s"]), _held(r), usd(r["hardware_usd_per_million_samples"]),
-                         kwh(r["kwh_per_million_samples"]) if r["kwh_per_million_samples"] is not None
-                         else r["energy_note"], usd(r["usd_per_million_samples"]), hours, usd(run.get("usd")),
-                         kwh(run.get("kwh")) if run.get("kwh") is not None else ("not measured" if run.get("samples")
+                         u.num(r["throughput_samples_s"]), _held(r), u.usd(r["hardware_usd_per_million_samples"]),
+                         u.kwh(r["kwh_per_million_samples"]) if r["kwh_per_million_samples"] is not None
+                         else r["energy_note"], u.usd(r["usd_per_million_samples"]), hours, u.usd(run.get("usd")),
+                         u.kwh(run.get("kwh")) if run.get("kwh") is not None else ("not measured" if run.get("samples")
                                                                                   else u.MISSING)])
     return rows
 
@@ -79,16 +64,16 @@ def _held(x: dict[str, Any]) -> str:
         return "not known"
     if x.get("usd_per_hour") is None:
         return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, no price"
-    return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, {usd(x['usd_per_hour'])}/h"
+    return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, {u.usd(x['usd_per_hour'])}/h"
 
 
 def assumptions(summary: dict[str, Any]) -> list[str]:
     c = summary["costs"]
     p = c["prices"]
     return [
-        f"CPU: ${p['cpu_core_hour_usd']:g} per logical-CPU-hour — {p['cpu_offer']}.",
+        f"CPU: {u.price(p['cpu_core_hour_usd'])} per logical-CPU-hour — {p['cpu_offer']}.",
         *gpu_price_lines(c),
-        f"Electricity: ${p['kwh_usd']:g} per kWh — {p['kwh_offer']}.",
+        f"Electricity: {u.price(p['kwh_usd'])} per kWh — {p['kwh_offer']}.",
         f"Source: {p['source']}; date: {p['date']}.",
         "Held: a training run holds its torch threads' cores or its GPUs; a CPU server every logical CPU of its "
         "host (it was not pinned); a GPU server its GPU. Hardware $ = held × price per hour ÷ throughput.",
@@ -107,9 +92,9 @@ def gpu_price_lines(c: dict[str, Any]) -> list[str]:
         if gp["usd_per_gpu_hour"] is None:
             lines.append(f"GPU ({gpu}): {gp['note']}.")
         elif gp["origin"] == "user":
-            lines.append(f"GPU ({gpu}): ${gp['usd_per_gpu_hour']:g} per GPU-hour — {gp['offer']}.")
+            lines.append(f"GPU ({gpu}): {u.price(gp['usd_per_gpu_hour'])} per GPU-hour — {gp['offer']}.")
         else:
-            lines.append(f"GPU ({gpu}): ${gp['usd_per_gpu_hour']:.4g} per GPU-hour (the host's share included) — "
+            lines.append(f"GPU ({gpu}): {u.price(gp['usd_per_gpu_hour'], 4)} per GPU-hour (the host's share included) — "
                          f"{gp['offer']}; source: {gp['source']}; date: {gp['date']}.")
     return lines
 
@@ -141,16 +126,16 @@ def cost_lines(summary: dict[str, Any]) -> list[str]:
     lines = []
     for name, m in c["models"].items():
         for d, dev in m["infer"].items():
-            parts = [f"{usd(r['usd_per_million_inferences'])}/M inferences at {BASIS[r['basis']]} "
+            parts = [f"{u.usd(r['usd_per_million_inferences'])}/M inferences at {BASIS[r['basis']]} "
                      f"({u.num(r['throughput_samples_s'])}/s)" for r in dev["rows"] if r["basis"] != "batch1"]
             lines.append(f"cost {name} · {DEVICE_LABEL[d]} serving ({_held(dev)}): " + "; ".join(parts))
         for d, rows in m["train"].items():
             r = rows[0]
             run = r["run"]
-            per_run = (f"; the run ({u.num(run['samples'])} samples): {usd(run['usd'])}, "
+            per_run = (f"; the run ({u.num(run['samples'])} samples): {u.usd(run['usd'])}, "
                        f"{u.num(run['hardware_hours'])} {r['unit']}-hours" if run.get("usd") is not None else "")
             lines.append(f"cost {name} · {DEVICE_LABEL[d]} training at {BASIS[r['basis']]} (batch "
-                         f"{r['batch_size']} {r['precision']}): {usd(r['usd_per_million_samples'])}/M samples"
+                         f"{r['batch_size']} {r['precision']}): {u.usd(r['usd_per_million_samples'])}/M samples"
                          f"{per_run}")
         if m["infer"]:
             lines.append("cost " + break_even_line(name, m))

@@ -112,7 +112,7 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
         unit = "server" if d == "cpu" else "GPU"
         what = (f"{p['servers']} {unit}{'s' if p['servers'] > 1 else ''}"
                 + (f" ({p['units']} logical CPUs)" if d == "cpu" and p["units"] else ""))
-        cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "no price"
+        cost = f"{u.cents(p['usd_per_hour'])}/h" if p["usd_per_hour"] is not None else "no price"
         at = "Poisson arrivals" if cp["kind"] == SERVER else _users(cp["users"])
         line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
                 f"{u.ms(cp['p99_ms'])} at {at}, {cp['kind']}); {what}, {cost}.")
@@ -130,12 +130,12 @@ def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOp
             lines.append(f"{label}, if clients send {cb['batch_size']} rows per request: one {unit} carries "
                          f"{cb['capacity_inferences_s']:,.0f} inferences/s within the SLO (p99 {u.ms(cb['p99_ms'])} "
                          f"at {_users(cb['users'])}); {cb['servers']} {unit}{'s' if cb['servers'] > 1 else ''}, "
-                         f"${cb['usd_per_hour'] or 0:,.2f}/h" + (" (extrapolated, linear scaling)" if cb["extrapolated"]
+                         f"{u.cents(cb['usd_per_hour'] or 0)}/h" + (" (extrapolated, linear scaling)" if cb["extrapolated"]
                                                                 else "") + ".")
     if cheaper:
         other = [d for d in devices if d != cheaper and devices[d]["usd_per_hour"] is not None]
-        vs = "".join(f" vs ${devices[d]['usd_per_hour']:,.2f}/h on the {DEVICE_LABEL[d]}" for d in other)
-        lines.append(f"Cheaper: the {DEVICE_LABEL[cheaper]}, ${devices[cheaper]['usd_per_hour']:,.2f}/h{vs} "
+        vs = "".join(f" vs {u.cents(devices[d]['usd_per_hour'])}/h on the {DEVICE_LABEL[d]}" for d in other)
+        lines.append(f"Cheaper: the {DEVICE_LABEL[cheaper]}, {u.cents(devices[cheaper]['usd_per_hour'])}/h{vs} "
                      "(hardware prices; energy not included).")
     elif devices:
         lines.append(f"No measured server meets p99 ≤ {opts.slo_p99_ms:g} ms: no plan.")
