@@ -14,6 +14,7 @@ from typing import Any
 
 from trainserve.report import units as u
 
+
 def _servers(load: float, capacity: float) -> int:
     return max(1, math.ceil(load / capacity - 1e-9))  # k × capacity itself is k servers despite rounding
 

@@ -25,15 +25,16 @@ from trainserve.report.cost import (
     server_view,
     servers_needed,
 )
+from trainserve.report.sections import ModelSection, Report
 
 
-def capacity_plan(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
+def capacity_plan(report: Report, opts: CostOptions) -> dict[str, Any]:
     """summary.json's "plan" (opts.qps must be set): per model and device, servers, cost, and lines to show."""
     if opts.qps is None:
         raise ValueError("capacity_plan needs opts.qps")
     target = opts.qps * (1 + opts.headroom)
     models = {}
-    for name, section in summary["models"].items():
+    for name, section in report.models.items():
         devices: dict[str, dict[str, Any]] = {}
         mopts = dataclasses.replace(opts, prices=model_prices(section, opts.prices)[0])  # the GPU's own price
         for d in ("cpu", "cuda"):
@@ -48,9 +49,9 @@ def capacity_plan(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
             "target_req_s": target, "models": models}
 
 
-def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, Any]], target: float,
+def _device_plan(section: ModelSection, device: str, points: list[dict[str, Any]], target: float,
                  opts: CostOptions) -> dict[str, Any]:
-    res = held(device, server_view(section, device) or {}, opts.prices, "infer")
+    res = held(device, server_view(section, device), opts.prices, "infer")
     best = best_within_slo(points, opts.slo_p99_ms)
     floor = min_p99(points)
     measured_max = max((p["throughput_samples_s"] for p in points if p["batch_size"] == 1), default=None)
