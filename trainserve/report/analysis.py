@@ -24,22 +24,13 @@ from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.attribution import attribution_section, bound_of
-from trainserve.report.attribution import conclusions as attribution_conclusions
 from trainserve.report.collect import Collection, Entry
+from trainserve.report.limits import is_limit, limits_section
 from trainserve.report.memory_compare import memory_compare
-from trainserve.report.memory_compare import sentences as memory_sentences
-from trainserve.report.limits import (
-    in_process_batch1,
-    is_limit,
-    limit_conclusions,
-    limits_section,
-)
 from trainserve.report.scenarios import scenarios_section
 from trainserve.report.sections import (
     Column,
     ColumnMemory,
-    HeadlineConclusion,
-    HeadlineSpeedup,
     InferSpeedup,
     Machine,
     MaxBatch,
@@ -57,6 +48,7 @@ from trainserve.report.sections import (
     TrainVsInfer,
     Verdict,
 )
+from trainserve.report.sentences import conclusions, headline
 from trainserve.report.verdict import screen_headline, verdict
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -205,7 +197,7 @@ def _model_section(name: str, entries: list[Entry]) -> ModelSection:
     section.limit_points, section.limit_speedups = lims.limit_points, lims.limit_speedups
     section.memory_compare = memory_compare(entries, section)
     section.attribution, section.capacity_bounds = attribution_section(infer_entries)  # report/attribution.py
-    section.conclusions = _conclusions(section) + attribution_conclusions(section)
+    section.conclusions = conclusions(section)
     return section
 
 
@@ -284,34 +276,6 @@ def _speedups(infer: dict[str, dict[str, Served | None]]) -> tuple[InferSpeedup,
             _speedup("saturated inference", cpu and cpu.saturated, gpu and gpu.saturated, "throughput_samples_s"))
 
 
-def headline(models: dict[str, ModelSection]) -> list[HeadlineSpeedup | HeadlineConclusion]:
-    """Per model: the training speedup on each basis (always both, value None when not measured),
-    then the model's first conclusion."""
-    out: list[HeadlineSpeedup | HeadlineConclusion] = []
-    for name, m in models.items():
-        for sp in (m.speedups.train, m.speedups.train_best):
-            out.append(HeadlineSpeedup(model=name, kind="train_speedup", basis=sp.basis, value=sp.value,
-                                       cpu=sp.cpu_point, gpu=sp.gpu_point, note=sp.note,
-                                       text=f"{name}: {train_speedup_text(sp)}"))
-        if m.conclusions:
-            out.append(HeadlineConclusion(model=name, kind="conclusion", basis=None, value=None,
-                                          text=m.conclusions[0]))
-    return out
-
-
-def train_speedup_text(sp: TrainSpeedup) -> str:
-    """One clause for a training speedup entry, with its basis and configurations."""
-    label = "at the same configuration" if sp.basis == "same_config" else "each device at its best"
-    if sp.value is None:
-        return f"training speedup {label}: {sp.note}"
-    c, g = sp.cpu_point, sp.gpu_point
-    assert c is not None and g is not None  # a value has both sides
-    where = (f"batch {c.batch_size}, {c.precision} on both" if sp.basis == "same_config"
-             else f"GPU batch {g.batch_size} {g.precision} vs CPU batch {c.batch_size} {c.precision}")
-    return (f"training speedup {label}: {u.ratio(sp.value)} "
-            f"({u.num(sp.gpu)} vs {u.num(sp.cpu)} samples/s; {where})")
-
-
 def _train_vs_infer(train: dict[str, Column | None],
                     infer: dict[str, dict[str, Served | None]]) -> dict[str, TrainVsInfer]:
     out = {}
@@ -373,86 +337,6 @@ def _ramps(entries: list[Entry]) -> list[Ramp]:
                             device=r.device, backend=r.backend, batch_size=r.batch_size, source=e.source,
                             points=points))
     return out
-
-
-# --- plain-language conclusions, only from what was measured --------------------------------
-
-def _conclusions(s: dict[str, Any]) -> list[str]:
-    name, sp = s["model"], s["speedups"]
-    out: list[str] = []
-    tr, b1, sat = sp["train"], sp["infer_batch1"], sp["infer_saturated"]
-    if tr["value"] is not None or b1["value"] is not None or sat["value"] is not None \
-            or (sp.get("train_best") or {}).get("value") is not None:
-        parts = []
-        if tr["value"] is not None:
-            c = tr.get("cpu_point") or {}
-            same = f" at the same batch {c['batch_size']} and {c['precision']}" if c.get("batch_size") else ""
-            parts.append(f"the GPU trains {_times(tr['value'])} the CPU "
-                         f"({u.num(tr['gpu'])} vs {u.num(tr['cpu'])} samples/s){same}")
-        best = sp.get("train_best") or {}
-        if best.get("value") is not None:
-            faster = _times(best["value"]).removesuffix(" than")
-            parts.append(f"each at its best, {faster} ({u.num(best['gpu'])} samples/s at GPU batch "
-                         f"{best['gpu_point']['batch_size']} {best['gpu_point']['precision']} vs "
-                         f"{u.num(best['cpu'])} at CPU batch {best['cpu_point']['batch_size']} "
-                         f"{best['cpu_point']['precision']})")
-        if b1["value"] is not None:
-            only = "only " if tr["value"] is not None and b1["value"] < tr["value"] / 2 and b1["value"] >= 1 else ""
-            verb = (f"it answers {only}{u.ratio(b1['value'])} faster" if b1["value"] >= 1
-                    else f"it answers {u.ratio(1 / b1['value'])} slower than the CPU")
-            parts.append(f"at batch 1 {verb} (p50 {u.ms(b1['gpu'])} vs {u.ms(b1['cpu'])}){in_process_batch1(s)}")
-        if sat["value"] is not None:
-            parts.append(f"saturated, it serves {u.ratio(sat['value'])} the CPU's throughput "
-                         f"({u.num(sat['gpu'])} vs {u.num(sat['cpu'])} samples/s)")
-        out.append(f"{name}: " + "; ".join(parts) + ".")
-    if "cuda" not in s["devices_measured"]:
-        out.append(f"{name}: GPU not measured — this run has no CUDA records, so there is no CPU-vs-GPU speedup.")
-    elif "cpu" not in s["devices_measured"]:
-        out.append(f"{name}: CPU not measured — this run has no CPU records, so there is no CPU-vs-GPU speedup.")
-    for d, tv in s["train_vs_infer"].items():
-        where = "on the GPU" if d == "cuda" else "on the CPU"
-        if tv["throughput_ratio"] is not None:
-            out.append(f"{name} {where}: serving at saturation handles {u.num(tv['infer_throughput_samples_s'])} "
-                       f"samples/s, {u.ratio(tv['throughput_ratio'])} the training throughput of "
-                       f"{u.num(tv['train_throughput_samples_s'])} samples/s.")
-        if tv["energy_ratio"] is not None:
-            out.append(f"{name} {where}: a training sample costs {u.joules(tv['train_energy_per_sample_j'])}, "
-                       f"an inference sample {u.joules(tv['infer_energy_per_sample_j'])} "
-                       f"({_less(tv['energy_ratio'])}).")
-    out += memory_sentences(name, s.get("memory_compare") or {})
-    for d, op in s.get("operating_points", {}).items():
-        b = op["train_best"]
-        if b is not None:
-            n = len({p["batch_size"] for p in op["train"]})
-            out.append(f"{name}: training on the {DEVICE_LABEL[d]} is fastest at batch {b['batch_size']} "
-                       f"{b['precision']} ({u.num(b['throughput_samples_s'])} samples/s, peak "
-                       f"{u.nbytes(b['peak_bytes'])}; {n} batch sizes swept).")
-    for d, mb in s["max_batch"].items():
-        if mb["train"] and mb["infer"]:
-            out.append(f"{name}: the largest batch that fits on the {DEVICE_LABEL[d]} is {u.num(mb['train'])} for "
-                       f"training and {u.num(mb['infer'])} for inference ({u.ratio(mb['ratio'])}).")
-    out += limit_conclusions(s)
-    t = s["train"]["cuda"]
-    if t and t["mfu"] is not None:
-        math = f"{t['precision']}, {t['math_mode']} math" if t.get("math_mode") else t["precision"]
-        out.append(f"{name}: GPU training reaches {u.fraction(t['mfu'])} MFU "
-                   f"({u.tflops(t['achieved_tflops'])}, {math}, {t['device_name'] or 'GPU'}).")
-    elif withheld.mfu_conclusion(name, t):
-        out.append(withheld.mfu_conclusion(name, t))
-    return out
-
-
-def _less(ratio: float) -> str:
-    """Training's figure over inference's, in words."""
-    if ratio >= 1.15:
-        return f"{u.ratio(ratio)} less than training"
-    if ratio > 1 / 1.15:
-        return "about the same as training"
-    return f"{u.ratio(1 / ratio)} more than training"
-
-
-def _times(x: float) -> str:
-    return f"{u.ratio(x)} faster than" if x >= 1 else f"{u.ratio(1 / x)} slower than"
 
 
 # --- run-wide -------------------------------------------------------------------------------

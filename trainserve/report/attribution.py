@@ -3,9 +3,7 @@
 Adds to a model's section `attribution`: one entry per served operating point (a plain load
 record, or one step of a load ramp) with the mean latency split into the client's own time, network,
 the server's front end, queue and compute, and the point's bound; and `capacity_bounds`: one per
-ramp, the capacity within the SLO and what bounded it. The sentences are built here, from those
-entries only: "the server adds X" is the server's own request duration (its statistics), never the
-client's latency minus an in-process one.
+ramp, the capacity within the SLO and what bounded it. Their sentences are in report/sentences.py.
 """
 
 from __future__ import annotations
@@ -13,9 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
-from trainserve.report import units as u
 from trainserve.report.collect import Entry
-from trainserve.report.sections import AttributionPoint, CapacityBound, ModelSection, Split
+from trainserve.report.sections import AttributionPoint, CapacityBound, Split
 
 PART_LABELS = {"client": "client's own time", "network": "network and the rest", "frontend": "server front end",
                "queue": "server queue", "compute": "server compute"}
@@ -74,53 +71,3 @@ def _bound(b: Any) -> dict[str, str] | None:
     return None if b is None else {"kind": b.kind, "detail": b.detail}
 
 
-# --- words -----------------------------------------------------------------------------------------
-
-
-def bound_sentence(p: AttributionPoint) -> str:
-    """"GPU · batch 1 · 16 users: 5,012 req/s — bounded by the GPU: busy, ..."."""
-    b = p.bound
-    what = f"{u.num(p.requests_s)} req/s" if p.requests_s is not None else "no throughput"
-    if not b:
-        return f"{p.label}: {what} — bound not measured (a record from before attribution)."
-    return f"{p.label}: {what} — bounded by {b['detail']}."
-
-
-def capacity_sentences(section: ModelSection) -> list[str]:
-    """One sentence per ramp: its capacity within the SLO and what bounded it."""
-    out = []
-    for c in section.capacity_bounds:
-        b = c.bound or {}
-        where = f"{section.model} on the {DEVICE_LABEL[c.device]}"
-        if c.requests_s is None:
-            out.append(f"{where}: no ramp step met the SLO; {b.get('detail', 'bound not measured')}.")
-            continue
-        slo = f" (p99 ≤ {c.slo_p99_ms:g} ms)" if c.slo_p99_ms else ""
-        out.append(f"{where}: capacity within the SLO{slo} is {u.num(c.requests_s)} req/s at {c.users} users, "
-                   f"bounded by {b.get('detail', 'a limit not measured')}.")
-    return out
-
-
-def server_adds_sentences(section: ModelSection) -> list[str]:
-    """Per device, from its lightest plain load point: what the server adds, by its own statistics."""
-    out = []
-    for d in ("cpu", "cuda"):
-        mine = [p for p in section.attribution if p.device == d and p.attribution
-                and p.attribution.server_ms is not None and "(ramp)" not in p.label]
-        if not mine:
-            continue
-        p = min(mine, key=lambda q: (q.batch_size, q.attribution.latency_ms))  # type: ignore[union-attr]
-        a = p.attribution
-        assert a is not None
-        client = f"the client's own time {u.ms(a.client)}, " if a.client is not None else ""
-        out.append(f"{section.model} on the {DEVICE_LABEL[d]} ({p.label}): the server adds "
-                   f"{u.ms(a.server_ms)} "
-                   f"by its own statistics (queue {u.ms(a.queue)}, compute {u.ms(a.compute)}, front end "
-                   f"{u.ms(a.frontend)}); of the client's mean latency {u.ms(a.latency_ms)}, {client}"
-                   f"network and the rest {u.ms(a.network)}."
-                   + ("" if a.consistent else f" Inconsistent: {a.note}."))
-    return out
-
-
-def conclusions(section: ModelSection) -> list[str]:
-    return server_adds_sentences(section) + capacity_sentences(section)

@@ -7,7 +7,8 @@ from html import escape
 from typing import Any
 
 from trainserve.report import units as u
-from trainserve.report.attribution import PART_LABELS, bound_sentence, capacity_sentences
+from trainserve.report import sentences
+from trainserve.report.attribution import PART_LABELS
 from trainserve.report.attribution_plot import figure_name
 
 INTRO = ("Each served point's mean latency, split: the client's own time (its calls, timed against a null endpoint "
@@ -38,7 +39,7 @@ def html_section(model: dict[str, Any], figures: dict[str, bytes]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for _, cells in rows)
     bounds = "".join(f"<li>{escape(s)}</li>" for s in
-                     capacity_sentences(model) + [bound_sentence(p) for p, _ in rows])
+                     sentences.capacities(model) + [sentences.bound(p) for p, _ in rows])
     return (f"<h3>Where the time goes, and what bounded each figure</h3><p class='muted'>{escape(INTRO)}</p>{img}"
             f"<div class='tablewrap'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
             f"<ul class='conclusions'>{bounds}</ul>")
@@ -52,5 +53,5 @@ def md_section(model: dict[str, Any], figures: dict[str, bytes], md_table: Any) 
     md = ["### Where the time goes, and what bounded each figure", "", INTRO, ""]
     md += [f"![{name}]({name})", ""] if name in figures else []
     md += md_table(HEADER, [cells for _, cells in rows])
-    md += [f"- {s}" for s in capacity_sentences(model) + [bound_sentence(p) for p, _ in rows]] + [""]
+    md += [f"- {s}" for s in sentences.capacities(model) + [sentences.bound(p) for p, _ in rows]] + [""]
     return md

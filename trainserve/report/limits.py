@@ -96,33 +96,6 @@ def _div(a: float | None, b: float | None) -> float | None:
 
 # --- words -----------------------------------------------------------------------------------
 
-def in_process_batch1(section: ModelSection) -> str:
-    """The headline's in-process twin of the served batch-1 ratio: ", 3.1x in process (p50 0.10 ms vs 0.31 ms)"."""
-    value = section.limit_speedups.infer_batch1
-    if value is None:
-        return ""
-    cpu, gpu = section.limits["cpu"].batch1_p50_ms, section.limits["cuda"].batch1_p50_ms
-    return f", {u.ratio(value)} in process (p50 {u.ms(gpu)} vs {u.ms(cpu)})"
-
-
-def limit_conclusions(section: ModelSection) -> list[str]:
-    """One sentence per device: what the server adds at batch 1, and the share of the in-process peak it reaches."""
-    name, out = section.model, []
-    for d, lim in section.limits.items():
-        svl = section.server_vs_limit.get(d) or ServerVsLimit(None, None)
-        where = f"{name} on the {DEVICE_LABEL[d]}"
-        b1 = f"onnxruntime in process answers batch 1 in {u.ms(lim.batch1_p50_ms)} ({lim.batch1_threads} " \
-             f"thread{'s' if lim.batch1_threads != 1 else ''})"
-        if svl.batch1_overhead_ms is not None:
-            # the client's view; what the server itself adds comes from its own statistics (report/attribution.py)
-            b1 += f"; the served p50 is {u.ms(svl.batch1_overhead_ms)} above that"
-        peak = f"its best is {u.num(lim.best_throughput_samples_s)} samples/s at batch {lim.best_batch}"
-        if svl.saturated_efficiency is not None:
-            peak += f", of which the saturated server reaches {u.fraction(svl.saturated_efficiency)}"
-        out.append(f"{where}: {b1}; {peak}.")
-    return out
-
-
 def tile_note(section: ModelSection, device: str, kind: str) -> str:
     """The limit under a summary tile: kind "batch1" or "saturated"."""
     lim = section.limits.get(device)

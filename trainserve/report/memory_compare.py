@@ -17,7 +17,6 @@ from __future__ import annotations
 from trainserve.core.bounds import is_limit
 from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.core.speedup import ratio as _div
-from trainserve.report import units as u
 from trainserve.report.collect import Entry
 from trainserve.report.sections import Column, MemoryCompare, MemoryFigure, MemoryRatios, MemorySide, ModelSection
 
@@ -110,26 +109,3 @@ def memory_compare(entries: list[Entry], section: ModelSection) -> dict[str, Mem
     return out
 
 
-def sentences(name: str, compare: dict[str, MemoryCompare]) -> list[str]:
-    """One sentence per device and kind that has both figures."""
-    out = []
-    for d, c in compare.items():
-        where = "on the GPU" if d == "cuda" else "on the CPU"
-        for kind, label in (("working_set", "working set"), ("process_total", "process total")):
-            t, i, r = getattr(c.train, kind), getattr(c.infer, kind), getattr(c.ratios, kind)
-            if r is None:
-                continue
-            at = f" at batch {t.batch_size}" if kind == "working_set" else ""
-            out.append(f"{name} {where}, {label}{at}: training {u.nbytes(t.bytes)}{_shares(t)}, inference "
-                       f"{u.nbytes(i.bytes)} ({u.ratio(r)} as much for training).")
-    return out
-
-
-def _shares(figure: MemoryFigure) -> str:
-    """" (weights 25%, gradients 25%, ...)": training's working set by part, where counted."""
-    parts = [(k, v) for k, v in (figure.parts or {}).items() if v]
-    total = sum(v for _, v in parts)
-    if not total:
-        return ""
-    return " (" + ", ".join(f"{k} {100 * v / total:.0f}%" if 100 * v / total >= 0.5 else f"{k} <1%"
-                            for k, v in parts) + ")"
