@@ -61,6 +61,7 @@ h2 { font-size:18px; margin:0 0 12px; } h3 { font-size:15px; margin:18px 0 8px; 
 .tile .v.nm { font-size:18px; color:var(--muted); font-weight:500; font-style:italic; padding:8px 0; }
 .tile .d { font-size:12px; color:var(--muted); }
 ul.conclusions { margin:6px 0 0; padding-left:20px; } ul.conclusions li { margin:4px 0; }
+ul.headline { margin:0 0 12px; padding-left:20px; font-weight:600; } ul.headline li { margin:3px 0; }
 .tablewrap { overflow-x:auto; }
 table { border-collapse:collapse; width:100%; font-size:13px; }
 th, td { padding:5px 9px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
@@ -153,7 +154,8 @@ def _html_header(s: Report) -> str:
 
 
 def _html_summary(s: Report) -> str:
-    out = ["<section id='summary'><h2>Summary</h2>"]
+    out = ["<section id='summary'><h2>Summary</h2>",
+           "<ul class='headline'>" + "".join(f"<li>{escape(h.text)}</li>" for h in s.headline) + "</ul>"]
     for model in s.models.values():
         if len(s.models) > 1:
             out.append(f"<h3>{escape(model.model)}</h3>")
@@ -171,7 +173,7 @@ def _html_summary(s: Report) -> str:
         compared = any(sp.value is not None or sp.error
                        for sp in (getattr(model.speedups, key) for key, _, _ in SPEEDUPS))
         out += [*tiles, _html_measured_tiles(model)] if compared else [_html_measured_tiles(model), *tiles]
-    out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in s.conclusions) + "</ul>")
+    out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(c)}</li>" for c in _after_headline(s)) + "</ul>")
     if s.errors:
         out.append(f"<p class='errbox'>{len(s.errors)} figure(s) beyond a physical bound withheld — "
                    "see <a href='#errors'>Errors</a>.</p>")
@@ -180,6 +182,12 @@ def _html_summary(s: Report) -> str:
         out.append(f"<p class='warn'>{n} warning{'s' if n != 1 else ''} — see <a href='#warnings'>Warnings</a>.</p>")
     out.append("</section>")
     return "".join(out)
+
+
+def _after_headline(s: Report) -> list[str]:
+    """The conclusions the headline does not state: each model's first is the headline's own (screened by the
+    verdict there, so an INVALID figure's sentence is not repeated here)."""
+    return [c for m in s.models.values() for c in m.conclusions[1:]]
 
 
 def _html_measured_tiles(model: ModelSection) -> str:
@@ -476,7 +484,7 @@ def markdown_report(summary: Report, figures: dict[str, bytes]) -> str:
                   f"data: {card.get('dataset')}")
     md += [""] + scenarios.verdict_md(s)
     md += ["## Summary", ""]
-    md += [f"- {c}" for c in s.conclusions] + [""]
+    md += [f"- **{h.text}**" for h in s.headline] + [f"- {c}" for c in _after_headline(s)] + [""]
     md += scenarios.md_section(s, _md_table)
     md += withheld.md_section(s)
     rows = []

@@ -12,8 +12,8 @@ A load figure is held against five checks, each a reason of its own kind:
   percentiles are shown with their request count but do not make it invalid.
 
 The closed-loop ramp is a curve, not a figure: only its client's saturation is checked. In-process
-limits are checked for withheld figures only. The headline sentence of a model is written only when
-no figure it rests on is INVALID.
+limits are checked for withheld figures only. Each headline entry is written only when no figure it
+rests on is INVALID (screen_headline).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 
 from trainserve.report.collect import Entry
 from trainserve.report.limits import is_limit
-from trainserve.report.sections import ModelSection, Report
+from trainserve.report.sections import HeadlineConclusion, HeadlineSpeedup, ModelSection, Report
 
 MAX_ERROR_FRACTION = 0.001
 KINDS = ("unstable", "client_saturated", "errors", "withheld", "too_few_requests")
@@ -87,6 +87,14 @@ def sources_of(section: ModelSection) -> set[str]:
     return out
 
 
+def rests_on(h: HeadlineSpeedup | HeadlineConclusion, section: ModelSection) -> set[str]:
+    """The records one headline entry rests on: a training speedup its two points; the model's sentence all of
+    sources_of (it states the training, batch-1 and saturated ratios)."""
+    if isinstance(h, HeadlineSpeedup):
+        return {p.source for p in (h.cpu, h.gpu) if p is not None and p.source}
+    return sources_of(section)
+
+
 def screen_headline(report: Report) -> None:
     """Replace each headline entry that rests on an INVALID figure by a sentence that says so."""
     bad = set(report.verdict.invalid_sources)
@@ -94,7 +102,7 @@ def screen_headline(report: Report) -> None:
         return
     for h in report.headline:
         section = report.models.get(h.model)
-        hit = sorted(sources_of(section) & bad) if section else []
+        hit = sorted(rests_on(h, section) & bad) if section else []
         if hit:
             h.withheld_by_verdict = hit
             h.text = (f"{h.model}: not stated — the figures it rests on include INVALID ones "
