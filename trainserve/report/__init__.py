@@ -67,6 +67,7 @@ def cost_lines_of(html: Path) -> list[str]:
 
 
     try:
-        return cost_lines(json.loads((html.parent / "summary.json").read_text()))
+        summary = json.loads((html.parent / "summary.json").read_text())
+        return cost_lines(summary.get("costs"), summary.get("plan"))
     except (OSError, ValueError):
         return []

@@ -1,6 +1,6 @@
 """The report's "What it costs" section (HTML and Markdown) and the short cost lines the CLI prints.
 
-Reads only summary["costs"] and summary["plan"]; the assumptions (prices, what each measurement held,
+Reads only the Report's costs and plan (cost.py's and plan.py's dicts, as summary.json has them); the assumptions (prices, what each measurement held,
 the SLO) are printed beside the results they produced.
 """
 
@@ -16,6 +16,7 @@ from trainserve.report import units as u
 from trainserve.report.breakeven import sentence
 from trainserve.report.cost import SERVER
 from trainserve.report.plots import alt_text, safe_name
+from trainserve.report.sections import Report
 
 BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
          "best": "best operating point", "as_trained": "as trained (the run's record)"}
@@ -67,8 +68,7 @@ def _held(x: dict[str, Any]) -> str:
     return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, {u.usd(x['usd_per_hour'])}/h"
 
 
-def assumptions(summary: dict[str, Any]) -> list[str]:
-    c = summary["costs"]
+def assumptions(c: dict[str, Any]) -> list[str]:
     p = c["prices"]
     return [
         f"CPU: {u.price(p['cpu_core_hour_usd'])} per logical-CPU-hour — {p['cpu_offer']}.",
@@ -118,9 +118,8 @@ def break_even_line(name: str, c: dict[str, Any]) -> str:
     return f"{name}: break-even — {be['note']}."
 
 
-def cost_lines(summary: dict[str, Any]) -> list[str]:
-    """A few lines for the terminal: the cheapest unit costs and the break-even, per model."""
-    c = summary.get("costs")
+def cost_lines(c: dict[str, Any] | None, plan: dict[str, Any] | None) -> list[str]:
+    """A few lines for the terminal: the cheapest unit costs and the break-even, per model; then the plan."""
     if not c:
         return []
     lines = []
@@ -141,7 +140,6 @@ def cost_lines(summary: dict[str, Any]) -> list[str]:
             lines.append("cost " + break_even_line(name, m))
             if price_break_even_line(name, m):
                 lines.append("cost " + price_break_even_line(name, m))
-    plan = summary.get("plan")
     if plan:
         for name, m in plan["models"].items():
             lines += [f"plan {name}: {line}" for line in m["lines"]]
@@ -150,12 +148,12 @@ def cost_lines(summary: dict[str, Any]) -> list[str]:
 
 # --- HTML -------------------------------------------------------------------------------------
 
-def html_section(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
-    c = summary.get("costs")
+def html_section(report: Report, figures: dict[str, bytes]) -> str:
+    c, plan = report.costs, report.plan
     if not c:
         return ""
     out = ["<section id='cost'><h2>What it costs</h2><div class='assume'><b>Assumptions</b><ul>",
-           "".join(f"<li>{escape(a)}</li>" for a in assumptions(summary)), "</ul></div>"]
+           "".join(f"<li>{escape(a)}</li>" for a in assumptions(c)), "</ul></div>"]
     for name, m in c["models"].items():
         if len(c["models"]) > 1:
             out.append(f"<h3>{escape(name)}</h3>")
@@ -179,7 +177,6 @@ def html_section(summary: dict[str, Any], figures: dict[str, bytes]) -> str:
         if png:
             out.append(f"<div class='figs'><img alt='{escape(alt_text('cost-', name))}' "
                        f"src='data:image/png;base64,{base64.b64encode(png).decode()}'></div>")
-    plan = summary.get("plan")
     if plan:
         out.append("<h3>Capacity plan</h3>")
         for name, m in plan["models"].items():
@@ -206,12 +203,12 @@ def _table(header: list[str], rows: list[list[str]]) -> str:
 
 # --- Markdown ---------------------------------------------------------------------------------
 
-def md_section(summary: dict[str, Any], figures: dict[str, bytes], table) -> list[str]:
+def md_section(report: Report, figures: dict[str, bytes], table) -> list[str]:
     """`table(header, rows)` is the Markdown table writer of render.py."""
-    c = summary.get("costs")
+    c, plan = report.costs, report.plan
     if not c:
         return []
-    md = ["## What it costs", "", "**Assumptions**", ""] + [f"- {a}" for a in assumptions(summary)] + [""]
+    md = ["## What it costs", "", "**Assumptions**", ""] + [f"- {a}" for a in assumptions(c)] + [""]
     for name, m in c["models"].items():
         if m["infer"]:
             md += [f"### {name}: serving, USD per million inferences", ""] + table(INFER_HEADER, infer_rows(m))
@@ -232,7 +229,6 @@ def md_section(summary: dict[str, Any], figures: dict[str, bytes], table) -> lis
         n = f"cost-{safe_name(name)}.png"
         if n in figures:
             md += [f"![{alt_text(n, name)}]({n})", ""]
-    plan = summary.get("plan")
     if plan:
         md += ["### Capacity plan", ""]
         for m in plan["models"].values():

@@ -21,6 +21,7 @@ from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
 from trainserve.report.limits import is_limit
+from trainserve.report.sections import Report
 from trainserve.report.stats import ci95, within_noise
 from trainserve.report.verdict import reasons_of
 
@@ -158,32 +159,28 @@ def _noise_rows(section: dict[str, Any]) -> list[list[str]]:
     return out
 
 
-def verdict_html(s: dict[str, Any]) -> str:
-    v = s.get("verdict")
-    if not v:
-        return ""
-    if v["result"] == "VALID":
+def verdict_html(report: Report) -> str:
+    v = report.verdict
+    if v.result == "VALID":
         return (f"<section id='verdict'><h2>Result is: <span class='ok'>VALID</span></h2><p class='muted'>"
-                f"{v['checked']} records checked: every load figure stabilised, no client saturated, errors within "
+                f"{v.checked} records checked: every load figure stabilised, no client saturated, errors within "
                 "0.1%, no figure withheld, enough requests for each p99.</p></section>")
     items = "".join(f"<li><b>{escape(r['kind'])}</b> <code>{escape(r['source'] or '')}</code>: {escape(r['message'])}"
-                    "</li>" for r in v["reasons"])
+                    "</li>" for r in v.reasons)
     return (f"<section id='verdict'><h2>Result is: <span class='err'>INVALID</span></h2><p>The headline states only "
             f"valid figures. Every reason:</p><ul class='conclusions'>{items}</ul></section>")
 
 
-def verdict_md(s: dict[str, Any]) -> list[str]:
-    v = s.get("verdict")
-    if not v:
-        return []
-    if v["result"] == "VALID":
-        return [f"**Result is: VALID** ({v['checked']} records checked)", ""]
+def verdict_md(report: Report) -> list[str]:
+    v = report.verdict
+    if v.result == "VALID":
+        return [f"**Result is: VALID** ({v.checked} records checked)", ""]
     return (["**Result is: INVALID** — every reason (the headline states only valid figures):", ""]
-            + [f"- {r['kind']} `{r['source'] or ''}`: {r['message']}" for r in v["reasons"]] + [""])
+            + [f"- {r['kind']} `{r['source'] or ''}`: {r['message']}" for r in v.reasons] + [""])
 
 
-def html_section(s: dict[str, Any]) -> str:
-    section = s.get("scenarios")
+def html_section(report: Report) -> str:
+    section = report.scenarios
     if not section or not section["models"]:
         return ""
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for _, cells in _rows(section))
@@ -199,8 +196,8 @@ def html_section(s: dict[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
-def md_section(s: dict[str, Any], table: Any) -> list[str]:
-    section = s.get("scenarios")
+def md_section(report: Report, table: Any) -> list[str]:
+    section = report.scenarios
     if not section or not section["models"]:
         return []
     out = ["## Scenarios (MLPerf's names)", "", _LEGEND, ""] + table(HEADER, [c for _, c in _rows(section)])
