@@ -18,34 +18,6 @@ from typing import Any
 OPTIONAL = {"optional": True}  # field metadata: left out of summary.json when None
 
 
-class Section:
-    """Base of every section. `section["key"]` and `.get("key")` read the attribute, for the modules that
-    still read the summary's string keys (cost.py, plan.py, scenarios.py, cost_render.py; see
-    docs/architecture.md); new code reads attributes."""
-
-    def __getitem__(self, key: str) -> Any:
-        try:
-            return getattr(self, key)
-        except AttributeError:
-            raise KeyError(key) from None
-
-    def get(self, key: str, default: Any = None) -> Any:
-        value = getattr(self, key, default)
-        return default if value is None and _optional(self, key) else value
-
-    def __contains__(self, key: str) -> bool:
-        return hasattr(self, key) and not (getattr(self, key) is None and _optional(self, key))
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in {f.name for f in dataclasses.fields(self)}:  # type: ignore[arg-type]
-            raise KeyError(f"{type(self).__name__} has no field {key!r}")
-        setattr(self, key, value)
-
-
-def _optional(obj: Any, key: str) -> bool:
-    return any(f.name == key and f.metadata.get("optional") for f in dataclasses.fields(obj))
-
-
 def to_json(x: Any) -> Any:
     """A section (or a dict or list of them) as plain JSON values, in field order."""
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
@@ -61,7 +33,7 @@ def to_json(x: Any) -> Any:
 # --- one column of a model's table: a record, or one point of its load ramp ------------------------
 
 @dataclass
-class ColumnMemory(Section):
+class ColumnMemory:
     peak_bytes: int | None
     weights_bytes: int | None
     gradients_bytes: int | None
@@ -73,7 +45,7 @@ class ColumnMemory(Section):
 
 
 @dataclass
-class Batch1Limit(Section):
+class Batch1Limit:
     """The in-process limit beside a served batch-1 column (report/limits.py)."""
     p50_ms: float | None
     threads: int | None
@@ -81,7 +53,7 @@ class Batch1Limit(Section):
 
 
 @dataclass
-class SaturatedLimit(Section):
+class SaturatedLimit:
     """The in-process limit beside a served saturated column (report/limits.py)."""
     throughput_samples_s: float | None
     batch: int | None
@@ -89,7 +61,7 @@ class SaturatedLimit(Section):
 
 
 @dataclass
-class Column(Section):
+class Column:
     """A record (or one step of its load ramp) seen through the report."""
     source: str
     scenario: str  # "train", "batch1" or "saturated"
@@ -135,7 +107,7 @@ class Column(Section):
 
 
 @dataclass
-class Served(Section):
+class Served:
     """One backend on one device: batch 1 (one request in flight) and saturated (the most samples/s seen)."""
     batch1: Column | None
     saturated: Column | None
@@ -144,7 +116,7 @@ class Served(Section):
 # --- speedups ------------------------------------------------------------------------------------
 
 @dataclass
-class TrainConfig(Section):
+class TrainConfig:
     """The configuration a training speedup compares (trainserve.core.speedup)."""
     batch_size: int | None
     precision: str | None
@@ -155,7 +127,7 @@ class TrainConfig(Section):
 
 
 @dataclass
-class TrainSpeedup(Section):
+class TrainSpeedup:
     basis: str  # "same_config" or "best_vs_best"
     value: float | None
     cpu: float | None
@@ -177,7 +149,7 @@ class TrainSpeedup(Section):
 
 
 @dataclass
-class InferSpeedup(Section):
+class InferSpeedup:
     """GPU over CPU; for latency the CPU's time over the GPU's (how many times faster it answers)."""
     value: float | None
     cpu: float | None
@@ -188,7 +160,7 @@ class InferSpeedup(Section):
 
 
 @dataclass
-class Speedups(Section):
+class Speedups:
     train: TrainSpeedup
     infer_batch1: InferSpeedup
     infer_saturated: InferSpeedup
@@ -197,7 +169,7 @@ class Speedups(Section):
 
 
 @dataclass
-class OperatingPoint(Section):
+class OperatingPoint:
     """One point of a training sweep (trainserve.core.speedup.train_point)."""
     batch_size: int
     precision: str
@@ -215,7 +187,7 @@ class OperatingPoint(Section):
 
 
 @dataclass
-class Sweep(Section):
+class Sweep:
     train: list[OperatingPoint]
     train_best: OperatingPoint | None
 
@@ -223,7 +195,7 @@ class Sweep(Section):
 # --- per device comparisons ----------------------------------------------------------------------
 
 @dataclass
-class TrainVsInfer(Section):
+class TrainVsInfer:
     train_throughput_samples_s: float | None
     infer_throughput_samples_s: float | None
     throughput_ratio: float | None  # inference over training
@@ -234,7 +206,7 @@ class TrainVsInfer(Section):
 
 
 @dataclass
-class MaxBatch(Section):
+class MaxBatch:
     train: int | None
     infer: int | None
     ratio: float | None
@@ -243,7 +215,7 @@ class MaxBatch(Section):
 
 
 @dataclass
-class TimeToAccuracyRow(Section):
+class TimeToAccuracyRow:
     """A training run made with --target-accuracy beside the served model on the same device."""
     target_accuracy: float
     reached: bool
@@ -264,7 +236,7 @@ class TimeToAccuracyRow(Section):
 
 
 @dataclass
-class Ramp(Section):
+class Ramp:
     label: str
     device: str
     backend: str
@@ -276,7 +248,7 @@ class Ramp(Section):
 # --- memory of training beside inference (report/memory_compare.py) ------------------------------
 
 @dataclass
-class MemoryFigure(Section):
+class MemoryFigure:
     bytes: int
     kind: str  # "working_set" or "process_total"
     how: str
@@ -286,19 +258,19 @@ class MemoryFigure(Section):
 
 
 @dataclass
-class MemorySide(Section):
+class MemorySide:
     working_set: MemoryFigure | None
     process_total: MemoryFigure | None
 
 
 @dataclass
-class MemoryRatios(Section):
+class MemoryRatios:
     working_set: float | None
     process_total: float | None
 
 
 @dataclass
-class MemoryCompare(Section):
+class MemoryCompare:
     train: MemorySide
     infer: MemorySide
     ratios: MemoryRatios  # training over inference, each only between two figures of its own kind
@@ -308,7 +280,7 @@ class MemoryCompare(Section):
 # --- in-process limits (report/limits.py) --------------------------------------------------------
 
 @dataclass
-class DeviceLimit(Section):
+class DeviceLimit:
     batch1_p50_ms: float | None
     batch1_threads: int | None
     best_batch: int | None
@@ -316,13 +288,13 @@ class DeviceLimit(Section):
 
 
 @dataclass
-class ServerVsLimit(Section):
+class ServerVsLimit:
     batch1_overhead_ms: float | None
     saturated_efficiency: float | None
 
 
 @dataclass
-class LimitPoint(Section):
+class LimitPoint:
     source: str
     sweep: str | None
     batch_size: int
@@ -335,7 +307,7 @@ class LimitPoint(Section):
 
 
 @dataclass
-class LimitSpeedups(Section):
+class LimitSpeedups:
     infer_batch1: float | None
     infer_saturated: float | None
 
@@ -352,7 +324,7 @@ class Limits:
 # --- latency attribution (report/attribution.py) -------------------------------------------------
 
 @dataclass
-class Split(Section):
+class Split:
     """A served point's mean latency split: the client's own time, network, front end, queue, compute."""
     client: float | None
     network: float | None
@@ -367,7 +339,7 @@ class Split(Section):
 
 
 @dataclass
-class AttributionPoint(Section):
+class AttributionPoint:
     source: str
     device: str
     backend: str
@@ -381,7 +353,7 @@ class AttributionPoint(Section):
 
 
 @dataclass
-class CapacityBound(Section):
+class CapacityBound:
     source: str
     device: str
     backend: str
@@ -395,7 +367,7 @@ class CapacityBound(Section):
 # --- a model -------------------------------------------------------------------------------------
 
 @dataclass
-class ModelSection(Section):
+class ModelSection:
     model: str
     train: dict[str, Column | None]  # per device: the training record that stands for it
     infer: dict[str, dict[str, Served | None]]  # per backend, per device
@@ -425,7 +397,7 @@ class ModelSection(Section):
 # --- run-wide ------------------------------------------------------------------------------------
 
 @dataclass
-class Machine(Section):
+class Machine:
     hostname: str
     cpu_model: str | None
     logical_cpus: int | None
@@ -436,7 +408,7 @@ class Machine(Section):
 
 
 @dataclass
-class Notice(Section):
+class Notice:
     """A warning or an error of one record (or of an unreadable file: model, device and phase None)."""
     source: str
     model: str | None
@@ -446,7 +418,7 @@ class Notice(Section):
 
 
 @dataclass
-class RecordRow(Section):
+class RecordRow:
     source: str
     phase: str
     model: str
@@ -465,7 +437,7 @@ class RecordRow(Section):
 
 
 @dataclass
-class HeadlineSpeedup(Section):
+class HeadlineSpeedup:
     """A model's training speedup on one basis (always both bases; value None when not measured)."""
     model: str
     kind: str  # "train_speedup"
@@ -479,7 +451,7 @@ class HeadlineSpeedup(Section):
 
 
 @dataclass
-class HeadlineConclusion(Section):
+class HeadlineConclusion:
     """A model's first conclusion."""
     model: str
     kind: str  # "conclusion"
@@ -490,7 +462,7 @@ class HeadlineConclusion(Section):
 
 
 @dataclass
-class Verdict(Section):
+class Verdict:
     result: str  # "VALID" or "INVALID"
     reasons: list[dict[str, Any]]  # {"kind", "source", "message"}
     checked: int
@@ -498,7 +470,7 @@ class Verdict(Section):
 
 
 @dataclass
-class Report(Section):
+class Report:
     """The whole summary: summary.json is `to_json` of it."""
     schema_version: int
     run: str
