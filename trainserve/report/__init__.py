@@ -18,7 +18,7 @@ from trainserve.report.attribution_plot import attribution_figures
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
 from trainserve.report.cost_plot import cost_figures
-from trainserve.report.cost_render import cost_lines
+from trainserve.report.sentences import cost_lines
 from trainserve.report.plan import capacity_plan
 from trainserve.report.plots import model_figures
 from trainserve.report.render import html_report, markdown_report

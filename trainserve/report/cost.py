@@ -35,6 +35,10 @@ DEFAULT_HEADROOM = 0.2  # capacity kept free above the target load (bursts, a se
 J_PER_KWH = 3.6e6
 MILLION = 1e6
 
+# What each cost row's "basis" stands for, in the tables and the sentences
+BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
+         "best": "best operating point", "as_trained": "as trained (the run's record)"}
+
 
 @dataclass(frozen=True)
 class CostOptions:
