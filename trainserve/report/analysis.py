@@ -70,7 +70,7 @@ def analyse(collection: Collection) -> Report:
         models[name] = _model_section(name, mine)
         # an ONNX file trained elsewhere (trainserve run --onnx): its training columns say so, not "not measured"
         models[name].trained_here = (collection.card or {}).get("family") != "onnx"
-        models[name].scenarios = scenarios["models"].get(name, {})  # the plan and cost read the Server figure
+        models[name].scenarios = scenarios.models.get(name, {})  # the plan and cost read the Server figure
     conclusions = [c for m in models.values() for c in m.conclusions]
     errors = [Notice(**e) for e in withheld.summary_errors(entries)]
     report = Report(

@@ -186,12 +186,12 @@ def frontier(section: ModelSection, device: str) -> list[dict[str, Any]]:
                            "requests_s": p.get("requests_s"), "p99_ms": p.get("p99_ms"),
                            "failures": p.get("failures") or 0, "energy_per_sample_j": None, "view": None})
     server = (section.scenarios.get(device) or {}).get("Server")
-    if server and server["capacity_req_s"]:  # the open-loop capacity search (report/scenarios.py)
-        points.append({"kind": SERVER, "source": server["source"], "batch_size": server["batch_size"],
-                       "users": None, "throughput_samples_s": server["capacity_req_s"] * server["batch_size"],
-                       "requests_s": server["capacity_req_s"], "p99_ms": server["p99_ms"], "failures": 0,
-                       "energy_per_sample_j": None, "view": None, "lower_bound": server["lower_bound"],
-                       "valid": server["valid"], "reasons": server["reasons"]})
+    if server and server.capacity_req_s:  # the open-loop capacity search (report/scenarios.py)
+        points.append({"kind": SERVER, "source": server.source, "batch_size": server.batch_size,
+                       "users": None, "throughput_samples_s": server.capacity_req_s * server.batch_size,
+                       "requests_s": server.capacity_req_s, "p99_ms": server.p99_ms, "failures": 0,
+                       "energy_per_sample_j": None, "view": None, "lower_bound": server.lower_bound,
+                       "valid": server.valid, "reasons": server.reasons})
     for kind, v in (("batch1", per.batch1), ("saturated", per.saturated)):
         if v and not v.ramp_point:
             energy = v.energy_per_sample_j if own_energy(device, v.energy_source) else None

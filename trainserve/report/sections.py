@@ -364,6 +364,64 @@ class CapacityBound:
     bound: dict[str, str] | None
 
 
+# --- MLPerf's scenarios (report/scenarios.py) ----------------------------------------------------
+
+@dataclass
+class ScenarioRow:
+    """One served record under its scenario's name (SingleStream, Server, Offline)."""
+    source: str
+    scenario: str
+    device: str
+    backend: str
+    batch_size: int
+    users: int | None
+    requests_s: float | None
+    throughput_samples_s: float | None
+    capacity_req_s: float | None  # Server: the highest rate within the SLO
+    lower_bound: bool  # Server: the heaviest load offered still met the SLO
+    stop_reason: str | None
+    slo_p99_ms: float | None
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    count: int
+    warmup_excluded: int | None
+    percentiles_short: list[str]  # percentiles with too few requests behind them
+    stable: bool | None
+    stability_reason: str | None
+    valid: bool
+    reasons: list[str]
+    repeats: int
+    ci95: dict[str, dict[str, float]]  # per figure with repeats: {n, mean, sd, half_width, low, high}
+
+
+@dataclass
+class NoiseRow:
+    """CPU vs GPU for one scenario where repeats give a side a CI: is the difference above the noise?"""
+    model: str
+    scenario: str
+    metric: str
+    label: str
+    cpu: float
+    cpu_half_width: float
+    gpu: float
+    gpu_half_width: float
+    difference: float
+    noise: float
+    within_noise: bool
+    one_side_only: bool
+
+
+PerScenario = dict[str, ScenarioRow | None]  # by scenario name; None: not measured
+
+
+@dataclass
+class Scenarios:
+    models: dict[str, dict[str, PerScenario]]  # per model, per device
+    noise: list[NoiseRow]
+
+
 # --- a model -------------------------------------------------------------------------------------
 
 @dataclass
@@ -387,7 +445,7 @@ class ModelSection:
     capacity_bounds: list[CapacityBound] = field(default_factory=list)
     conclusions: list[str] = field(default_factory=list)
     trained_here: bool = True  # False: an ONNX file trained elsewhere (trainserve run --onnx)
-    scenarios: dict[str, Any] = field(default_factory=dict)  # report/scenarios.py, per device
+    scenarios: dict[str, PerScenario] = field(default_factory=dict)  # per device (report/scenarios.py)
 
     def served(self, device: str) -> Served | None:
         """The first backend's (analysis.BACKEND_PREFERENCE order) figures on `device`."""
@@ -485,6 +543,6 @@ class Report:
     warnings: list[Notice]
     records: list[RecordRow]
     verdict: Verdict
-    scenarios: dict[str, Any]
+    scenarios: Scenarios
     costs: dict[str, Any] | None = None  # report/cost.py, set by build_report
     plan: dict[str, Any] | None = None  # report/plan.py, with --qps
