@@ -68,7 +68,7 @@ def test_an_unstable_server_makes_the_figure_invalid_with_its_reason(tmp_path: P
 def test_repeats_yield_a_confidence_interval(tmp_path: Path) -> None:
     _, record = _load(tmp_path, [], users=1, duration_s=1.0, warmup_s=0.0, window_s=0.25, repeats=3)
     assert len(record.extra["repeats"]) == 3
-    ci = row(Entry("load/x.json", record), "SingleStream")["ci95"]
+    ci = row(Entry("load/x.json", record), "SingleStream").ci95
     assert ci["requests_s"]["n"] == 3 and ci["requests_s"]["half_width"] > 0
     assert ci["requests_s"]["low"] < ci["requests_s"]["mean"] < ci["requests_s"]["high"]
     assert ci["p99_ms"]["n"] == 3

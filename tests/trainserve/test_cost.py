@@ -18,6 +18,7 @@ from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, break_even, cost_section
 from trainserve.report.plan import capacity_plan, require_feasible
 from trainserve.report.prices import Prices, load_prices, resolve_prices
+from trainserve.report.sections import Report
 
 HOST = {"hostname": "bench", "logical_cpus": 4}
 # round prices, so every expected figure below is worked out by hand
@@ -74,7 +75,7 @@ def make_run(runs: Path, name: str = "c1") -> Path:
 
 
 @pytest.fixture
-def summary(tmp_path) -> dict:
+def summary(tmp_path) -> Report:
     return analyse(collect(make_run(tmp_path)))
 
 

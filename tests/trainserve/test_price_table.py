@@ -68,7 +68,7 @@ def test_unknown_gpu_gets_no_price(tmp_path):
     assert "no price" in c["break_even"]["note"]
     # the price the L4 would have to beat is still shown: it needs no GPU price
     assert c["gpu_price_break_even"]["break_even_usd_per_gpu_hour"] is not None
-    plan = capacity_plan(s | {"costs": None}, CostOptions(prices=CPU_ONLY, slo_p99_ms=20.0, qps=100))
+    plan = capacity_plan(s, CostOptions(prices=CPU_ONLY, slo_p99_ms=20.0, qps=100))
     assert plan["models"]["cnn"]["devices"]["cuda"]["usd_per_hour"] is None
     assert any("no price" in line for line in plan["models"]["cnn"]["lines"])
 

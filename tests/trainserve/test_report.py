@@ -144,6 +144,20 @@ def test_conclusions_state_the_measured_numbers(full_report):
     assert "not measured" not in text
 
 
+def test_the_headline_leads_the_summary_and_no_conclusion_is_shown_twice(full_report):
+    s = json.loads((full_report / "summary.json").read_text())
+    md = (full_report / "report.md").read_text()
+    html = (full_report / "report.html").read_text()
+    summary = md.split("## Summary", 1)[1].split("\n## ", 1)[0]
+    texts = [h["text"] for h in s["headline"]]
+    assert [ln for ln in summary.splitlines() if ln.startswith("- **")] == [f"- **{t}**" for t in texts]
+    assert "cnn: training speedup at the same configuration: 270x" in texts[0]
+    # every conclusion appears once in the Summary: the first of each model as the headline's, the rest after it
+    for c in s["conclusions"]:
+        assert summary.count(c) == 1, c
+    assert html.index("<ul class='headline'>") < html.index("<div class='tiles speedups'>")
+
+
 def test_warnings_of_every_record_are_listed(full_report):
     s = json.loads((full_report / "summary.json").read_text())
     msgs = [(w["source"], w["message"]) for w in s["warnings"]]

@@ -12,6 +12,7 @@ from trainserve.core.profile import ProfileRecord
 from trainserve.core.served import Attribution, Bound, ClientCpu, Served, as_dict
 from trainserve.report import build_report
 from trainserve.report.attribution_plot import attribution_chart
+from trainserve.report.sections import AttributionPoint, Split
 
 
 def _split(latency: float, server: float, queue: float, compute: float, client: float) -> Attribution:
@@ -84,11 +85,16 @@ def test_html_and_markdown_show_the_stacked_bars_and_the_bounds(report: Path) ->
 
 
 def test_the_chart_draws_one_bar_per_point_and_nothing_without_a_split() -> None:
-    a = as_dict(_split(2.0, 1.0, 0.2, 0.6, 0.3))
-    parts = {k: a[f"{k}_ms"] for k in ("client", "network", "frontend", "queue", "compute")}
-    section = {"model": "m", "attribution": [
-        {"label": "CPU · batch 1 · 1 user", "device": "cpu", "attribution": parts, "bound": {"kind": "load"}},
-        {"label": "GPU · batch 1 · 1 user", "device": "cuda", "attribution": parts, "bound": None},
-        {"label": "CPU · batch 1 · 8 users", "device": "cpu", "attribution": None, "bound": None}]}
-    assert attribution_chart(section).startswith(b"\x89PNG")
-    assert attribution_chart({"model": "m", "attribution": [section["attribution"][2]]}) is None
+    a = _split(2.0, 1.0, 0.2, 0.6, 0.3)
+    split = Split(**a.parts(), latency_ms=a.latency_ms, server_ms=a.server_ms, consistent=a.consistent, note=a.note,
+                  mean_batch=a.mean_batch)
+
+    def point(label: str, device: str, split: Split | None, bound: dict | None) -> AttributionPoint:
+        return AttributionPoint(source="load/x.json", device=device, backend="onnxruntime", batch_size=1, label=label,
+                                requests_s=100.0, p99_ms=3.0, attribution=split, bound=bound, client_saturated=False)
+
+    points = [point("CPU · batch 1 · 1 user", "cpu", split, {"kind": "load"}),
+              point("GPU · batch 1 · 1 user", "cuda", split, None),
+              point("CPU · batch 1 · 8 users", "cpu", None, None)]
+    assert attribution_chart("m", points).startswith(b"\x89PNG")
+    assert attribution_chart("m", points[2:]) is None

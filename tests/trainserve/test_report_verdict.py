@@ -106,6 +106,11 @@ def test_invalid_run_lists_every_reason_and_keeps_the_headline_from_invalid_figu
                      ("too_few_requests", "load/embedded-cuda-server.json")}
     conclusion = next(h for h in s["headline"] if h["kind"] == "conclusion")
     assert conclusion["text"].startswith("cnn: not stated") and "embedded-cpu-batch1" in conclusion["text"]
+    # each entry is screened by the figures it rests on: the training speedups rest on no INVALID record
+    assert all("withheld_by_verdict" not in h for h in s["headline"] if h["kind"] == "train_speedup")
+    md = (html.parent / "report.md").read_text()
+    assert f"- **{conclusion['text']}**" in md  # the screened headline is what the Summary states
+    assert "at batch 1 it answers" not in md  # the sentence that rests on the INVALID batch-1 figure is not
     single = s["scenarios"]["models"]["cnn"]["cpu"]["SingleStream"]
     assert not single["valid"] and not single["stable"]
     assert any("did not stabilise" in reason for reason in single["reasons"])

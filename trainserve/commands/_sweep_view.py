@@ -11,7 +11,8 @@ from trainserve.core.errors import UserError
 from trainserve.core.speedup import speedups_of_records
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
-from trainserve.report.analysis import train_speedup_text
+from trainserve.report.sections import TrainSpeedup
+from trainserve.report.sentences import train_speedup_text
 from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
 
 POINT_PREFIX = "sweep point:"  # `trainserve run` shows the lines that start with this, as they come
@@ -65,6 +66,6 @@ def run_sweeps(cfg: Any, device: str, budget_s: float, root: Path) -> dict[str, 
     speedups = speedups_of_records(records)
     if len(devices) > 1:
         for key in ("train", "train_best"):
-            typer.echo(f"GPU vs CPU {train_speedup_text(speedups[key])}")
+            typer.echo(f"GPU vs CPU {train_speedup_text(TrainSpeedup.of(speedups[key]))}")
     return speedups
 

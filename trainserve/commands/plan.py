@@ -45,7 +45,7 @@ def plan(
 
     opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     summary = analyse(collect(existing_run_dir(run, runs_dir)))
-    summary["costs"] = cost_section(summary, opts)
+    summary.costs = cost_section(summary, opts)
     result = capacity_plan(summary, opts)
     require_feasible(result)
     if as_json:

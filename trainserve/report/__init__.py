@@ -18,10 +18,11 @@ from trainserve.report.attribution_plot import attribution_figures
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
 from trainserve.report.cost_plot import cost_figures
-from trainserve.report.cost_render import cost_lines
+from trainserve.report.sentences import cost_lines
 from trainserve.report.plan import capacity_plan
 from trainserve.report.plots import model_figures
 from trainserve.report.render import html_report, markdown_report
+from trainserve.report.sections import to_json
 
 log = logging.getLogger(__name__)
 
@@ -40,22 +41,22 @@ def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
             extra = f" ({len(collection.problems)} unreadable, e.g. {rel}: {why})"
         raise UserError(f"run {collection.run!r} has no profile records under {run_dir}/{{train,compare,load,limits}}"
                         f"{extra}; run `trainserve train` or `trainserve load` for it first")
-    summary = analyse(collection)
+    report = analyse(collection)
     cost = cost or CostOptions()
-    summary["costs"] = cost_section(summary, cost)
-    summary["plan"] = capacity_plan(summary, cost) if cost.qps is not None else None
-    figures: dict[str, bytes] = cost_figures(summary)
-    for section in summary["models"].values():
+    report.costs = cost_section(report, cost)
+    report.plan = capacity_plan(report, cost) if cost.qps is not None else None
+    figures: dict[str, bytes] = cost_figures(report)
+    for section in report.models.values():
         figures.update(model_figures(section))
         figures.update(attribution_figures(section))
     final = run_dir / "report"
     with staged_dir(final) as tmp:
         for name, png in figures.items():
             (tmp / name).write_bytes(png)
-        write_json_atomic(tmp / "summary.json", summary)
+        write_json_atomic(tmp / "summary.json", to_json(report))
         perf_csv.write_all(collection, tmp)  # perf_analyzer/<record>.csv: perf_analyzer's -f columns
-        write_text_atomic(tmp / "report.md", markdown_report(summary, figures))
-        write_text_atomic(tmp / "report.html", html_report(summary, figures))
+        write_text_atomic(tmp / "report.md", markdown_report(report, figures))
+        write_text_atomic(tmp / "report.html", html_report(report, figures))
     log.debug("report of %d records written to %s", len(collection.entries), final)
     return final / "report.html"
 
@@ -66,6 +67,7 @@ def cost_lines_of(html: Path) -> list[str]:
 
 
     try:
-        return cost_lines(json.loads((html.parent / "summary.json").read_text()))
+        summary = json.loads((html.parent / "summary.json").read_text())
+        return cost_lines(summary.get("costs"), summary.get("plan"))
     except (OSError, ValueError):
         return []

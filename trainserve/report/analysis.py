@@ -1,8 +1,8 @@
 """Line a run's records up: per model, training beside inference, CPU beside GPU, and what follows.
 
-The result is one plain dict (written as summary.json and read by the renderers), so every number
-the HTML and Markdown show is also in summary.json. A side that was not measured is None there and
-"not measured" in prose; nothing is guessed.
+The result is one typed Report (report/sections.py), read by the renderers and written as
+summary.json, so every number the HTML and Markdown show is also in summary.json. A side that was
+not measured is None there and "not measured" in prose; nothing is guessed.
 """
 
 from __future__ import annotations
@@ -24,17 +24,31 @@ from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.attribution import attribution_section, bound_of
-from trainserve.report.attribution import conclusions as attribution_conclusions
 from trainserve.report.collect import Collection, Entry
+from trainserve.report.limits import is_limit, limits_section
 from trainserve.report.memory_compare import memory_compare
-from trainserve.report.memory_compare import sentences as memory_sentences
-from trainserve.report.limits import (
-    in_process_batch1,
-    is_limit,
-    limit_conclusions,
-    limits_section,
-)
 from trainserve.report.scenarios import scenarios_section
+from trainserve.report.sections import (
+    Column,
+    ColumnMemory,
+    InferSpeedup,
+    Machine,
+    MaxBatch,
+    ModelSection,
+    Notice,
+    OperatingPoint,
+    Ramp,
+    RecordRow,
+    Report,
+    Served,
+    Speedups,
+    Sweep,
+    TimeToAccuracyRow,
+    TrainSpeedup,
+    TrainVsInfer,
+    Verdict,
+)
+from trainserve.report.sentences import conclusions, headline
 from trainserve.report.verdict import screen_headline, verdict
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -47,41 +61,41 @@ def model_key(record: ProfileRecord) -> str:
     return bounds.model_key(record.model)
 
 
-def analyse(collection: Collection) -> dict[str, Any]:
+def analyse(collection: Collection) -> Report:
     entries = withheld.screened(collection)  # figures beyond a physical bound become errors
-    models: dict[str, dict[str, Any]] = {}
+    models: dict[str, ModelSection] = {}
     scenarios = scenarios_section(entries, model_key)  # SingleStream / Server / Offline, with their verdicts
     for name in sorted({model_key(e.record) for e in entries}):
         mine = [e for e in entries if model_key(e.record) == name]
         models[name] = _model_section(name, mine)
         # an ONNX file trained elsewhere (trainserve run --onnx): its training columns say so, not "not measured"
-        models[name]["trained_here"] = (collection.card or {}).get("family") != "onnx"
-        models[name]["scenarios"] = scenarios["models"].get(name, {})  # the plan and cost read the Server figure
-    conclusions = [c for m in models.values() for c in m["conclusions"]]
-    summary = {
-        "schema_version": SUMMARY_SCHEMA_VERSION,
-        "run": collection.run,
-        "generated": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "machines": _machines(entries),
-        "versions": _versions(entries),
-        "card": _card_summary(collection.card),
-        "models": models,
-        "conclusions": conclusions,
-        "headline": _headline(models),
-        "errors": withheld.summary_errors(entries),
-        "warnings": _warnings(entries) + [{"source": rel, "model": None, "device": None, "phase": None,
-                                           "message": why} for rel, why in collection.problems],
-        "records": [_record_row(e) for e in entries],
-        "verdict": verdict(entries, withheld.summary_errors(entries)),
-        "scenarios": scenarios,
-    }
-    screen_headline(summary)  # the headline states only valid figures
-    return summary
+        models[name].trained_here = (collection.card or {}).get("family") != "onnx"
+        models[name].scenarios = scenarios.models.get(name, {})  # the plan and cost read the Server figure
+    conclusions = [c for m in models.values() for c in m.conclusions]
+    errors = [Notice(**e) for e in withheld.summary_errors(entries)]
+    report = Report(
+        schema_version=SUMMARY_SCHEMA_VERSION,
+        run=collection.run,
+        generated=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        machines=_machines(entries),
+        versions=_versions(entries),
+        card=_card_summary(collection.card),
+        models=models,
+        conclusions=conclusions,
+        headline=headline(models),
+        errors=errors,
+        warnings=_warnings(entries) + [Notice(rel, None, None, None, why) for rel, why in collection.problems],
+        records=[_record_row(e) for e in entries],
+        verdict=Verdict(**verdict(entries, withheld.summary_errors(entries))),
+        scenarios=scenarios,
+    )
+    screen_headline(report)  # the headline states only valid figures
+    return report
 
 
 # --- one column of a table: a record (or one point of its load ramp) seen through the report ---
 
-def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[str, Any]:
+def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> Column:
     r = e.record
     lat = dataclasses.asdict(r.speed.latency)
     throughput, requests_s, concurrency = r.speed.throughput_samples_s, r.speed.requests_s, r.concurrency
@@ -93,53 +107,52 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> dict[s
     energy_per_sample = r.energy.energy_per_sample_j
     if energy_per_sample is None and r.energy.energy_j is not None and r.validity.samples > 0:
         energy_per_sample = r.energy.energy_j / r.validity.samples
-    return {
-        "source": e.source,
-        "scenario": scenario,
-        "phase": r.phase,
-        "device": r.device,
-        "device_name": r.device_name,
-        "backend": r.backend,
-        "target": r.target,
-        "precision": r.precision,
-        "math_mode": r.settings.get("math_mode"),  # the math MFU's peak is for (train records)
-        "batch_size": r.batch_size,
-        "concurrency": concurrency,
-        "ramp_point": point is not None,
-        "throughput_samples_s": throughput,
-        "requests_s": requests_s,
-        "latency": lat,
-        "memory": {
-            "peak_bytes": _first(m.peak_bytes, m.cuda_allocated_peak_bytes, m.rss_peak_bytes),
-            "weights_bytes": m.weights_bytes,
-            "gradients_bytes": m.gradients_bytes,
-            "optimizer_bytes": m.optimizer_bytes,
-            "activations_bytes": m.activations_bytes,
-            "cuda_reserved_peak_bytes": m.cuda_reserved_peak_bytes,
-            "rss_peak_bytes": m.rss_peak_bytes,
-            "gpu_mem_used_max_bytes": r.utilization.gpu_mem_used_max_bytes,
-        },
-        "gpu_util_mean_percent": r.utilization.gpu_util_mean_percent,
-        "cpu_process_mean_percent": r.utilization.cpu_process_mean_percent,
-        "cpu_system_mean_percent": r.utilization.cpu_system_mean_percent,
-        "mean_power_w": r.energy.mean_power_w,
-        "energy_j": r.energy.energy_j,
-        "energy_per_sample_j": energy_per_sample,
-        "energy_source": r.energy.source,  # "nvml" (the GPU's), "rapl" (the CPU packages'), or None
-        # what the measurement held, for the cost section (report/cost.py): cores, threads, GPUs, epochs
-        "host_logical_cpus": (r.host or {}).get("logical_cpus"),
-        "torch_threads": r.settings.get("torch_threads"),
-        "world_size": r.settings.get("world_size"),
-        "epochs": r.settings.get("epochs"),
-        "flops_per_sample": r.speed.flops_per_sample,
-        "achieved_tflops": r.speed.achieved_tflops,
-        "mfu": r.speed.mfu,
-        "peak_tflops": r.speed.peak_tflops,
-        "partial": r.validity.partial,
-        "errors": bounds.errors_of(r, point),  # {field: {"short", "error"}}: figures withheld, null above
-        "warnings": list(r.validity.warnings),
-        "bound": bound_of(r, point),  # what limited this figure (core/served.py), None before attribution
-    }
+    return Column(
+        source=e.source,
+        scenario=scenario,
+        phase=r.phase,
+        device=r.device,
+        device_name=r.device_name,
+        backend=r.backend,
+        target=r.target,
+        precision=r.precision,
+        math_mode=r.settings.get("math_mode"),
+        batch_size=r.batch_size,
+        concurrency=concurrency,
+        ramp_point=point is not None,
+        throughput_samples_s=throughput,
+        requests_s=requests_s,
+        latency=lat,
+        memory=ColumnMemory(
+            peak_bytes=_first(m.peak_bytes, m.cuda_allocated_peak_bytes, m.rss_peak_bytes),
+            weights_bytes=m.weights_bytes,
+            gradients_bytes=m.gradients_bytes,
+            optimizer_bytes=m.optimizer_bytes,
+            activations_bytes=m.activations_bytes,
+            cuda_reserved_peak_bytes=m.cuda_reserved_peak_bytes,
+            rss_peak_bytes=m.rss_peak_bytes,
+            gpu_mem_used_max_bytes=r.utilization.gpu_mem_used_max_bytes,
+        ),
+        gpu_util_mean_percent=r.utilization.gpu_util_mean_percent,
+        cpu_process_mean_percent=r.utilization.cpu_process_mean_percent,
+        cpu_system_mean_percent=r.utilization.cpu_system_mean_percent,
+        mean_power_w=r.energy.mean_power_w,
+        energy_j=r.energy.energy_j,
+        energy_per_sample_j=energy_per_sample,
+        energy_source=r.energy.source,
+        host_logical_cpus=(r.host or {}).get("logical_cpus"),
+        torch_threads=r.settings.get("torch_threads"),
+        world_size=r.settings.get("world_size"),
+        epochs=r.settings.get("epochs"),
+        flops_per_sample=r.speed.flops_per_sample,
+        achieved_tflops=r.speed.achieved_tflops,
+        mfu=r.speed.mfu,
+        peak_tflops=r.speed.peak_tflops,
+        partial=r.validity.partial,
+        errors=bounds.errors_of(r, point),
+        warnings=list(r.validity.warnings),
+        bound=bound_of(r, point),
+    )
 
 
 def _first(*values: Any) -> Any:
@@ -148,13 +161,13 @@ def _first(*values: Any) -> Any:
 
 # --- per model ------------------------------------------------------------------------------
 
-def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
+def _model_section(name: str, entries: list[Entry]) -> ModelSection:
     train = {d: _pick_train([e for e in entries if e.record.phase == "train" and e.record.device == d])
              for d in DEVICES}
     # in-process limits (trainserve limits) are no served measurement: limits_section sets them beside the served ones
     infer_entries = [e for e in entries if e.record.phase == "infer" and not is_limit(e.record)]
     backends = sorted({e.record.backend for e in infer_entries}, key=_backend_rank)
-    infer: dict[str, dict[str, Any]] = {}
+    infer: dict[str, dict[str, Served | None]] = {}
     for b in backends:
         infer[b] = {}
         for d in DEVICES:
@@ -162,23 +175,29 @@ def _model_section(name: str, entries: list[Entry]) -> dict[str, Any]:
             infer[b][d] = _infer_views(mine) if mine else None
     train_pairs = [(e.source, e.record) for e in entries if e.record.phase == "train"]
     trained = speedups_of_records(train_pairs)  # the same function `trainserve compare` prints from
-    section = {
-        "model": name,
-        "train": train,
-        "infer": infer,
-        "speedups": {"train": trained["train"], **_speedups(infer), "train_best": trained["train_best"]},
-        "operating_points": operating_points(train_pairs),
-        "train_vs_infer": _train_vs_infer(train, infer),
-        "max_batch": _max_batch(entries),
-        "time_to_accuracy": time_to_accuracy(entries, infer),
-        "ramps": _ramps(infer_entries),
-        "memory_compare": None,  # set below, from the sections above
-        "devices_measured": sorted({e.record.device for e in entries}, key=DEVICES.index),
-    }
-    section.update(limits_section(entries, section))
-    section["memory_compare"] = memory_compare(entries, section)
-    section.update(attribution_section(infer_entries))  # latency split and bounds (report/attribution.py)
-    section["conclusions"] = _conclusions(section) + attribution_conclusions(section)
+    b1, sat = _speedups(infer)
+    section = ModelSection(
+        model=name,
+        train=train,
+        infer=infer,
+        speedups=Speedups(train=TrainSpeedup.of(trained["train"]), infer_batch1=b1, infer_saturated=sat,
+                          infer_backend=_infer_backend(infer), train_best=TrainSpeedup.of(trained["train_best"])),
+        operating_points={d: Sweep(train=[OperatingPoint(**p) for p in op["train"]],
+                                   train_best=op["train_best"] and OperatingPoint(**op["train_best"]))
+                          for d, op in operating_points(train_pairs).items()},
+        train_vs_infer=_train_vs_infer(train, infer),
+        max_batch=_max_batch(entries),
+        time_to_accuracy=time_to_accuracy(entries, infer),
+        ramps=_ramps(infer_entries),
+        memory_compare={},  # set below, from the sections above
+        devices_measured=sorted({e.record.device for e in entries}, key=DEVICES.index),
+    )
+    lims = limits_section(entries, section)
+    section.limits, section.server_vs_limit = lims.limits, lims.server_vs_limit
+    section.limit_points, section.limit_speedups = lims.limit_points, lims.limit_speedups
+    section.memory_compare = memory_compare(entries, section)
+    section.attribution, section.capacity_bounds = attribution_section(infer_entries)  # report/attribution.py
+    section.conclusions = conclusions(section)
     return section
 
 
@@ -186,13 +205,13 @@ def _backend_rank(b: str) -> tuple[int, str]:
     return (BACKEND_PREFERENCE.index(b) if b in BACKEND_PREFERENCE else len(BACKEND_PREFERENCE), b)
 
 
-def _pick_train(entries: list[Entry]) -> dict[str, Any] | None:
+def _pick_train(entries: list[Entry]) -> Column | None:
     """The view of the record trainserve.core.speedup.pick_train picks for the device."""
     picked = pick_train([(e.source, e.record) for e in entries])
     return None if picked is None else view(Entry(*picked), "train")
 
 
-def _infer_views(entries: list[Entry]) -> dict[str, Any]:
+def _infer_views(entries: list[Entry]) -> Served:
     """Batch 1 (latency at one request in flight) and saturated (the most samples/s seen)."""
     batch1 = None
     # a ramp's overall latency mixes every step, so only plain measurements count as batch 1
@@ -217,7 +236,7 @@ def _infer_views(entries: list[Entry]) -> dict[str, Any]:
     if candidates:
         _, e, p = max(candidates, key=lambda c: c[0])
         saturated = view(e, "saturated", p)
-    return {"batch1": batch1, "saturated": saturated}
+    return Served(batch1=batch1, saturated=saturated)
 
 
 def _p50(e: Entry) -> float | None:
@@ -229,9 +248,9 @@ def _ramp(e: Entry) -> list[dict[str, Any]]:
     return [p for p in ramp if isinstance(p, dict)] if isinstance(ramp, list) else []
 
 
-def _speedup(kind: str, cpu: dict | None, gpu: dict | None, metric: str) -> dict[str, Any]:
+def _speedup(kind: str, cpu: Column | None, gpu: Column | None, metric: str) -> InferSpeedup:
     """GPU over CPU; for latency the CPU's time over the GPU's (how many times faster it answers)."""
-    get = (lambda v: v["latency"].get("p50_ms")) if metric == "p50_ms" else (lambda v: v.get(metric))
+    get = (lambda v: v.p50_ms) if metric == "p50_ms" else (lambda v: getattr(v, metric))
     c = get(cpu) if cpu else None
     g = get(gpu) if gpu else None
     value = _div(c, g) if metric == "p50_ms" else _div(g, c)
@@ -240,73 +259,43 @@ def _speedup(kind: str, cpu: dict | None, gpu: dict | None, metric: str) -> dict
     error = withheld.metric_error(cpu, metric) or withheld.metric_error(gpu, metric)
     if value is None and error:
         note = f"withheld: {error}"
-    return {"value": value, "cpu": c, "gpu": g, "metric": metric, "note": note, "error": error}
+    return InferSpeedup(value=value, cpu=c, gpu=g, metric=metric, note=note, error=error)
 
 
-def _speedups(infer: dict) -> dict[str, Any]:
-    """The inference speedups; the training ones come from trainserve.core.speedup."""
-    out: dict[str, Any] = {}
-    backend = next((b for b in infer if infer[b]["cpu"] and infer[b]["cuda"]), next(iter(infer), None))
+def _infer_backend(infer: dict[str, dict[str, Served | None]]) -> str | None:
+    """The backend the inference speedups use: the first measured on both devices, else the first."""
+    return next((b for b in infer if infer[b]["cpu"] and infer[b]["cuda"]), next(iter(infer), None))
+
+
+def _speedups(infer: dict[str, dict[str, Served | None]]) -> tuple[InferSpeedup, InferSpeedup]:
+    """The inference speedups (batch 1, saturated); the training ones come from trainserve.core.speedup."""
+    backend = _infer_backend(infer)
     cpu = infer[backend]["cpu"] if backend else None
     gpu = infer[backend]["cuda"] if backend else None
-    out["infer_batch1"] = _speedup("batch-1 inference", cpu and cpu["batch1"], gpu and gpu["batch1"], "p50_ms")
-    out["infer_saturated"] = _speedup("saturated inference", cpu and cpu["saturated"], gpu and gpu["saturated"],
-                                      "throughput_samples_s")
-    out["infer_backend"] = backend
-    return out
+    return (_speedup("batch-1 inference", cpu and cpu.batch1, gpu and gpu.batch1, "p50_ms"),
+            _speedup("saturated inference", cpu and cpu.saturated, gpu and gpu.saturated, "throughput_samples_s"))
 
 
-def _headline(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per model: the training speedup on each basis (always both, value None when not measured),
-    then the model's first conclusion."""
-    out: list[dict[str, Any]] = []
-    for name, m in models.items():
-        for key in ("train", "train_best"):
-            sp = m["speedups"][key]
-            out.append({"model": name, "kind": "train_speedup", "basis": sp["basis"], "value": sp["value"],
-                        "cpu": sp["cpu_point"], "gpu": sp["gpu_point"], "note": sp["note"],
-                        "text": f"{name}: {train_speedup_text(sp)}"})
-        if m["conclusions"]:
-            out.append({"model": name, "kind": "conclusion", "basis": None, "value": None,
-                        "text": m["conclusions"][0]})
-    return out
-
-
-def train_speedup_text(sp: dict[str, Any]) -> str:
-    """One clause for a training speedup entry, with its basis and configurations."""
-    label = "at the same configuration" if sp["basis"] == "same_config" else "each device at its best"
-    if sp["value"] is None:
-        return f"training speedup {label}: {sp['note']}"
-    c, g = sp["cpu_point"], sp["gpu_point"]
-    where = (f"batch {c['batch_size']}, {c['precision']} on both" if sp["basis"] == "same_config"
-             else f"GPU batch {g['batch_size']} {g['precision']} vs CPU batch {c['batch_size']} {c['precision']}")
-    return (f"training speedup {label}: {u.ratio(sp['value'])} "
-            f"({u.num(sp['gpu'])} vs {u.num(sp['cpu'])} samples/s; {where})")
-
-
-def _train_vs_infer(train: dict, infer: dict) -> dict[str, Any]:
+def _train_vs_infer(train: dict[str, Column | None],
+                    infer: dict[str, dict[str, Served | None]]) -> dict[str, TrainVsInfer]:
     out = {}
     for d in DEVICES:
         t = train[d]
-        i = next((infer[b][d]["saturated"] for b in infer if infer[b][d] and infer[b][d]["saturated"]), None)
+        i = next((per[d].saturated for per in infer.values() if per[d] and per[d].saturated), None)
         if t is None and i is None:
             continue
-        out[d] = {
-            "train_throughput_samples_s": t and t["throughput_samples_s"],
-            "infer_throughput_samples_s": i and i["throughput_samples_s"],
-            "throughput_ratio": _div(i and i["throughput_samples_s"], t and t["throughput_samples_s"]),
-            # memory: training beside inference is in memory_compare (a ratio only between figures of one kind)
-            "train_energy_per_sample_j": t and t["energy_per_sample_j"],
-            "infer_energy_per_sample_j": i and i["energy_per_sample_j"],
-            "energy_ratio": _div(t and t["energy_per_sample_j"], i and i["energy_per_sample_j"]),
-        }
+        t_tp, i_tp = t and t.throughput_samples_s, i and i.throughput_samples_s
+        t_e, i_e = t and t.energy_per_sample_j, i and i.energy_per_sample_j
+        out[d] = TrainVsInfer(train_throughput_samples_s=t_tp, infer_throughput_samples_s=i_tp,
+                              throughput_ratio=_div(i_tp, t_tp), train_energy_per_sample_j=t_e,
+                              infer_energy_per_sample_j=i_e, energy_ratio=_div(t_e, i_e))
     return out
 
 
-def time_to_accuracy(entries: list[Entry], infer: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def time_to_accuracy(entries: list[Entry], infer: dict[str, dict[str, Served | None]]) -> dict[str, TimeToAccuracyRow]:
     """Per device, the training run made with --target-accuracy (compare/ first, else the newest), beside
     the batch-1 latency and energy per inference of the served model on that device when measured."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, TimeToAccuracyRow] = {}
     for d in DEVICES:
         picked = pick_train([(e.source, e.record) for e in entries if e.record.phase == "train"
                              and e.record.device == d and e.record.time_to_accuracy is not None])
@@ -314,29 +303,29 @@ def time_to_accuracy(entries: list[Entry], infer: dict[str, Any]) -> dict[str, d
             continue
         source, r = picked
         backend = next((b for b in infer if infer[b][d]), None)
-        served = infer[backend][d] if backend else {"batch1": None, "saturated": None}
-        b1, sat = served["batch1"], served["saturated"]
-        out[d] = {**dataclasses.asdict(r.time_to_accuracy), "source": source, "batch_size": r.batch_size,
-                  "precision": r.precision, "infer_backend": backend,
-                  "infer_batch1_p50_ms": b1["latency"].get("p50_ms") if b1 else None,
-                  "infer_energy_per_sample_j": sat["energy_per_sample_j"] if sat else None,
-                  "seeds": r.extra.get("time_to_accuracy_seeds") if isinstance(r.extra, dict) else None}
+        served = (infer[backend][d] if backend else None) or Served(None, None)
+        b1, sat = served.batch1, served.saturated
+        out[d] = TimeToAccuracyRow(
+            **dataclasses.asdict(r.time_to_accuracy), source=source, batch_size=r.batch_size,
+            precision=r.precision, infer_backend=backend, infer_batch1_p50_ms=b1.p50_ms if b1 else None,
+            infer_energy_per_sample_j=sat.energy_per_sample_j if sat else None,
+            seeds=r.extra.get("time_to_accuracy_seeds") if isinstance(r.extra, dict) else None)
     return out
 
 
-def _max_batch(entries: list[Entry]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
+def _max_batch(entries: list[Entry]) -> dict[str, MaxBatch]:
+    out: dict[str, MaxBatch] = {}
     for e in sorted(entries, key=lambda e: e.record.created):
         mb = e.record.memory.max_batch
         if not isinstance(mb, dict) or not (mb.get("train") or mb.get("infer")):
             continue
         t, i = mb.get("train"), mb.get("infer")
-        out[e.record.device] = {"train": t, "infer": i, "ratio": mb.get("ratio") or _div(i, t),
-                                "precision": e.record.precision, "source": e.source}
+        out[e.record.device] = MaxBatch(train=t, infer=i, ratio=mb.get("ratio") or _div(i, t),
+                                        precision=e.record.precision, source=e.source)
     return out
 
 
-def _ramps(entries: list[Entry]) -> list[dict[str, Any]]:
+def _ramps(entries: list[Entry]) -> list[Ramp]:
     out = []
     for e in entries:
         points = [p for p in _ramp(e) if p.get("throughput_samples_s") is not None]
@@ -344,95 +333,15 @@ def _ramps(entries: list[Entry]) -> list[dict[str, Any]]:
             r = e.record
             frontends = (r.extra.get("server") or {}).get("frontends") if isinstance(r.extra, dict) else None
             shown = f" · {frontends} front-end processes" if isinstance(frontends, int) and frontends > 1 else ""
-            out.append({"label": f"{DEVICE_LABEL[r.device]} · {r.backend} · batch {r.batch_size}{shown}",
-                        "device": r.device, "backend": r.backend, "batch_size": r.batch_size,
-                        "source": e.source, "points": points})
+            out.append(Ramp(label=f"{DEVICE_LABEL[r.device]} · {r.backend} · batch {r.batch_size}{shown}",
+                            device=r.device, backend=r.backend, batch_size=r.batch_size, source=e.source,
+                            points=points))
     return out
-
-
-# --- plain-language conclusions, only from what was measured --------------------------------
-
-def _conclusions(s: dict[str, Any]) -> list[str]:
-    name, sp = s["model"], s["speedups"]
-    out: list[str] = []
-    tr, b1, sat = sp["train"], sp["infer_batch1"], sp["infer_saturated"]
-    if tr["value"] is not None or b1["value"] is not None or sat["value"] is not None \
-            or (sp.get("train_best") or {}).get("value") is not None:
-        parts = []
-        if tr["value"] is not None:
-            c = tr.get("cpu_point") or {}
-            same = f" at the same batch {c['batch_size']} and {c['precision']}" if c.get("batch_size") else ""
-            parts.append(f"the GPU trains {_times(tr['value'])} the CPU "
-                         f"({u.num(tr['gpu'])} vs {u.num(tr['cpu'])} samples/s){same}")
-        best = sp.get("train_best") or {}
-        if best.get("value") is not None:
-            faster = _times(best["value"]).removesuffix(" than")
-            parts.append(f"each at its best, {faster} ({u.num(best['gpu'])} samples/s at GPU batch "
-                         f"{best['gpu_point']['batch_size']} {best['gpu_point']['precision']} vs "
-                         f"{u.num(best['cpu'])} at CPU batch {best['cpu_point']['batch_size']} "
-                         f"{best['cpu_point']['precision']})")
-        if b1["value"] is not None:
-            only = "only " if tr["value"] is not None and b1["value"] < tr["value"] / 2 and b1["value"] >= 1 else ""
-            verb = (f"it answers {only}{u.ratio(b1['value'])} faster" if b1["value"] >= 1
-                    else f"it answers {u.ratio(1 / b1['value'])} slower than the CPU")
-            parts.append(f"at batch 1 {verb} (p50 {u.ms(b1['gpu'])} vs {u.ms(b1['cpu'])}){in_process_batch1(s)}")
-        if sat["value"] is not None:
-            parts.append(f"saturated, it serves {u.ratio(sat['value'])} the CPU's throughput "
-                         f"({u.num(sat['gpu'])} vs {u.num(sat['cpu'])} samples/s)")
-        out.append(f"{name}: " + "; ".join(parts) + ".")
-    if "cuda" not in s["devices_measured"]:
-        out.append(f"{name}: GPU not measured — this run has no CUDA records, so there is no CPU-vs-GPU speedup.")
-    elif "cpu" not in s["devices_measured"]:
-        out.append(f"{name}: CPU not measured — this run has no CPU records, so there is no CPU-vs-GPU speedup.")
-    for d, tv in s["train_vs_infer"].items():
-        where = "on the GPU" if d == "cuda" else "on the CPU"
-        if tv["throughput_ratio"] is not None:
-            out.append(f"{name} {where}: serving at saturation handles {u.num(tv['infer_throughput_samples_s'])} "
-                       f"samples/s, {u.ratio(tv['throughput_ratio'])} the training throughput of "
-                       f"{u.num(tv['train_throughput_samples_s'])} samples/s.")
-        if tv["energy_ratio"] is not None:
-            out.append(f"{name} {where}: a training sample costs {u.joules(tv['train_energy_per_sample_j'])}, "
-                       f"an inference sample {u.joules(tv['infer_energy_per_sample_j'])} "
-                       f"({_less(tv['energy_ratio'])}).")
-    out += memory_sentences(name, s.get("memory_compare") or {})
-    for d, op in s.get("operating_points", {}).items():
-        b = op["train_best"]
-        if b is not None:
-            n = len({p["batch_size"] for p in op["train"]})
-            out.append(f"{name}: training on the {DEVICE_LABEL[d]} is fastest at batch {b['batch_size']} "
-                       f"{b['precision']} ({u.num(b['throughput_samples_s'])} samples/s, peak "
-                       f"{u.nbytes(b['peak_bytes'])}; {n} batch sizes swept).")
-    for d, mb in s["max_batch"].items():
-        if mb["train"] and mb["infer"]:
-            out.append(f"{name}: the largest batch that fits on the {DEVICE_LABEL[d]} is {u.num(mb['train'])} for "
-                       f"training and {u.num(mb['infer'])} for inference ({u.ratio(mb['ratio'])}).")
-    out += limit_conclusions(s)
-    t = s["train"]["cuda"]
-    if t and t["mfu"] is not None:
-        math = f"{t['precision']}, {t['math_mode']} math" if t.get("math_mode") else t["precision"]
-        out.append(f"{name}: GPU training reaches {u.fraction(t['mfu'])} MFU "
-                   f"({u.tflops(t['achieved_tflops'])}, {math}, {t['device_name'] or 'GPU'}).")
-    elif withheld.mfu_conclusion(name, t):
-        out.append(withheld.mfu_conclusion(name, t))
-    return out
-
-
-def _less(ratio: float) -> str:
-    """Training's figure over inference's, in words."""
-    if ratio >= 1.15:
-        return f"{u.ratio(ratio)} less than training"
-    if ratio > 1 / 1.15:
-        return "about the same as training"
-    return f"{u.ratio(1 / ratio)} more than training"
-
-
-def _times(x: float) -> str:
-    return f"{u.ratio(x)} faster than" if x >= 1 else f"{u.ratio(1 / x)} slower than"
 
 
 # --- run-wide -------------------------------------------------------------------------------
 
-def _warnings(entries: list[Entry]) -> list[dict[str, Any]]:
+def _warnings(entries: list[Entry]) -> list[Notice]:
     out = []
     for e in entries:
         r = e.record
@@ -445,21 +354,20 @@ def _warnings(entries: list[Entry]) -> list[dict[str, Any]]:
         for msg in messages:
             if msg not in seen:
                 seen.add(msg)
-                out.append({"source": e.source, "model": model_key(r), "device": r.device, "phase": r.phase,
-                            "message": msg})
+                out.append(Notice(source=e.source, model=model_key(r), device=r.device, phase=r.phase, message=msg))
     return out
 
 
-def _machines(entries: list[Entry]) -> list[dict[str, Any]]:
-    hosts: dict[str, dict[str, Any]] = {}
+def _machines(entries: list[Entry]) -> list[Machine]:
+    hosts: dict[str, Machine] = {}
     for e in entries:
         h = e.record.host or {}
         key = str(h.get("hostname") or "unknown host")
-        m = hosts.setdefault(key, {"hostname": key, "cpu_model": h.get("cpu_model"),
-                                   "logical_cpus": h.get("logical_cpus"), "memory_bytes": h.get("memory_bytes"),
-                                   "platform": h.get("platform"), "python": h.get("python"), "gpus": []})
-        if e.record.device == "cuda" and e.record.device_name and e.record.device_name not in m["gpus"]:
-            m["gpus"].append(e.record.device_name)
+        m = hosts.setdefault(key, Machine(hostname=key, cpu_model=h.get("cpu_model"),
+                                          logical_cpus=h.get("logical_cpus"), memory_bytes=h.get("memory_bytes"),
+                                          platform=h.get("platform"), python=h.get("python"), gpus=[]))
+        if e.record.device == "cuda" and e.record.device_name and e.record.device_name not in m.gpus:
+            m.gpus.append(e.record.device_name)
     return list(hosts.values())
 
 
@@ -485,31 +393,32 @@ def _card_summary(card: dict[str, Any] | None) -> dict[str, Any] | None:
     return out
 
 
-def _record_row(e: Entry) -> dict[str, Any]:
+def _record_row(e: Entry) -> RecordRow:
     r = e.record
-    return {"source": e.source, "phase": r.phase, "model": r.model, "device": r.device, "backend": r.backend,
-            "precision": r.precision, "batch_size": r.batch_size, "concurrency": r.concurrency,
-            "throughput_samples_s": r.speed.throughput_samples_s, "p50_ms": r.speed.latency.p50_ms,
-            "p99_ms": r.speed.latency.p99_ms, "peak_bytes": _first(r.memory.peak_bytes, r.memory.rss_peak_bytes),
-            "partial": r.validity.partial, "created": r.created, "errors": bounds.errors_of(r)}
+    return RecordRow(source=e.source, phase=r.phase, model=r.model, device=r.device, backend=r.backend,
+                     precision=r.precision, batch_size=r.batch_size, concurrency=r.concurrency,
+                     throughput_samples_s=r.speed.throughput_samples_s, p50_ms=r.speed.latency.p50_ms,
+                     p99_ms=r.speed.latency.p99_ms, peak_bytes=_first(r.memory.peak_bytes, r.memory.rss_peak_bytes),
+                     partial=r.validity.partial, created=r.created, errors=bounds.errors_of(r))
 
 
-def columns(section: dict[str, Any]) -> list[tuple[str, dict[str, Any] | None]]:
+def columns(section: ModelSection) -> list[tuple[str, Column | None]]:
     """The side-by-side columns of a model's table, CPU beside GPU for each kind of measurement.
 
     Devices with no record at all for this model get no column; a device that was measured for
     one phase but not the other gets a column of "not measured" (None).
     """
-    devices = section["devices_measured"]
-    cols: list[tuple[str, dict[str, Any] | None]] = []
+    devices = section.devices_measured
+    cols: list[tuple[str, Column | None]] = []
     for d in devices:
-        cols.append((f"Train · {DEVICE_LABEL[d]}", section["train"][d]))
-    several = len(section["infer"]) > 1
-    for b, per_device in section["infer"].items():
+        cols.append((f"Train · {DEVICE_LABEL[d]}", section.train[d]))
+    several = len(section.infer) > 1
+    for b, per_device in section.infer.items():
         for kind, title in (("batch1", "Infer batch 1"), ("saturated", "Infer saturated")):
             for d in devices:
-                v = per_device[d][kind] if per_device[d] else None
+                served = per_device[d]
+                v = getattr(served, kind) if served else None
                 cols.append((f"{title} · {DEVICE_LABEL[d]}" + (f" · {b}" if several else ""), v))
-    if not section["infer"]:
+    if not section.infer:
         cols += [(f"Infer · {DEVICE_LABEL[d]}", None) for d in devices]
     return cols

@@ -3,9 +3,7 @@
 Adds to a model's section `attribution`: one entry per served operating point (a plain load
 record, or one step of a load ramp) with the mean latency split into the client's own time, network,
 the server's front end, queue and compute, and the point's bound; and `capacity_bounds`: one per
-ramp, the capacity within the SLO and what bounded it. The sentences are built here, from those
-entries only: "the server adds X" is the server's own request duration (its statistics), never the
-client's latency minus an in-process one.
+ramp, the capacity within the SLO and what bounded it. Their sentences are in report/sentences.py.
 """
 
 from __future__ import annotations
@@ -13,17 +11,17 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
-from trainserve.report import units as u
 from trainserve.report.collect import Entry
+from trainserve.report.sections import AttributionPoint, CapacityBound, Split
 
 PART_LABELS = {"client": "client's own time", "network": "network and the rest", "frontend": "server front end",
                "queue": "server queue", "compute": "server compute"}
 
 
-def attribution_section(entries: list[Entry]) -> dict[str, Any]:
-    """{"attribution": [point, ...], "capacity_bounds": [...]} for a model's served (non-limit) entries."""
-    points: list[dict[str, Any]] = []
-    capacity: list[dict[str, Any]] = []
+def attribution_section(entries: list[Entry]) -> tuple[list[AttributionPoint], list[CapacityBound]]:
+    """(attribution: one per served point, capacity_bounds: one per ramp) for a model's served (non-limit) entries."""
+    points: list[AttributionPoint] = []
+    capacity: list[CapacityBound] = []
     for e in entries:
         r, served = e.record, e.record.served
         if served is None:
@@ -32,29 +30,28 @@ def attribution_section(entries: list[Entry]) -> dict[str, Any]:
         base = {"source": e.source, "device": r.device, "backend": r.backend, "batch_size": r.batch_size}
         if not ramp:
             a = served.attribution
-            points.append({**base, "label": _label(r.device, r.batch_size, r.concurrency),
-                           "requests_s": r.speed.requests_s, "p99_ms": r.speed.latency.p99_ms,
-                           "attribution": None if a is None else {**a.parts(), "latency_ms": a.latency_ms,
-                                                                 "server_ms": a.server_ms, "consistent": a.consistent,
-                                                                 "note": a.note, "mean_batch": a.mean_batch},
-                           "bound": _bound(served.bound), "client_saturated": served.client.saturated})
+            points.append(AttributionPoint(
+                **base, label=_label(r.device, r.batch_size, r.concurrency), requests_s=r.speed.requests_s,
+                p99_ms=r.speed.latency.p99_ms,
+                attribution=None if a is None else Split(**a.parts(), latency_ms=a.latency_ms, server_ms=a.server_ms,
+                                                         consistent=a.consistent, note=a.note,
+                                                         mean_batch=a.mean_batch),
+                bound=_bound(served.bound), client_saturated=served.client.saturated))
             continue
         for row in ramp:
             a = row.get("attribution")
-            points.append({**base, "label": _label(r.device, r.batch_size, row.get("users")) + " (ramp)",
-                           "requests_s": row.get("requests_s"), "p99_ms": row.get("p99_ms"),
-                           "attribution": None if not a else {**{k: a.get(f"{k}_ms") for k in PART_LABELS},
-                                                              "latency_ms": a.get("latency_ms"),
-                                                              "server_ms": a.get("server_ms"),
-                                                              "consistent": a.get("consistent", True),
-                                                              "note": a.get("note", ""),
-                                                              "mean_batch": a.get("mean_batch")},
-                           "bound": row.get("bound"),
-                           "client_saturated": bool((row.get("client_cpu") or {}).get("saturated"))})
+            points.append(AttributionPoint(
+                **base, label=_label(r.device, r.batch_size, row.get("users")) + " (ramp)",
+                requests_s=row.get("requests_s"), p99_ms=row.get("p99_ms"),
+                attribution=None if not a else Split(**{k: a.get(f"{k}_ms") for k in PART_LABELS},
+                                                     latency_ms=a.get("latency_ms"), server_ms=a.get("server_ms"),
+                                                     consistent=a.get("consistent", True), note=a.get("note", ""),
+                                                     mean_batch=a.get("mean_batch")),
+                bound=row.get("bound"), client_saturated=bool((row.get("client_cpu") or {}).get("saturated"))))
         sat = r.extra.get("saturation") or {}
-        capacity.append({**base, "requests_s": sat.get("requests_s"), "users": sat.get("users"),
-                         "slo_p99_ms": r.settings.get("slo_p99_ms"), "bound": _bound(served.bound)})
-    return {"attribution": points, "capacity_bounds": capacity}
+        capacity.append(CapacityBound(**base, requests_s=sat.get("requests_s"), users=sat.get("users"),
+                                      slo_p99_ms=r.settings.get("slo_p99_ms"), bound=_bound(served.bound)))
+    return points, capacity
 
 
 def bound_of(record: Any, point: dict[str, Any] | None) -> dict[str, str] | None:
@@ -74,52 +71,3 @@ def _bound(b: Any) -> dict[str, str] | None:
     return None if b is None else {"kind": b.kind, "detail": b.detail}
 
 
-# --- words -----------------------------------------------------------------------------------------
-
-
-def bound_sentence(p: dict[str, Any]) -> str:
-    """"GPU · batch 1 · 16 users: 5,012 req/s — bounded by the GPU: busy, ..."."""
-    b = p.get("bound")
-    what = f"{u.num(p['requests_s'])} req/s" if p.get("requests_s") is not None else "no throughput"
-    if not b:
-        return f"{p['label']}: {what} — bound not measured (a record from before attribution)."
-    return f"{p['label']}: {what} — bounded by {b['detail']}."
-
-
-def capacity_sentences(section: dict[str, Any]) -> list[str]:
-    """One sentence per ramp: its capacity within the SLO and what bounded it."""
-    out = []
-    for c in section.get("capacity_bounds", []):
-        b = c.get("bound") or {}
-        where = f"{section['model']} on the {DEVICE_LABEL[c['device']]}"
-        if c.get("requests_s") is None:
-            out.append(f"{where}: no ramp step met the SLO; {b.get('detail', 'bound not measured')}.")
-            continue
-        slo = f" (p99 ≤ {c['slo_p99_ms']:g} ms)" if c.get("slo_p99_ms") else ""
-        out.append(f"{where}: capacity within the SLO{slo} is {u.num(c['requests_s'])} req/s at {c['users']} users, "
-                   f"bounded by {b.get('detail', 'a limit not measured')}.")
-    return out
-
-
-def server_adds_sentences(section: dict[str, Any]) -> list[str]:
-    """Per device, from its lightest plain load point: what the server adds, by its own statistics."""
-    out = []
-    for d in ("cpu", "cuda"):
-        mine = [p for p in section.get("attribution", []) if p["device"] == d and p["attribution"]
-                and p["attribution"].get("server_ms") is not None and "(ramp)" not in p["label"]]
-        if not mine:
-            continue
-        p = min(mine, key=lambda q: (q["batch_size"], q["attribution"]["latency_ms"]))
-        a = p["attribution"]
-        client = f"the client's own time {u.ms(a['client'])}, " if a.get("client") is not None else ""
-        out.append(f"{section['model']} on the {DEVICE_LABEL[d]} ({p['label']}): the server adds "
-                   f"{u.ms(a['server_ms'])} "
-                   f"by its own statistics (queue {u.ms(a['queue'])}, compute {u.ms(a['compute'])}, front end "
-                   f"{u.ms(a['frontend'])}); of the client's mean latency {u.ms(a['latency_ms'])}, {client}"
-                   f"network and the rest {u.ms(a['network'])}."
-                   + ("" if a.get("consistent", True) else f" Inconsistent: {a['note']}."))
-    return out
-
-
-def conclusions(section: dict[str, Any]) -> list[str]:
-    return server_adds_sentences(section) + capacity_sentences(section)

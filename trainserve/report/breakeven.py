@@ -37,19 +37,3 @@ def gpu_price_break_even(cpu_capacity: float | None, cpu_usd_per_hour: float | N
                   "cpu_servers": n_cpu, "cpu_usd_per_hour": n_cpu * cpu_usd_per_hour, "gpus": n_gpu,
                   "break_even_usd_per_gpu_hour": price,
                   "gpu_cheaper": None if gpu_usd_per_gpu_hour is None else gpu_usd_per_gpu_hour < price}
-
-
-def sentence(name: str, be: dict[str, Any], gpu_label: str) -> str:
-    """The break-even price in words, with where the GPU's own price stands."""
-    if be["break_even_usd_per_gpu_hour"] is None:
-        return f"{name}: GPU price break-even — {be['note']}."
-    where = ("the planned" if be["load_basis"] == "plan" else "one GPU's capacity within the SLO,")
-    p = be["break_even_usd_per_gpu_hour"]
-    text = (f"{name}: at {where} {be['load_req_s']:,.0f} req/s, {be['gpus']} GPU{'s' if be['gpus'] > 1 else ''} "
-            f"cost{'' if be['gpus'] > 1 else 's'} less than {be['cpu_servers']} CPU server{'s' if be['cpu_servers'] > 1 else ''} "
-            f"(${be['cpu_usd_per_hour']:,.2f}/h) below ${p:,.2f} per GPU-hour")
-    own = be["gpu_usd_per_gpu_hour"]
-    if own is None:
-        return text + f"; the {gpu_label} has no price."
-    verdict = "cheaper" if be["gpu_cheaper"] else "dearer"
-    return text + f"; at its price of ${own:,.2f} per GPU-hour the {gpu_label} is {verdict}."

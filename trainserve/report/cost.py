@@ -23,15 +23,21 @@ from typing import Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.speedup import DEVICE_LABEL
+from trainserve.report import units as u
 from trainserve.report.breakeven import gpu_price_break_even
 from trainserve.report.price_table import gpu_pricing
 from trainserve.report.prices import Prices
+from trainserve.report.sections import Column, ModelSection, OperatingPoint, Report
 
 SERVER = "Server scenario"  # a frontier point's kind: the open-loop capacity search's figure
 DEFAULT_SLO_P99_MS = 100.0  # a common interactive budget; the load ramp stops at the same p99 by default
 DEFAULT_HEADROOM = 0.2  # capacity kept free above the target load (bursts, a server lost), as a fraction
 J_PER_KWH = 3.6e6
 MILLION = 1e6
+
+# What each cost row's "basis" stands for, in the tables and the sentences
+BASIS = {"batch1": "batch 1, one user", "saturated": "saturation (most samples/s)", "slo": "highest load within SLO",
+         "best": "best operating point", "as_trained": "as trained (the run's record)"}
 
 
 @dataclass(frozen=True)
@@ -65,16 +71,17 @@ def _positive(x: object) -> bool:
 
 # --- resources held and their price ----------------------------------------------------------
 
-def held(device: str, point: dict[str, Any], prices: Prices, phase: str) -> dict[str, Any]:
-    """What one measurement held, and its price per hour: {"units", "unit", "usd_per_hour", "basis"}."""
+def held(device: str, point: Column | OperatingPoint | None, prices: Prices, phase: str) -> dict[str, Any]:
+    """What one measurement held, and its price per hour: {"units", "unit", "usd_per_hour", "basis"}.
+    A sweep's point names no world size (one GPU); None: nothing known beyond the prices."""
     if device == "cuda":
-        n = int(point.get("world_size") or 1)
+        n = int(getattr(point, "world_size", None) or 1)
         gpus = f"{n} GPU{'s' if n > 1 else ''}"
         if prices.gpu_hour_usd is None:  # a GPU the price table does not know, and no --price-gpu-hour
             return {"units": n, "unit": "GPU", "usd_per_hour": None, "basis": f"{gpus}, no price"}
         return {"units": n, "unit": "GPU", "usd_per_hour": n * prices.gpu_hour_usd,
-                "basis": f"{gpus} × ${prices.gpu_hour_usd:g}/GPU-hour"}
-    threads, cpus = point.get("torch_threads"), point.get("host_logical_cpus")
+                "basis": f"{gpus} × {u.price(prices.gpu_hour_usd)}/GPU-hour"}
+    threads, cpus = getattr(point, "torch_threads", None), getattr(point, "host_logical_cpus", None)
     if phase == "train" and threads:
         n, why = int(threads), "torch threads"
     elif cpus:
@@ -83,7 +90,7 @@ def held(device: str, point: dict[str, Any], prices: Prices, phase: str) -> dict
         return {"units": None, "unit": "logical CPU", "usd_per_hour": None,
                 "basis": "not known: the record names no thread count and no host CPU count"}
     return {"units": n, "unit": "logical CPU", "usd_per_hour": n * prices.cpu_core_hour_usd,
-            "basis": f"{n} logical CPUs ({why}) × ${prices.cpu_core_hour_usd:g}/core-hour"}
+            "basis": f"{n} logical CPUs ({why}) × {u.price(prices.cpu_core_hour_usd)}/core-hour"}
 
 
 def own_energy(device: str, source: str | None) -> bool:
@@ -105,35 +112,36 @@ def per_million(usd_per_hour: float | None, throughput_s: float | None, energy_p
 
 # --- training ----------------------------------------------------------------------------------
 
-def training_costs(section: dict[str, Any], run_samples: int | None, prices: Prices) -> dict[str, list[dict]]:
+def training_costs(section: ModelSection, run_samples: int | None, prices: Prices) -> dict[str, list[dict]]:
     """Per device: the sweep's best point, batch 1 when swept, and the run's own training record."""
     out: dict[str, list[dict]] = {}
     for d in ("cpu", "cuda"):
         rows = []
-        op = section.get("operating_points", {}).get(d) or {}
-        if op.get("train_best"):
-            rows.append(_train_row("best", d, op["train_best"], run_samples, prices))
-        b1 = [p for p in op.get("train", []) if p["batch_size"] == 1 and p["throughput_samples_s"]]
+        op = section.operating_points.get(d)
+        if op and op.train_best:
+            rows.append(_train_row("best", d, op.train_best, run_samples, prices))
+        b1 = [p for p in (op.train if op else []) if p.batch_size == 1 and p.throughput_samples_s]
         if b1:
-            rows.append(_train_row("batch1", d, max(b1, key=lambda p: p["throughput_samples_s"]), run_samples, prices))
-        t = section["train"].get(d)
-        if t and t.get("throughput_samples_s") and t["source"] not in {r["source"] for r in rows}:
+            rows.append(_train_row("batch1", d, max(b1, key=lambda p: p.throughput_samples_s), run_samples, prices))
+        t = section.train.get(d)
+        if t and t.throughput_samples_s and t.source not in {r["source"] for r in rows}:
             rows.append(_train_row("as_trained", d, t, run_samples, prices))
         if rows:
             out[d] = rows
     return out
 
 
-def _train_row(basis: str, device: str, p: dict[str, Any], run_samples: int | None, prices: Prices) -> dict:
+def _train_row(basis: str, device: str, p: OperatingPoint | Column, run_samples: int | None, prices: Prices) -> dict:
     res = held(device, p, prices, "train")
-    energy = p.get("energy_per_sample_j") if own_energy(device, p.get("energy_source")) else None
-    m = per_million(res["usd_per_hour"], p["throughput_samples_s"], energy, prices)
-    row = {"basis": basis, "device": device, "batch_size": p["batch_size"], "precision": p["precision"],
-           "throughput_samples_s": p["throughput_samples_s"], "source": p.get("source"), **_res(res),
+    energy = p.energy_per_sample_j if own_energy(device, p.energy_source) else None
+    assert p.throughput_samples_s is not None  # training_costs picks only points with a throughput
+    m = per_million(res["usd_per_hour"], p.throughput_samples_s, energy, prices)
+    row = {"basis": basis, "device": device, "batch_size": p.batch_size, "precision": p.precision,
+           "throughput_samples_s": p.throughput_samples_s, "source": p.source, **_res(res),
            "hardware_usd_per_million_samples": m["hardware_usd"], "kwh_per_million_samples": m["kwh"],
            "energy_usd_per_million_samples": m["energy_usd"], "usd_per_million_samples": m["usd"],
-           "energy_note": None if energy is not None else _energy_note(device, p.get("energy_source"))}
-    row["run"] = _per_run(run_samples, p["throughput_samples_s"], res, energy, prices)
+           "energy_note": None if energy is not None else _energy_note(device, p.energy_source)}
+    row["run"] = _per_run(run_samples, p.throughput_samples_s, res, energy, prices)
     return row
 
 
@@ -152,44 +160,44 @@ def _per_run(samples: int | None, throughput: float, res: dict, energy_j: float 
             "usd": None if hw_usd is None else hw_usd + (energy_usd or 0.0)}
 
 
-def run_samples(summary: dict[str, Any], section: dict[str, Any]) -> int | None:
+def run_samples(report: Report, section: ModelSection) -> int | None:
     """Rows the run trained on: its epochs × the card's rows per epoch."""
-    rows = (summary.get("card") or {}).get("train_samples")
-    epochs = [t["epochs"] for t in section["train"].values() if t and t.get("epochs")]
+    rows = (report.card or {}).get("train_samples")
+    epochs = [t.epochs for t in section.train.values() if t and t.epochs]
     return int(rows * max(epochs)) if rows and epochs else None
 
 
 # --- inference ----------------------------------------------------------------------------------
 
-def frontier(section: dict[str, Any], device: str) -> list[dict[str, Any]]:
+def frontier(section: ModelSection, device: str) -> list[dict[str, Any]]:
     """Every served load point of a device (its preferred backend): ramp steps and plain measurements."""
-    backend = next((b for b, per in section["infer"].items() if per.get(device)), None)
+    backend = next((b for b, per in section.infer.items() if per.get(device)), None)
     if backend is None:
         return []
-    per = section["infer"][backend][device]
+    per = section.infer[backend][device]
+    assert per is not None
     points = []
-    for r in section["ramps"]:
-        if r["device"] != device or r["backend"] != backend:
+    for r in section.ramps:
+        if r.device != device or r.backend != backend:
             continue
-        for p in r["points"]:
-            points.append({"kind": "ramp step", "source": r["source"], "batch_size": r["batch_size"],
+        for p in r.points:
+            points.append({"kind": "ramp step", "source": r.source, "batch_size": r.batch_size,
                            "users": p.get("users"), "throughput_samples_s": p.get("throughput_samples_s"),
                            "requests_s": p.get("requests_s"), "p99_ms": p.get("p99_ms"),
                            "failures": p.get("failures") or 0, "energy_per_sample_j": None, "view": None})
-    server = (section.get("scenarios", {}).get(device) or {}).get("Server")
-    if server and server["capacity_req_s"]:  # the open-loop capacity search (report/scenarios.py)
-        points.append({"kind": SERVER, "source": server["source"], "batch_size": server["batch_size"],
-                       "users": None, "throughput_samples_s": server["capacity_req_s"] * server["batch_size"],
-                       "requests_s": server["capacity_req_s"], "p99_ms": server["p99_ms"], "failures": 0,
-                       "energy_per_sample_j": None, "view": None, "lower_bound": server["lower_bound"],
-                       "valid": server["valid"], "reasons": server["reasons"]})
-    for kind in ("batch1", "saturated"):
-        v = per.get(kind)
-        if v and not v["ramp_point"]:
-            energy = v["energy_per_sample_j"] if own_energy(device, v.get("energy_source")) else None
-            points.append({"kind": kind, "source": v["source"], "batch_size": v["batch_size"],
-                           "users": v["concurrency"], "throughput_samples_s": v["throughput_samples_s"],
-                           "requests_s": v["requests_s"], "p99_ms": v["latency"].get("p99_ms"), "failures": 0,
+    server = (section.scenarios.get(device) or {}).get("Server")
+    if server and server.capacity_req_s:  # the open-loop capacity search (report/scenarios.py)
+        points.append({"kind": SERVER, "source": server.source, "batch_size": server.batch_size,
+                       "users": None, "throughput_samples_s": server.capacity_req_s * server.batch_size,
+                       "requests_s": server.capacity_req_s, "p99_ms": server.p99_ms, "failures": 0,
+                       "energy_per_sample_j": None, "view": None, "lower_bound": server.lower_bound,
+                       "valid": server.valid, "reasons": server.reasons})
+    for kind, v in (("batch1", per.batch1), ("saturated", per.saturated)):
+        if v and not v.ramp_point:
+            energy = v.energy_per_sample_j if own_energy(device, v.energy_source) else None
+            points.append({"kind": kind, "source": v.source, "batch_size": v.batch_size,
+                           "users": v.concurrency, "throughput_samples_s": v.throughput_samples_s,
+                           "requests_s": v.requests_s, "p99_ms": v.latency.get("p99_ms"), "failures": 0,
                            "energy_per_sample_j": energy, "view": v})
     return [p for p in points if p["throughput_samples_s"]]
 
@@ -212,14 +220,14 @@ def min_p99(points: list[dict[str, Any]]) -> float | None:
     return min(values) if values else None
 
 
-def inference_costs(section: dict[str, Any], opts: CostOptions) -> dict[str, dict[str, Any]]:
+def inference_costs(section: ModelSection, opts: CostOptions) -> dict[str, dict[str, Any]]:
     """Per device: cost per million inferences at batch 1, at saturation and at the SLO's highest load."""
     out: dict[str, dict[str, Any]] = {}
     for d in ("cpu", "cuda"):
         points = frontier(section, d)
         if not points:
             continue
-        res = held(d, server_view(section, d) or {}, opts.prices, "infer")
+        res = held(d, server_view(section, d), opts.prices, "infer")
         rows = []
         b1 = next((p for p in points if p["kind"] == "batch1"), None) or next(
             (p for p in points if p["kind"] == "ramp step" and p["users"] == 1 and p["batch_size"] == 1), None)
@@ -236,18 +244,18 @@ def inference_costs(section: dict[str, Any], opts: CostOptions) -> dict[str, dic
     return out
 
 
-def server_view(section: dict[str, Any], device: str) -> dict[str, Any] | None:
-    for per in section["infer"].values():
-        v = per.get(device) or {}
-        if v.get("saturated") or v.get("batch1"):
-            return v.get("saturated") or v.get("batch1")
+def server_view(section: ModelSection, device: str) -> Column | None:
+    for per in section.infer.values():
+        v = per.get(device)
+        if v and (v.saturated or v.batch1):
+            return v.saturated or v.batch1
     return None
 
 
-def _busy(section: dict[str, Any], device: str) -> float | None:
+def _busy(section: ModelSection, device: str) -> float | None:
     """Mean cores the CPU server kept busy at saturation (context for the cores it was charged)."""
     v = server_view(section, device)
-    pct = v and v.get("cpu_process_mean_percent")
+    pct = v and v.cpu_process_mean_percent
     return pct / 100.0 if device == "cpu" and pct else None
 
 
@@ -255,7 +263,7 @@ def _infer_row(basis: str, device: str, p: dict[str, Any], res: dict, prices: Pr
     m = per_million(res["usd_per_hour"], p["throughput_samples_s"], p["energy_per_sample_j"], prices)
     note = None
     if p["energy_per_sample_j"] is None:
-        src = (p["view"] or {}).get("energy_source")
+        src = p["view"].energy_source if p["view"] else None
         note = ("not measured at one ramp step (the ramp's energy covers all its steps)" if p["kind"] == "ramp step"
                 else _energy_note(device, src))
     return {"basis": basis, "device": device, "kind": p["kind"], "source": p["source"], "batch_size": p["batch_size"],
@@ -338,24 +346,24 @@ def _why_no_break_even(infer: dict[str, Any], slo_caps: dict[str, Any], caps: di
     return None
 
 
-def model_gpu_name(section: dict[str, Any]) -> str | None:
-    """The GPU a model's measurements ran on (its first CUDA view's device name), for the price table."""
-    views = [section["train"].get("cuda")] + [v for per in section["infer"].values() if per.get("cuda")
-                                               for v in per["cuda"].values()]
-    return next((v["device_name"] for v in views if v and v.get("device_name")), None)
+def model_gpu_name(section: ModelSection) -> str | None:
+    """The GPU a model's measurements ran on (its first CUDA column's device name), for the price table."""
+    columns = [section.train.get("cuda")] + [v for per in section.infer.values() if per.get("cuda")
+                                             for v in (per["cuda"].batch1, per["cuda"].saturated)]
+    return next((v.device_name for v in columns if v and v.device_name), None)
 
 
-def model_prices(section: dict[str, Any], prices: Prices) -> tuple[Prices, dict[str, Any]]:
+def model_prices(section: ModelSection, prices: Prices) -> tuple[Prices, dict[str, Any]]:
     """The prices one model's GPU is charged: the user's GPU price, else the table's entry for its GPU, else
     none (the GPU's costs then say "no price"); and summary.json's gpu_price that says which."""
     gp = gpu_pricing(model_gpu_name(section), prices.gpu_hour_usd, prices.gpu_offer)
     return dataclasses.replace(prices, gpu_hour_usd=gp["usd_per_gpu_hour"], gpu_offer=gp["offer"] or "no price"), gp
 
 
-def cost_section(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
+def cost_section(report: Report, opts: CostOptions) -> dict[str, Any]:
     """summary.json's "costs": the prices and SLO used, then per model training, inference, break-even."""
     models = {}
-    for name, section in summary["models"].items():
+    for name, section in report.models.items():
         prices, gpu_price = model_prices(section, opts.prices)
         mopts = dataclasses.replace(opts, prices=prices)
         infer = inference_costs(section, mopts)
@@ -367,10 +375,10 @@ def cost_section(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
             if slo and c["usd_per_hour"]:
                 caps[d] = (slo["throughput_samples_s"], c["usd_per_hour"])
         top = max([c[0] for c in caps.values()] + [opts.qps * (1 + opts.headroom) if opts.qps else 0.0] + [1.0])
-        models[name] = {"train": training_costs(section, run_samples(summary, section), prices),
-                        "run_samples": run_samples(summary, section),
+        models[name] = {"train": training_costs(section, run_samples(report, section), prices),
+                        "run_samples": run_samples(report, section),
                         "infer": infer,
-                        "gpu_price": gpu_price if "cuda" in section["devices_measured"] else None,
+                        "gpu_price": gpu_price if "cuda" in section.devices_measured else None,
                         "capacity_at_slo_req_s": slo_caps,
                         "break_even": break_even(caps.get("cpu"), caps.get("cuda"), 2 * top,
                                                  _why_no_break_even(infer, slo_caps, caps)),

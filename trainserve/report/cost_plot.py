@@ -7,7 +7,7 @@ from typing import Any
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.cost import MILLION, frontier, servers_needed
-from trainserve.report.cost_render import usd
+from trainserve.report.sections import ModelSection, Report
 from trainserve.report.plots import (
     COLORS,
     _figure,
@@ -18,17 +18,17 @@ from trainserve.report.plots import (
 )
 
 
-def cost_figures(summary: dict[str, Any]) -> dict[str, bytes]:
+def cost_figures(report: Report) -> dict[str, bytes]:
     """cost-<model>.png for each model with a served load, keyed by file name."""
     out = {}
-    for name, c in (summary.get("costs") or {}).get("models", {}).items():
-        png = cost_chart(name, summary["models"][name], c, summary["costs"]["slo_p99_ms"])
+    for name, c in (report.costs or {}).get("models", {}).items():
+        png = cost_chart(name, report.models[name], c, report.costs["slo_p99_ms"])
         if png is not None:
             out[f"cost-{safe_name(name)}.png"] = png
     return out
 
 
-def cost_chart(name: str, section: dict[str, Any], costs: dict[str, Any], slo_p99_ms: float) -> bytes | None:
+def cost_chart(name: str, section: ModelSection, costs: dict[str, Any], slo_p99_ms: float) -> bytes | None:
     """Each device's cost per million one-row inferences as load grows, buying whole servers that each carry
     their capacity within the SLO: solid up to what one server was measured to carry, dashed beyond (linear
     scaling assumed). Dots: the measured load points, one server each (hollow: p99 above the SLO)."""
@@ -62,7 +62,7 @@ def cost_chart(name: str, section: dict[str, Any], costs: dict[str, Any], slo_p9
         inside = xs <= cap
         unit = "server" if d == "cpu" else "GPU"
         ax.plot(xs[inside], np.array(ys)[inside], "-", color=color, linewidth=1.6,
-                label=f"{DEVICE_LABEL[d]}: one {unit} ({usd(per_hour)}/h, {u.num(cap)} req/s within SLO)")
+                label=f"{DEVICE_LABEL[d]}: one {unit} ({u.usd(per_hour)}/h, {u.num(cap)} req/s within SLO)")
         ax.plot(xs[~inside], np.array(ys)[~inside], "--", color=color, linewidth=1.2,
                 label=f"{DEVICE_LABEL[d]}: more {unit}s (linear scaling assumed)")
     if be.get("break_even_req_s") is not None:

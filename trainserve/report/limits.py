@@ -14,19 +14,30 @@ and a `limit` entry on each served batch-1 / saturated view, so every served fig
 
 from __future__ import annotations
 
-from typing import Any
 
 from trainserve.core.bounds import is_limit
 from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
+from trainserve.report.sections import (
+    Batch1Limit,
+    Column,
+    DeviceLimit,
+    LimitPoint,
+    Limits,
+    LimitSpeedups,
+    ModelSection,
+    SaturatedLimit,
+    ServerVsLimit,
+)
 
 
-def limits_section(entries: list[Entry], section: dict[str, Any]) -> dict[str, Any]:
-    """The keys this module adds to a model's section (see the module docstring); attaches `limit` to served views."""
+def limits_section(entries: list[Entry], section: ModelSection) -> Limits:
+    """The fields this module adds to a model's section (see the module docstring); attaches `limit` to served
+    columns."""
     mine = [e for e in entries if e.record.phase == "infer" and is_limit(e.record)]
-    limits: dict[str, Any] = {}
-    points: dict[str, list[dict[str, Any]]] = {}
+    limits: dict[str, DeviceLimit] = {}
+    points: dict[str, list[LimitPoint]] = {}
     for d in DEVICES:
         device = [e for e in mine if e.record.device == d]
         b1 = [e for e in device if e.record.batch_size == 1 and e.record.speed.latency.p50_ms is not None]
@@ -35,44 +46,44 @@ def limits_section(entries: list[Entry], section: dict[str, Any]) -> dict[str, A
             continue
         fast = min(b1, key=lambda e: e.record.speed.latency.p50_ms) if b1 else None
         best = max(rated, key=lambda e: e.record.speed.throughput_samples_s) if rated else None
-        limits[d] = {
-            "batch1_p50_ms": fast and fast.record.speed.latency.p50_ms,
-            "batch1_threads": fast and fast.record.settings.get("intra_op_threads"),
-            "best_batch": best and best.record.batch_size,
-            "best_throughput_samples_s": best and best.record.speed.throughput_samples_s,
-        }
+        limits[d] = DeviceLimit(
+            batch1_p50_ms=fast and fast.record.speed.latency.p50_ms,
+            batch1_threads=fast and fast.record.settings.get("intra_op_threads"),
+            best_batch=best and best.record.batch_size,
+            best_throughput_samples_s=best and best.record.speed.throughput_samples_s,
+        )
         points[d] = sorted((_point(e) for e in device),
-                           key=lambda p: (p["sweep"] != "threads", p["batch_size"], p["threads"] or 0, p["spinning"]))
-    server_vs_limit: dict[str, Any] = {}
+                           key=lambda p: (p.sweep != "threads", p.batch_size, p.threads or 0, p.spinning))
+    server_vs_limit: dict[str, ServerVsLimit] = {}
     for d, lim in limits.items():
-        for per_device in section["infer"].values():
-            views = per_device.get(d)
-            if not views:
+        for per_device in section.infer.values():
+            served = per_device.get(d)
+            if not served:
                 continue
-            b1v, satv = views["batch1"], views["saturated"]
-            overhead = _sub(b1v and b1v["latency"].get("p50_ms"), lim["batch1_p50_ms"])
-            efficiency = _div(satv and satv["throughput_samples_s"], lim["best_throughput_samples_s"])
+            b1v, satv = served.batch1, served.saturated
+            overhead = _sub(b1v and b1v.p50_ms, lim.batch1_p50_ms)
+            efficiency = _div(satv and satv.throughput_samples_s, lim.best_throughput_samples_s)
             if b1v:
-                b1v["limit"] = {"p50_ms": lim["batch1_p50_ms"], "threads": lim["batch1_threads"], "overhead_ms": overhead}
+                b1v.limit = Batch1Limit(p50_ms=lim.batch1_p50_ms, threads=lim.batch1_threads, overhead_ms=overhead)
             if satv:
-                satv["limit"] = {"throughput_samples_s": lim["best_throughput_samples_s"], "batch": lim["best_batch"],
-                                 "efficiency": efficiency}
+                satv.limit = SaturatedLimit(throughput_samples_s=lim.best_throughput_samples_s, batch=lim.best_batch,
+                                            efficiency=efficiency)
             # the first served backend (analysis.BACKEND_PREFERENCE order) sets the device's overhead/efficiency
-            server_vs_limit.setdefault(d, {"batch1_overhead_ms": overhead, "saturated_efficiency": efficiency})
-    cpu, gpu = limits.get("cpu") or {}, limits.get("cuda") or {}
-    speedups = {
-        "infer_batch1": _div(cpu.get("batch1_p50_ms"), gpu.get("batch1_p50_ms")),
-        "infer_saturated": _div(gpu.get("best_throughput_samples_s"), cpu.get("best_throughput_samples_s")),
-    }
-    return {"limits": limits, "server_vs_limit": server_vs_limit, "limit_points": points, "limit_speedups": speedups}
+            server_vs_limit.setdefault(d, ServerVsLimit(batch1_overhead_ms=overhead, saturated_efficiency=efficiency))
+    cpu, gpu = limits.get("cpu"), limits.get("cuda")
+    speedups = LimitSpeedups(
+        infer_batch1=_div(cpu and cpu.batch1_p50_ms, gpu and gpu.batch1_p50_ms),
+        infer_saturated=_div(gpu and gpu.best_throughput_samples_s, cpu and cpu.best_throughput_samples_s),
+    )
+    return Limits(limits=limits, server_vs_limit=server_vs_limit, limit_points=points, limit_speedups=speedups)
 
 
-def _point(e: Entry) -> dict[str, Any]:
+def _point(e: Entry) -> LimitPoint:
     r = e.record
-    return {"source": e.source, "sweep": r.extra.get("sweep"), "batch_size": r.batch_size,
-            "threads": r.settings.get("intra_op_threads"), "spinning": bool(r.settings.get("allow_spinning")),
-            "p50_ms": r.speed.latency.p50_ms, "p99_ms": r.speed.latency.p99_ms,
-            "throughput_samples_s": r.speed.throughput_samples_s, "runs": r.speed.latency.count}
+    return LimitPoint(source=e.source, sweep=r.extra.get("sweep"), batch_size=r.batch_size,
+                      threads=r.settings.get("intra_op_threads"), spinning=bool(r.settings.get("allow_spinning")),
+                      p50_ms=r.speed.latency.p50_ms, p99_ms=r.speed.latency.p99_ms,
+                      throughput_samples_s=r.speed.throughput_samples_s, runs=r.speed.latency.count)
 
 
 def _sub(a: float | None, b: float | None) -> float | None:
@@ -85,73 +96,46 @@ def _div(a: float | None, b: float | None) -> float | None:
 
 # --- words -----------------------------------------------------------------------------------
 
-def in_process_batch1(section: dict[str, Any]) -> str:
-    """The headline's in-process twin of the served batch-1 ratio: ", 3.1x in process (p50 0.10 ms vs 0.31 ms)"."""
-    value = section.get("limit_speedups", {}).get("infer_batch1")
-    if value is None:
-        return ""
-    cpu, gpu = section["limits"]["cpu"]["batch1_p50_ms"], section["limits"]["cuda"]["batch1_p50_ms"]
-    return f", {u.ratio(value)} in process (p50 {u.ms(gpu)} vs {u.ms(cpu)})"
-
-
-def limit_conclusions(section: dict[str, Any]) -> list[str]:
-    """One sentence per device: what the server adds at batch 1, and the share of the in-process peak it reaches."""
-    name, out = section["model"], []
-    for d, lim in section.get("limits", {}).items():
-        svl = section["server_vs_limit"].get(d, {})
-        where = f"{name} on the {DEVICE_LABEL[d]}"
-        b1 = f"onnxruntime in process answers batch 1 in {u.ms(lim['batch1_p50_ms'])} ({lim['batch1_threads']} " \
-             f"thread{'s' if lim['batch1_threads'] != 1 else ''})"
-        if svl.get("batch1_overhead_ms") is not None:
-            # the client's view; what the server itself adds comes from its own statistics (report/attribution.py)
-            b1 += f"; the served p50 is {u.ms(svl['batch1_overhead_ms'])} above that"
-        peak = f"its best is {u.num(lim['best_throughput_samples_s'])} samples/s at batch {lim['best_batch']}"
-        if svl.get("saturated_efficiency") is not None:
-            peak += f", of which the saturated server reaches {u.fraction(svl['saturated_efficiency'])}"
-        out.append(f"{where}: {b1}; {peak}.")
-    return out
-
-
-def tile_note(section: dict[str, Any], device: str, kind: str) -> str:
+def tile_note(section: ModelSection, device: str, kind: str) -> str:
     """The limit under a summary tile: kind "batch1" or "saturated"."""
-    lim = section.get("limits", {}).get(device)
+    lim = section.limits.get(device)
     if not lim:
         return ""
     if kind == "batch1":
-        return f" · in process {u.ms(lim['batch1_p50_ms'])}"
-    return f" · in process {u.num(lim['best_throughput_samples_s'])}"
+        return f" · in process {u.ms(lim.batch1_p50_ms)}"
+    return f" · in process {u.num(lim.best_throughput_samples_s)}"
 
 
-def ramp_note(section: dict[str, Any], device: str) -> str:
+def ramp_note(section: ModelSection, device: str) -> str:
     """Beside a load ramp: the in-process floor and ceiling its points approach."""
-    lim = section.get("limits", {}).get(device)
+    lim = section.limits.get(device)
     if not lim:
         return ""
-    return (f"in-process limit: batch-1 p50 {u.ms(lim['batch1_p50_ms'])}, "
-            f"best {u.num(lim['best_throughput_samples_s'])} samples/s at batch {lim['best_batch']}")
+    return (f"in-process limit: batch-1 p50 {u.ms(lim.batch1_p50_ms)}, "
+            f"best {u.num(lim.best_throughput_samples_s)} samples/s at batch {lim.best_batch}")
 
 
-def table(section: dict[str, Any]) -> tuple[list[str], list[list[str]]]:
+def table(section: ModelSection) -> tuple[list[str], list[list[str]]]:
     """Served beside in-process, one row per device: header and rows of formatted cells."""
     header = ["device", "batch-1 p50, in process", "batch-1 p50, served", "server overhead",
               "samples/s, in process (best)", "samples/s, served saturated", "efficiency"]
     rows = []
-    for d, lim in section.get("limits", {}).items():
-        served = next((per[d] for per in section["infer"].values() if per.get(d)), None) or {}
-        b1, sat = served.get("batch1"), served.get("saturated")
-        svl = section["server_vs_limit"].get(d, {})
-        rows.append([DEVICE_LABEL[d], f"{u.ms(lim['batch1_p50_ms'])} ({lim['batch1_threads']} thr)",
-                     u.ms(b1 and b1["latency"].get("p50_ms")), _plus_ms(svl.get("batch1_overhead_ms")),
-                     f"{u.num(lim['best_throughput_samples_s'])} (batch {lim['best_batch']})",
-                     u.num(sat and sat["throughput_samples_s"]), u.fraction(svl.get("saturated_efficiency"))])
+    for d, lim in section.limits.items():
+        served = section.served(d)
+        b1, sat = (served.batch1, served.saturated) if served else (None, None)
+        svl = section.server_vs_limit.get(d) or ServerVsLimit(None, None)
+        rows.append([DEVICE_LABEL[d], f"{u.ms(lim.batch1_p50_ms)} ({lim.batch1_threads} thr)",
+                     u.ms(b1 and b1.p50_ms), _plus_ms(svl.batch1_overhead_ms),
+                     f"{u.num(lim.best_throughput_samples_s)} (batch {lim.best_batch})",
+                     u.num(sat and sat.throughput_samples_s), u.fraction(svl.saturated_efficiency)])
     return header, rows
 
 
-def points_table(section: dict[str, Any], device: str) -> tuple[list[str], list[list[str]]]:
+def points_table(section: ModelSection, device: str) -> tuple[list[str], list[list[str]]]:
     header = ["sweep", "batch", "threads", "spinning", "p50", "p99", "samples/s", "runs"]
-    rows = [[str(p["sweep"]), str(p["batch_size"]), str(p["threads"]), "yes" if p["spinning"] else "no",
-             u.ms(p["p50_ms"]), u.ms(p["p99_ms"]), u.num(p["throughput_samples_s"]), str(p["runs"])]
-            for p in section.get("limit_points", {}).get(device, [])]
+    rows = [[str(p.sweep), str(p.batch_size), str(p.threads), "yes" if p.spinning else "no",
+             u.ms(p.p50_ms), u.ms(p.p99_ms), u.num(p.throughput_samples_s), str(p.runs)]
+            for p in section.limit_points.get(device, [])]
     return header, rows
 
 
@@ -159,31 +143,31 @@ def _plus_ms(x: float | None) -> str:
     return u.MISSING if x is None else f"{'+' if x >= 0 else '−'}{u.ms(abs(x))}"
 
 
-def row_limit(v: dict[str, Any]) -> str:
+def row_limit(v: Column) -> str:
     """Table row "in-process limit": the limit of a served column."""
-    if v["phase"] == "train":
+    if v.phase == "train":
         return ""
-    lim = v.get("limit")
+    lim = v.limit
     if not lim:
         return u.MISSING
-    if "p50_ms" in lim:
-        return f"{u.ms(lim['p50_ms'])} ({lim['threads']} thr)"
-    return f"{u.num(lim['throughput_samples_s'])} (b{lim['batch']})"
+    if isinstance(lim, Batch1Limit):
+        return f"{u.ms(lim.p50_ms)} ({lim.threads} thr)"
+    return f"{u.num(lim.throughput_samples_s)} (b{lim.batch})"
 
 
-def row_vs_limit(v: dict[str, Any]) -> str:
+def row_vs_limit(v: Column) -> str:
     """Table row "server vs limit": ms added at batch 1, share of the in-process peak when saturated."""
-    if v["phase"] == "train":
+    if v.phase == "train":
         return ""
-    lim = v.get("limit")
+    lim = v.limit
     if not lim:
         return u.MISSING
-    if "overhead_ms" in lim:
-        return _plus_ms(lim["overhead_ms"])
-    return u.fraction(lim["efficiency"])
+    if isinstance(lim, Batch1Limit):
+        return _plus_ms(lim.overhead_ms)
+    return u.fraction(lim.efficiency)
 
 
-def speedup_note(section: dict[str, Any], key: str) -> str:
+def speedup_note(section: ModelSection, key: str) -> str:
     """The in-process GPU-vs-CPU ratio beside a served speedup tile ("infer_batch1" / "infer_saturated")."""
-    value = section.get("limit_speedups", {}).get(key)
+    value = getattr(section.limit_speedups, key, None)
     return "" if value is None else f"; in process {u.ratio(value)}"

@@ -14,13 +14,11 @@ is RSS growth) is left out with the reason, rather than set against a figure of 
 
 from __future__ import annotations
 
-from typing import Any
-
 from trainserve.core.bounds import is_limit
 from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.core.speedup import ratio as _div
-from trainserve.report import units as u
 from trainserve.report.collect import Entry
+from trainserve.report.sections import Column, MemoryCompare, MemoryFigure, MemoryRatios, MemorySide, ModelSection
 
 WORKING_SET_SOURCES = {"cuda_allocator_peak_and_tensor_sizes": "the CUDA allocator's peak (tensor sizes for the parts)",
                        "torch_profiler_cpu_memory_and_tensor_sizes":
@@ -29,35 +27,34 @@ KINDS = ("working_set", "process_total")
 PARTS = ("weights", "gradients", "optimizer", "activations")  # training's working set, in bytes each
 
 
-def _figure(n: int | None, kind: str, how: str, batch: int | None, source: str | None) -> dict[str, Any] | None:
-    return None if n is None else {"bytes": int(n), "kind": kind, "how": how, "batch_size": batch, "source": source}
+def _figure(n: int | None, kind: str, how: str, batch: int | None, source: str | None) -> MemoryFigure | None:
+    return None if n is None else MemoryFigure(bytes=int(n), kind=kind, how=how, batch_size=batch, source=source)
 
 
-def _train(entries: list[Entry], view: dict[str, Any] | None, device: str) -> tuple[dict, list[str]]:
+def _train(entries: list[Entry], view: Column | None, device: str) -> tuple[MemorySide, list[str]]:
     notes: list[str] = []
     if view is None:
-        return {"working_set": None, "process_total": None}, notes
-    record = next((e.record for e in entries if e.source == view["source"]), None)
+        return MemorySide(working_set=None, process_total=None), notes
+    record = next((e.record for e in entries if e.source == view.source), None)
     breakdown = (record.extra.get("memory_breakdown") or {}) if record is not None else {}
     src = breakdown.get("source") if isinstance(breakdown, dict) else None
     ws = None
+    m = view.memory
     if src in WORKING_SET_SOURCES:
-        ws = _figure(view["memory"]["peak_bytes"], "working_set", WORKING_SET_SOURCES[src], view["batch_size"],
-                     view["source"])
+        ws = _figure(m.peak_bytes, "working_set", WORKING_SET_SOURCES[src], view.batch_size, view.source)
         if ws is not None:
-            ws["parts"] = {k: view["memory"].get(f"{k}_bytes") for k in PARTS}
+            ws.parts = {k: getattr(m, f"{k}_bytes") for k in PARTS}
     else:
         notes.append(f"training working set on the {DEVICE_LABEL[device]} not counted in this record "
                      f"({src or 'no breakdown'}): re-run training to count activations")
-    m = view["memory"]
-    total = (_figure(m.get("gpu_mem_used_max_bytes"), "process_total", "device memory in use (NVML), CUDA context "
-                     "included", view["batch_size"], view["source"]) if device == "cuda"
-             else _figure(m.get("rss_peak_bytes"), "process_total", "peak RSS of the training process",
-                          view["batch_size"], view["source"]))
-    return {"working_set": ws, "process_total": total}, notes
+    total = (_figure(m.gpu_mem_used_max_bytes, "process_total", "device memory in use (NVML), CUDA context "
+                     "included", view.batch_size, view.source) if device == "cuda"
+             else _figure(m.rss_peak_bytes, "process_total", "peak RSS of the training process",
+                          view.batch_size, view.source))
+    return MemorySide(working_set=ws, process_total=total), notes
 
 
-def _infer_working_set(entries: list[Entry], device: str, batch: int | None) -> dict[str, Any] | None:
+def _infer_working_set(entries: list[Entry], device: str, batch: int | None) -> MemoryFigure | None:
     """The in-process limits' working set at the training batch (one session's delta, serve/working_set.py)."""
     if batch is None:
         return None
@@ -70,63 +67,45 @@ def _infer_working_set(entries: list[Entry], device: str, batch: int | None) -> 
     return None
 
 
-def _served(section: dict[str, Any], device: str) -> dict[str, Any] | None:
-    for per in section["infer"].values():
-        v = per.get(device) or {}
-        if v.get("saturated") or v.get("batch1"):
-            return v.get("saturated") or v.get("batch1")
+def _served(section: ModelSection, device: str) -> Column | None:
+    for per in section.infer.values():
+        v = per.get(device)
+        if v and (v.saturated or v.batch1):
+            return v.saturated or v.batch1
     return None
 
 
-def memory_compare(entries: list[Entry], section: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def memory_compare(entries: list[Entry], section: ModelSection) -> dict[str, MemoryCompare]:
     """summary.json's models.<m>.memory_compare.<device>: {train, infer: {working_set, process_total}, ratios,
     notes}; ratios are training over inference, each only between two figures of its own kind."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, MemoryCompare] = {}
     for d in DEVICES:
-        tv = section["train"].get(d)
+        tv = section.train.get(d)
         served = _served(section, d)
         if tv is None and served is None:
             continue
         train, notes = _train(entries, tv, d)
-        batch = tv["batch_size"] if tv else None
+        batch = tv.batch_size if tv else None
         infer_ws = _infer_working_set(entries, d, batch)
         if tv is not None and infer_ws is None:
             notes.append(f"inference working set on the {DEVICE_LABEL[d]} at batch {batch} not measured: "
                          "run `trainserve limits` (its batches include the training batch when the model allows it)")
         total = None
         if served is not None:
-            m = served["memory"]
-            total = (_figure(m.get("gpu_mem_used_max_bytes"), "process_total", "device memory in use (NVML), CUDA "
-                             "context included", served["batch_size"], served["source"]) if d == "cuda"
-                     else _figure(m.get("rss_peak_bytes"), "process_total", "peak RSS of the serving process",
-                                  served["batch_size"], served["source"]))
-        infer = {"working_set": infer_ws, "process_total": total}
-        ratios = {k: _div(train[k]["bytes"] if train[k] else None, infer[k]["bytes"] if infer[k] else None)
-                  for k in KINDS}
-        out[d] = {"train": train, "infer": infer, "ratios": ratios, "notes": notes}
+            m = served.memory
+            total = (_figure(m.gpu_mem_used_max_bytes, "process_total", "device memory in use (NVML), CUDA "
+                             "context included", served.batch_size, served.source) if d == "cuda"
+                     else _figure(m.rss_peak_bytes, "process_total", "peak RSS of the serving process",
+                                  served.batch_size, served.source))
+        infer = MemorySide(working_set=infer_ws, process_total=total)
+
+        def ratio(kind: str) -> float | None:
+            t, i = getattr(train, kind), getattr(infer, kind)
+            return _div(t.bytes if t else None, i.bytes if i else None)
+
+        out[d] = MemoryCompare(train=train, infer=infer,
+                               ratios=MemoryRatios(working_set=ratio("working_set"),
+                                                   process_total=ratio("process_total")), notes=notes)
     return out
 
 
-def sentences(name: str, compare: dict[str, dict[str, Any]]) -> list[str]:
-    """One sentence per device and kind that has both figures."""
-    out = []
-    for d, c in compare.items():
-        where = "on the GPU" if d == "cuda" else "on the CPU"
-        for kind, label in (("working_set", "working set"), ("process_total", "process total")):
-            t, i, r = c["train"][kind], c["infer"][kind], c["ratios"][kind]
-            if r is None:
-                continue
-            at = f" at batch {t['batch_size']}" if kind == "working_set" else ""
-            out.append(f"{name} {where}, {label}{at}: training {u.nbytes(t['bytes'])}{_shares(t)}, inference "
-                       f"{u.nbytes(i['bytes'])} ({u.ratio(r)} as much for training).")
-    return out
-
-
-def _shares(figure: dict[str, Any]) -> str:
-    """" (weights 25%, gradients 25%, ...)": training's working set by part, where counted."""
-    parts = [(k, v) for k, v in (figure.get("parts") or {}).items() if v]
-    total = sum(v for _, v in parts)
-    if not total:
-        return ""
-    return " (" + ", ".join(f"{k} {100 * v / total:.0f}%" if 100 * v / total >= 0.5 else f"{k} <1%"
-                            for k, v in parts) + ")"

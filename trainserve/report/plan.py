@@ -12,7 +12,6 @@ import dataclasses
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.cost import (
     CostOptions,
@@ -25,15 +24,17 @@ from trainserve.report.cost import (
     server_view,
     servers_needed,
 )
+from trainserve.report.sections import ModelSection, Report
+from trainserve.report.sentences import plan_lines
 
 
-def capacity_plan(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
+def capacity_plan(report: Report, opts: CostOptions) -> dict[str, Any]:
     """summary.json's "plan" (opts.qps must be set): per model and device, servers, cost, and lines to show."""
     if opts.qps is None:
         raise ValueError("capacity_plan needs opts.qps")
     target = opts.qps * (1 + opts.headroom)
     models = {}
-    for name, section in summary["models"].items():
+    for name, section in report.models.items():
         devices: dict[str, dict[str, Any]] = {}
         mopts = dataclasses.replace(opts, prices=model_prices(section, opts.prices)[0])  # the GPU's own price
         for d in ("cpu", "cuda"):
@@ -43,14 +44,14 @@ def capacity_plan(summary: dict[str, Any], opts: CostOptions) -> dict[str, Any]:
         feasible = {d: p for d, p in devices.items() if p["servers"] is not None and p["usd_per_hour"] is not None}
         cheaper = min(feasible, key=lambda d: feasible[d]["usd_per_hour"]) if feasible else None
         models[name] = {"devices": devices, "cheaper": cheaper,
-                        "lines": _lines(devices, cheaper, opts, target)}
+                        "lines": plan_lines(devices, cheaper, opts, target)}
     return {"qps": opts.qps, "slo_p99_ms": opts.slo_p99_ms, "headroom": opts.headroom,
             "target_req_s": target, "models": models}
 
 
-def _device_plan(section: dict[str, Any], device: str, points: list[dict[str, Any]], target: float,
+def _device_plan(section: ModelSection, device: str, points: list[dict[str, Any]], target: float,
                  opts: CostOptions) -> dict[str, Any]:
-    res = held(device, server_view(section, device) or {}, opts.prices, "infer")
+    res = held(device, server_view(section, device), opts.prices, "infer")
     best = best_within_slo(points, opts.slo_p99_ms)
     floor = min_p99(points)
     measured_max = max((p["throughput_samples_s"] for p in points if p["batch_size"] == 1), default=None)
@@ -97,53 +98,6 @@ def _unsaturated(points: list[dict[str, Any]], capacity: float, slo_p99_ms: floa
             and heaviest["throughput_samples_s"] >= 1.05 * lighter["throughput_samples_s"])
 
 
-def _lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOptions, target: float) -> list[str]:
-    """The plan in sentences, one per device, then the verdict."""
-    head = (f"{opts.qps:,.0f} req/s + {opts.headroom:.0%} headroom = {target:,.0f} req/s at p99 ≤ "
-            f"{opts.slo_p99_ms:g} ms")
-    lines = [head]
-    for d, p in devices.items():
-        label = DEVICE_LABEL[d]
-        if not p["meets_slo"]:
-            lines.append(f"{label}: cannot meet p99 ≤ {opts.slo_p99_ms:g} ms at any measured load "
-                         f"(lowest measured p99: {u.ms(p['min_p99_ms'])}).")
-            continue
-        cp = p["capacity_point"]
-        unit = "server" if d == "cpu" else "GPU"
-        what = (f"{p['servers']} {unit}{'s' if p['servers'] > 1 else ''}"
-                + (f" ({p['units']} logical CPUs)" if d == "cpu" and p["units"] else ""))
-        cost = f"${p['usd_per_hour']:,.2f}/h" if p["usd_per_hour"] is not None else "no price"
-        at = "Poisson arrivals" if cp["kind"] == SERVER else _users(cp["users"])
-        line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
-                f"{u.ms(cp['p99_ms'])} at {at}, {cp['kind']}); {what}, {cost}.")
-        if not p.get("capacity_valid", True):
-            line += f" INVALID figure: {'; '.join(p['capacity_reasons'])}."
-        if p.get("capacity_lower_bound"):
-            line += (f" A lower bound: the heaviest load offered still met the SLO and still gained throughput, "
-                     f"so one {unit} may sustain more and fewer {unit}s may do.")
-        if p["extrapolated"]:
-            line += (f" Extrapolated: the target is {p['extrapolation_factor']:,.1f}x what one {unit} was measured "
-                     f"to sustain; {p['servers']} {unit}s assume capacity adds up linearly (not measured).")
-        lines.append(line)
-        cb = p.get("client_batched")
-        if cb:
-            lines.append(f"{label}, if clients send {cb['batch_size']} rows per request: one {unit} carries "
-                         f"{cb['capacity_inferences_s']:,.0f} inferences/s within the SLO (p99 {u.ms(cb['p99_ms'])} "
-                         f"at {_users(cb['users'])}); {cb['servers']} {unit}{'s' if cb['servers'] > 1 else ''}, "
-                         f"${cb['usd_per_hour'] or 0:,.2f}/h" + (" (extrapolated, linear scaling)" if cb["extrapolated"]
-                                                                else "") + ".")
-    if cheaper:
-        other = [d for d in devices if d != cheaper and devices[d]["usd_per_hour"] is not None]
-        vs = "".join(f" vs ${devices[d]['usd_per_hour']:,.2f}/h on the {DEVICE_LABEL[d]}" for d in other)
-        lines.append(f"Cheaper: the {DEVICE_LABEL[cheaper]}, ${devices[cheaper]['usd_per_hour']:,.2f}/h{vs} "
-                     "(hardware prices; energy not included).")
-    elif devices:
-        lines.append(f"No measured server meets p99 ≤ {opts.slo_p99_ms:g} ms: no plan.")
-    else:
-        lines.append("No served load was measured in this run: no plan.")
-    return lines
-
-
 def require_feasible(plan: dict[str, Any]) -> None:
     """For `trainserve plan`: a UserError unless some server of some model meets the SLO."""
     devices = [p for m in plan["models"].values() for p in m["devices"].values()]
@@ -155,10 +109,3 @@ def require_feasible(plan: dict[str, Any]) -> None:
         raise UserError(f"--slo-p99-ms {plan['slo_p99_ms']:g} is below every measured p99 (the lowest is "
                         f"{u.ms(floor)}), so no measured load meets it; raise the SLO or measure a faster "
                         "configuration")
-
-
-def _users(n: int | None) -> str:
-    return "? users" if n is None else f"{n} user" + ("" if n == 1 else "s")
-
-
-

@@ -3,54 +3,54 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.limits import row_limit, row_vs_limit
+from trainserve.report.sections import Column, InferSpeedup, TrainSpeedup
 from trainserve.report.withheld import guard
 
-Row = tuple[str, Callable[[dict[str, Any]], str]]
+Row = tuple[str, Callable[[Column], str]]
 
 
-def _lat(key: str) -> Callable[[dict[str, Any]], str]:
-    return guard(key, lambda v: u.ms(v["latency"].get(key)))
+def _lat(key: str) -> Callable[[Column], str]:
+    return guard(key, lambda v: u.ms(v.latency.get(key)))
 
 
-def _mem(key: str, train_only: bool = False) -> Callable[[dict[str, Any]], str]:
-    def cell(v: dict[str, Any]) -> str:
-        if train_only and v["phase"] != "train":
+def _mem(key: str, train_only: bool = False) -> Callable[[Column], str]:
+    def cell(v: Column) -> str:
+        if train_only and v.phase != "train":
             return ""
-        return u.nbytes(v["memory"].get(key))
+        return u.nbytes(getattr(v.memory, key))
     return cell
 
 
-def _users(v: dict[str, Any]) -> str:
-    if v["phase"] == "train":
+def _users(v: Column) -> str:
+    if v.phase == "train":
         return ""
-    c = v["concurrency"]
-    return u.MISSING if c is None else f"{c}" + (" (ramp step)" if v["ramp_point"] else "")
+    c = v.concurrency
+    return u.MISSING if c is None else f"{c}" + (" (ramp step)" if v.ramp_point else "")
 
 
 GROUPS: list[tuple[str, list[Row]]] = [
     ("Setup", [
-        ("device", lambda v: v["device_name"] or v["device"]),
-        ("backend", lambda v: v["backend"]),
-        ("precision", lambda v: v["precision"]),
-        ("math mode (MFU's peak)", lambda v: v.get("math_mode") or ("" if v["phase"] == "infer" else u.MISSING)),
-        ("batch size", lambda v: f"{v['batch_size']}"),
+        ("device", lambda v: v.device_name or v.device),
+        ("backend", lambda v: v.backend),
+        ("precision", lambda v: v.precision),
+        ("math mode (MFU's peak)", lambda v: v.math_mode or ("" if v.phase == "infer" else u.MISSING)),
+        ("batch size", lambda v: f"{v.batch_size}"),
         ("users in flight", _users),
     ]),
     ("Speed", [
-        ("throughput, samples/s", guard("throughput_samples_s", lambda v: u.num(v["throughput_samples_s"]))),
-        ("requests/s", guard("requests_s", lambda v: "" if v["phase"] == "train" else u.num(v["requests_s"]))),
+        ("throughput, samples/s", guard("throughput_samples_s", lambda v: u.num(v.throughput_samples_s))),
+        ("requests/s", guard("requests_s", lambda v: "" if v.phase == "train" else u.num(v.requests_s))),
         ("p50 (step / request)", _lat("p50_ms")),
         ("p90", _lat("p90_ms")),
         ("p95", _lat("p95_ms")),
         ("p99", _lat("p99_ms")),
         ("p99.9", _lat("p999_ms")),
         ("max", _lat("max_ms")),
-        ("bounded by", lambda v: "" if v["phase"] == "train" else (v.get("bound") or {}).get("kind", u.MISSING)),
+        ("bounded by", lambda v: "" if v.phase == "train" else (v.bound or {}).get("kind", u.MISSING)),
     ]),
     ("Limit: onnxruntime in process, no server", [
         ("in-process limit (batch-1 p50 / best samples/s)", row_limit),
@@ -65,17 +65,17 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("GPU memory used (NVML max)", _mem("gpu_mem_used_max_bytes")),
     ]),
     ("Utilization and energy", [
-        ("GPU utilization, mean", lambda v: NOT_SAMPLED if v["gpu_util_mean_percent"] is None and v.get("device") == "cuda"
-         else u.percent(v["gpu_util_mean_percent"])),
-        ("CPU, process mean (100% = 1 core)", lambda v: u.percent(v["cpu_process_mean_percent"])),
-        ("mean power", lambda v: u.watts(v["mean_power_w"])),
-        ("energy per sample", lambda v: u.joules(v["energy_per_sample_j"])),
+        ("GPU utilization, mean", lambda v: NOT_SAMPLED if v.gpu_util_mean_percent is None and v.device == "cuda"
+         else u.percent(v.gpu_util_mean_percent)),
+        ("CPU, process mean (100% = 1 core)", lambda v: u.percent(v.cpu_process_mean_percent)),
+        ("mean power", lambda v: u.watts(v.mean_power_w)),
+        ("energy per sample", lambda v: u.joules(v.energy_per_sample_j)),
     ]),
     ("Compute", [
-        ("FLOPs per sample", lambda v: u.flops(v["flops_per_sample"])),
-        ("achieved", lambda v: u.tflops(v["achieved_tflops"])),
-        ("peak for MFU", lambda v: "" if v["phase"] == "infer" else u.tflops(v.get("peak_tflops"))),
-        ("MFU", guard("mfu", lambda v: u.fraction(v["mfu"]))),
+        ("FLOPs per sample", lambda v: u.flops(v.flops_per_sample)),
+        ("achieved", lambda v: u.tflops(v.achieved_tflops)),
+        ("peak for MFU", lambda v: "" if v.phase == "infer" else u.tflops(v.peak_tflops)),
+        ("MFU", guard("mfu", lambda v: u.fraction(v.mfu))),
     ]),
 ]
 
@@ -85,14 +85,16 @@ SPEEDUPS = (("train", "Training, same configuration", "throughput, GPU ÷ CPU"),
             ("infer_saturated", "Inference, saturated", "peak throughput, GPU ÷ CPU"))
 
 
-def speedup_detail(key: str, s: dict[str, Any]) -> str:
-    if s["value"] is None:
-        return s["note"] or "not measured"
-    if key == "infer_batch1":
-        return f"p50 {u.ms(s['gpu'])} on the GPU vs {u.ms(s['cpu'])} on the CPU"
-    text = f"{u.num(s['gpu'])} vs {u.num(s['cpu'])} samples/s"
-    c, g = s.get("cpu_point"), s.get("gpu_point")
-    if c and g and c.get("batch_size") is not None:
-        text += (f", batch {c['batch_size']} {c['precision']} on both" if s.get("basis") == "same_config"
-                 else f", GPU batch {g['batch_size']} {g['precision']} vs CPU batch {c['batch_size']} {c['precision']}")
+def speedup_detail(s: TrainSpeedup | InferSpeedup) -> str:
+    if s.value is None:
+        return s.note or "not measured"
+    if isinstance(s, InferSpeedup):
+        if s.metric == "p50_ms":
+            return f"p50 {u.ms(s.gpu)} on the GPU vs {u.ms(s.cpu)} on the CPU"
+        return f"{u.num(s.gpu)} vs {u.num(s.cpu)} samples/s"
+    text = f"{u.num(s.gpu)} vs {u.num(s.cpu)} samples/s"
+    c, g = s.cpu_point, s.gpu_point
+    if c and g and c.batch_size is not None:
+        text += (f", batch {c.batch_size} {c.precision} on both" if s.basis == "same_config"
+                 else f", GPU batch {g.batch_size} {g.precision} vs CPU batch {c.batch_size} {c.precision}")
     return text

@@ -21,6 +21,7 @@ from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
 from trainserve.report.limits import is_limit
+from trainserve.report.sections import NoiseRow, PerScenario, Report, ScenarioRow, Scenarios
 from trainserve.report.stats import ci95, within_noise
 from trainserve.report.verdict import reasons_of
 
@@ -45,7 +46,7 @@ def scenario_of(e: Entry) -> str | None:
     return None
 
 
-def row(e: Entry, scenario: str) -> dict[str, Any]:
+def row(e: Entry, scenario: str) -> ScenarioRow:
     r = e.record
     lat = r.speed.latency
     search = r.extra.get("search") or {}
@@ -55,35 +56,34 @@ def row(e: Entry, scenario: str) -> dict[str, Any]:
         k: (v * r.batch_size if k not in ("n",) else v) for k, v in ci["requests_s"].items()}
     stability = r.validity.stability or {}
     reasons = reasons_of(e)
-    return {"source": e.source, "scenario": scenario, "device": r.device, "backend": r.backend,
-            "batch_size": r.batch_size, "users": r.concurrency, "requests_s": r.speed.requests_s,
-            "throughput_samples_s": r.speed.throughput_samples_s,
-            "capacity_req_s": search.get("capacity_req_s") if scenario == "Server" else None,
-            "lower_bound": bool(search.get("lower_bound")), "stop_reason": search.get("stop_reason"),
-            "slo_p99_ms": search.get("slo_p99_ms"),
-            "p50_ms": lat.p50_ms, "p95_ms": lat.p95_ms, "p99_ms": lat.p99_ms, "p999_ms": lat.p999_ms,
-            "count": lat.count, "warmup_excluded": r.validity.warmup_excluded,
-            "percentiles_short": list(r.extra.get("percentiles_short") or []),
-            "stable": stability.get("stable"), "stability_reason": stability.get("reason"),
-            "valid": not reasons, "reasons": [x["message"] for x in reasons],
-            "repeats": len(reps) or 1, "ci95": {k: v for k, v in ci.items() if v}}
+    return ScenarioRow(
+        source=e.source, scenario=scenario, device=r.device, backend=r.backend, batch_size=r.batch_size,
+        users=r.concurrency, requests_s=r.speed.requests_s, throughput_samples_s=r.speed.throughput_samples_s,
+        capacity_req_s=search.get("capacity_req_s") if scenario == "Server" else None,
+        lower_bound=bool(search.get("lower_bound")), stop_reason=search.get("stop_reason"),
+        slo_p99_ms=search.get("slo_p99_ms"), p50_ms=lat.p50_ms, p95_ms=lat.p95_ms, p99_ms=lat.p99_ms,
+        p999_ms=lat.p999_ms, count=lat.count, warmup_excluded=r.validity.warmup_excluded,
+        percentiles_short=list(r.extra.get("percentiles_short") or []), stable=stability.get("stable"),
+        stability_reason=stability.get("reason"), valid=not reasons, reasons=[x["message"] for x in reasons],
+        repeats=len(reps) or 1, ci95={k: v for k, v in ci.items() if v})
 
 
-def scenarios_section(entries: list[Entry], model_of: Any) -> dict[str, Any]:
+def scenarios_section(entries: list[Entry], model_of: Any) -> Scenarios:
     """summary.json's "scenarios": per model and device, a row per scenario (None: not measured), and the
     noise table."""
-    models: dict[str, dict[str, Any]] = {}
+    models: dict[str, dict[str, PerScenario]] = {}
     for e in sorted(entries, key=lambda e: e.record.created, reverse=True):  # the newest of each kind
         scenario = scenario_of(e)
         if scenario is None:
             continue
-        per = models.setdefault(model_of(e.record), {}).setdefault(e.record.device, dict.fromkeys(SCENARIOS))
+        per: PerScenario = models.setdefault(model_of(e.record), {}).setdefault(e.record.device,
+                                                                                dict.fromkeys(SCENARIOS))
         if per[scenario] is None:
             per[scenario] = row(e, scenario)
-    return {"models": models, "noise": _noise(models)}
+    return Scenarios(models=models, noise=_noise(models))
 
 
-def _noise(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def _noise(models: dict[str, dict[str, PerScenario]]) -> list[NoiseRow]:
     """CPU vs GPU per scenario, where repeats give at least one side a CI: is the difference above the noise?"""
     out = []
     for name, per in models.items():
@@ -92,42 +92,43 @@ def _noise(models: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
         for scenario in SCENARIOS:
             key, label, _ = METRICS[scenario]
             a, b = per["cpu"][scenario], per["cuda"][scenario]
-            if not a or not b or a.get(key) is None or b.get(key) is None:
+            if not a or not b or getattr(a, key) is None or getattr(b, key) is None:
                 continue
-            ca, cb = a["ci95"].get(key), b["ci95"].get(key)
+            ca, cb = a.ci95.get(key), b.ci95.get(key)
             if ca is None and cb is None:
                 continue
-            pa = ca or {"mean": a[key], "half_width": 0.0}
-            pb = cb or {"mean": b[key], "half_width": 0.0}
-            out.append({"model": name, "scenario": scenario, "metric": key, "label": label,
-                        "cpu": pa["mean"], "cpu_half_width": pa["half_width"],
-                        "gpu": pb["mean"], "gpu_half_width": pb["half_width"],
-                        "difference": pb["mean"] - pa["mean"], "noise": pa["half_width"] + pb["half_width"],
-                        "within_noise": within_noise(pa, pb), "one_side_only": ca is None or cb is None})
+            pa = ca or {"mean": getattr(a, key), "half_width": 0.0}
+            pb = cb or {"mean": getattr(b, key), "half_width": 0.0}
+            out.append(NoiseRow(model=name, scenario=scenario, metric=key, label=label,
+                                cpu=pa["mean"], cpu_half_width=pa["half_width"],
+                                gpu=pb["mean"], gpu_half_width=pb["half_width"],
+                                difference=pb["mean"] - pa["mean"], noise=pa["half_width"] + pb["half_width"],
+                                within_noise=within_noise(pa, pb), one_side_only=ca is None or cb is None))
     return out
 
 
 # --- rendering -------------------------------------------------------------------------------
 
-def _figure(r: dict[str, Any]) -> str:
-    key, _, fmt = METRICS[r["scenario"]]
-    value = r.get(key)
-    if r["scenario"] == "Server" and value is None:
+def _figure(r: ScenarioRow) -> str:
+    key, _, fmt = METRICS[r.scenario]
+    value = getattr(r, key)
+    if r.scenario == "Server" and value is None:
         return "no rate met the SLO"
-    ci = r["ci95"].get(key)
+    ci = r.ci95.get(key)
     shown = fmt(ci["mean"]) + f" ± {fmt(ci['half_width'])}" if ci else fmt(value)
-    suffix = " (lower bound)" if r["scenario"] == "Server" and r["lower_bound"] else ""
+    suffix = " (lower bound)" if r.scenario == "Server" and r.lower_bound else ""
     return {"SingleStream": f"p99 {shown}", "Server": f"{shown} req/s{suffix}",
-            "Offline": f"{shown} samples/s"}[r["scenario"]]
+            "Offline": f"{shown} samples/s"}[r.scenario]
 
 
-def _cells(r: dict[str, Any]) -> list[str]:
-    stable = ("yes" if r["stable"] else "no: " + (r["stability_reason"] or "")) if r["stable"] is not None else "—"
-    short = set(r.get("percentiles_short") or [])
-    return [_figure(r), *(u.ms(r[k]) + ("*" if k in short else "") for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")),
-            f"{r['count']:,}",
-            stable, "VALID" if r["valid"] else "INVALID: " + "; ".join(r["reasons"]),
-            str(r["repeats"]), r["source"]]
+def _cells(r: ScenarioRow) -> list[str]:
+    stable = ("yes" if r.stable else "no: " + (r.stability_reason or "")) if r.stable is not None else "—"
+    short = set(r.percentiles_short)
+    return [_figure(r), *(u.ms(getattr(r, k)) + ("*" if k in short else "")
+                          for k in ("p50_ms", "p95_ms", "p99_ms", "p999_ms")),
+            f"{r.count:,}",
+            stable, "VALID" if r.valid else "INVALID: " + "; ".join(r.reasons),
+            str(r.repeats), r.source]
 
 
 HEADER = ["device", "scenario", "figure (mean ± 95% CI with repeats)", "p50", "p95", "p99", "p99.9", "requests",
@@ -135,9 +136,9 @@ HEADER = ["device", "scenario", "figure (mean ± 95% CI with repeats)", "p50", "
 NOISE_HEADER = ["model", "scenario", "figure", "CPU", "GPU", "GPU − CPU", "noise (CIs added)", "reading"]
 
 
-def _rows(section: dict[str, Any]) -> list[tuple[str, list[str]]]:
+def _rows(section: Scenarios) -> list[tuple[str, list[str]]]:
     out = []
-    for name, per in section["models"].items():
+    for name, per in section.models.items():
         for d in (d for d in DEVICES if d in per):
             for scenario in SCENARIOS:
                 r = per[d].get(scenario)
@@ -146,45 +147,41 @@ def _rows(section: dict[str, Any]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def _noise_rows(section: dict[str, Any]) -> list[list[str]]:
+def _noise_rows(section: Scenarios) -> list[list[str]]:
     out = []
-    for n in section["noise"]:
-        fmt = METRICS[n["scenario"]][2]
-        reading = ("smaller than its noise: no winner" if n["within_noise"] else "larger than its noise")
-        if n["one_side_only"]:
+    for n in section.noise:
+        fmt = METRICS[n.scenario][2]
+        reading = ("smaller than its noise: no winner" if n.within_noise else "larger than its noise")
+        if n.one_side_only:
             reading += " (one side repeated)"
-        out.append([n["model"], n["scenario"], n["label"], f"{fmt(n['cpu'])} ± {fmt(n['cpu_half_width'])}",
-                    f"{fmt(n['gpu'])} ± {fmt(n['gpu_half_width'])}", fmt(n["difference"]), fmt(n["noise"]), reading])
+        out.append([n.model, n.scenario, n.label, f"{fmt(n.cpu)} ± {fmt(n.cpu_half_width)}",
+                    f"{fmt(n.gpu)} ± {fmt(n.gpu_half_width)}", fmt(n.difference), fmt(n.noise), reading])
     return out
 
 
-def verdict_html(s: dict[str, Any]) -> str:
-    v = s.get("verdict")
-    if not v:
-        return ""
-    if v["result"] == "VALID":
+def verdict_html(report: Report) -> str:
+    v = report.verdict
+    if v.result == "VALID":
         return (f"<section id='verdict'><h2>Result is: <span class='ok'>VALID</span></h2><p class='muted'>"
-                f"{v['checked']} records checked: every load figure stabilised, no client saturated, errors within "
+                f"{v.checked} records checked: every load figure stabilised, no client saturated, errors within "
                 "0.1%, no figure withheld, enough requests for each p99.</p></section>")
     items = "".join(f"<li><b>{escape(r['kind'])}</b> <code>{escape(r['source'] or '')}</code>: {escape(r['message'])}"
-                    "</li>" for r in v["reasons"])
+                    "</li>" for r in v.reasons)
     return (f"<section id='verdict'><h2>Result is: <span class='err'>INVALID</span></h2><p>The headline states only "
             f"valid figures. Every reason:</p><ul class='conclusions'>{items}</ul></section>")
 
 
-def verdict_md(s: dict[str, Any]) -> list[str]:
-    v = s.get("verdict")
-    if not v:
-        return []
-    if v["result"] == "VALID":
-        return [f"**Result is: VALID** ({v['checked']} records checked)", ""]
+def verdict_md(report: Report) -> list[str]:
+    v = report.verdict
+    if v.result == "VALID":
+        return [f"**Result is: VALID** ({v.checked} records checked)", ""]
     return (["**Result is: INVALID** — every reason (the headline states only valid figures):", ""]
-            + [f"- {r['kind']} `{r['source'] or ''}`: {r['message']}" for r in v["reasons"]] + [""])
+            + [f"- {r['kind']} `{r['source'] or ''}`: {r['message']}" for r in v.reasons] + [""])
 
 
-def html_section(s: dict[str, Any]) -> str:
-    section = s.get("scenarios")
-    if not section or not section["models"]:
+def html_section(report: Report) -> str:
+    section = report.scenarios
+    if not section.models:
         return ""
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in cells) + "</tr>" for _, cells in _rows(section))
     out = [f"<section id='scenarios'><h2>Scenarios (MLPerf's names)</h2><p class='muted'>{escape(_LEGEND)}</p>",
@@ -199,9 +196,9 @@ def html_section(s: dict[str, Any]) -> str:
     return "".join(out) + "</section>"
 
 
-def md_section(s: dict[str, Any], table: Any) -> list[str]:
-    section = s.get("scenarios")
-    if not section or not section["models"]:
+def md_section(report: Report, table: Any) -> list[str]:
+    section = report.scenarios
+    if not section.models:
         return []
     out = ["## Scenarios (MLPerf's names)", "", _LEGEND, ""] + table(HEADER, [c for _, c in _rows(section)])
     noise = _noise_rows(section)

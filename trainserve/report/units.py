@@ -1,4 +1,4 @@
-"""How the report writes numbers: one place, so tables, plots and sentences agree.
+"""How the report writes numbers and prices: one place, so tables, plots and sentences agree.
 
 Every formatter takes None ("not measured") and returns the em dash, so a missing value is never
 shown as 0.
@@ -100,3 +100,28 @@ def tflops(x: float | None) -> str:
 
 def samples_s(x: float | None) -> str:
     return MISSING if x is None else f"{num(x)} samples/s"
+
+
+def usd(x: float | None) -> str:
+    """Dollars with enough digits to compare small unit costs: $1,234 / $12.3 / $0.0456 / $0.000012."""
+    if x is None:
+        return MISSING
+    if x >= 100:
+        return f"${x:,.0f}"
+    if x >= 1:
+        return f"${x:,.2f}"
+    return "$" + num(x, 3)
+
+
+def kwh(x: float | None) -> str:
+    return MISSING if x is None else f"{num(x, 3)} kWh"
+
+
+def cents(x: float) -> str:
+    """Dollars to the cent, for totals per hour: $21.76, $1,234.50."""
+    return f"${x:,.2f}"
+
+
+def price(x: float, digits: int | None = None) -> str:
+    """A price as given ($0.048, $2.5); `digits`: significant digits, for a derived price ($7.912)."""
+    return f"${x:g}" if digits is None else f"${x:.{digits}g}"

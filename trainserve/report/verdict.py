@@ -12,8 +12,8 @@ A load figure is held against five checks, each a reason of its own kind:
   percentiles are shown with their request count but do not make it invalid.
 
 The closed-loop ramp is a curve, not a figure: only its client's saturation is checked. In-process
-limits are checked for withheld figures only. The headline sentence of a model is written only when
-no figure it rests on is INVALID.
+limits are checked for withheld figures only. Each headline entry is written only when no figure it
+rests on is INVALID (screen_headline).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from typing import Any
 
 from trainserve.report.collect import Entry
 from trainserve.report.limits import is_limit
+from trainserve.report.sections import HeadlineConclusion, HeadlineSpeedup, ModelSection, Report
 
 MAX_ERROR_FRACTION = 0.001
 KINDS = ("unstable", "client_saturated", "errors", "withheld", "too_few_requests")
@@ -71,31 +72,38 @@ def verdict(entries: list[Entry], withheld_errors: list[dict[str, Any]]) -> dict
             "invalid_sources": sorted({r["source"] for r in reasons if r["source"]})}
 
 
-def sources_of(section: dict[str, Any]) -> set[str]:
+def sources_of(section: ModelSection) -> set[str]:
     """The records a model's headline rests on: its training points and served batch-1 and saturated figures."""
     out: set[str] = set()
-    for key in ("train", "train_best"):
-        sp = section["speedups"].get(key) or {}
-        for point in (sp.get("cpu_point"), sp.get("gpu_point")):
-            if isinstance(point, dict) and point.get("source"):
-                out.add(point["source"])
-    for per in section["infer"].values():
-        for d in per.values():
-            for kind in ("batch1", "saturated"):
-                if d and d.get(kind):
-                    out.add(d[kind]["source"])
+    for sp in (section.speedups.train, section.speedups.train_best):
+        for point in (sp.cpu_point, sp.gpu_point):
+            if point is not None and point.source:
+                out.add(point.source)
+    for per in section.infer.values():
+        for served in per.values():
+            for column in (served.batch1, served.saturated) if served else ():
+                if column:
+                    out.add(column.source)
     return out
 
 
-def screen_headline(summary: dict[str, Any]) -> None:
+def rests_on(h: HeadlineSpeedup | HeadlineConclusion, section: ModelSection) -> set[str]:
+    """The records one headline entry rests on: a training speedup its two points; the model's sentence all of
+    sources_of (it states the training, batch-1 and saturated ratios)."""
+    if isinstance(h, HeadlineSpeedup):
+        return {p.source for p in (h.cpu, h.gpu) if p is not None and p.source}
+    return sources_of(section)
+
+
+def screen_headline(report: Report) -> None:
     """Replace each headline entry that rests on an INVALID figure by a sentence that says so."""
-    bad = set(summary["verdict"]["invalid_sources"])
+    bad = set(report.verdict.invalid_sources)
     if not bad:
         return
-    for h in summary["headline"]:
-        section = summary["models"].get(h["model"])
-        hit = sorted(sources_of(section) & bad) if section else []
+    for h in report.headline:
+        section = report.models.get(h.model)
+        hit = sorted(rests_on(h, section) & bad) if section else []
         if hit:
-            h["withheld_by_verdict"] = hit
-            h["text"] = (f"{h['model']}: not stated — the figures it rests on include INVALID ones "
-                         f"({', '.join(hit)}); see the verdict")
+            h.withheld_by_verdict = hit
+            h.text = (f"{h.model}: not stated — the figures it rests on include INVALID ones "
+                      f"({', '.join(hit)}); see the verdict")

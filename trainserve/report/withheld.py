@@ -13,6 +13,7 @@ from typing import Any, Self
 
 from trainserve.core import bounds
 from trainserve.report.collect import Collection, Entry
+from trainserve.report.sections import Column, RecordRow, Report
 
 RED = "#b42318"
 
@@ -31,15 +32,9 @@ def summary_errors(entries: list[Entry]) -> list[dict[str, Any]]:
             for e in entries for msg in dict.fromkeys(e.record.validity.errors)]
 
 
-def mfu_conclusion(name: str, train_view: dict[str, Any] | None) -> str | None:
-    """The sentence that replaces "GPU training reaches X MFU" when MFU was withheld."""
-    err = (train_view or {}).get("errors", {}).get("mfu")
-    return f"{name}: GPU training MFU withheld — {err['error']}." if err else None
-
-
-def metric_error(view: dict[str, Any] | None, metric: str) -> str | None:
-    """The error that withheld `metric` ("throughput_samples_s", "p50_ms", ...) from a view, if any."""
-    err = (view or {}).get("errors", {}).get(metric)
+def metric_error(column: Column | None, metric: str) -> str | None:
+    """The error that withheld `metric` ("throughput_samples_s", "p50_ms", ...) from a column, if any."""
+    err = column.errors.get(metric) if column else None
     return err["error"] if err else None
 
 
@@ -69,10 +64,10 @@ class Withheld(str):
         return cell
 
 
-def guard(field: str, cell: Callable[[dict[str, Any]], str]) -> Callable[[dict[str, Any]], str]:
+def guard(field: str, cell: Callable[[Any], str]) -> Callable[[Column | RecordRow], str]:
     """A row's cell function that shows the error instead of `field` when the figure was withheld."""
-    def guarded(v: dict[str, Any]) -> str:
-        err = v.get("errors", {}).get(field)
+    def guarded(v: Column | RecordRow) -> str:
+        err = v.errors.get(field)
         return Withheld(err["short"], err["error"]) if err else cell(v)
     return guarded
 
@@ -94,28 +89,28 @@ CSS = (f".err {{ color:{RED}; font-weight:600; }} td.err {{ cursor:help; }} "
        f"border-radius:4px; color:{RED}; }} .errbox code {{ color:{RED}; }}")
 
 
-def html_section(summary: dict[str, Any]) -> str:
+def html_section(report: Report) -> str:
     """The Errors section: every withheld figure's reason, in red; empty when there is none."""
-    errs = summary.get("errors") or []
+    errs = report.errors
     if not errs:
         return ""
-    items = "".join(f"<div class='errbox'><code>{escape(e['source'])}</code> — {escape(e['message'])}</div>"
+    items = "".join(f"<div class='errbox'><code>{escape(e.source)}</code> — {escape(e.message)}</div>"
                     for e in errs)
     return (f"<section id='errors'><h2 class='err'>Errors ({len(errs)}): figures beyond a physical bound, "
             f"withheld</h2>{items}</section>")
 
 
-def md_section(summary: dict[str, Any]) -> list[str]:
-    errs = summary.get("errors") or []
+def md_section(report: Report) -> list[str]:
+    errs = report.errors
     if not errs:
         return []
     return (["## Errors: figures beyond a physical bound, withheld", ""]
-            + [f"- 🔴 **error** `{e['source']}`: {e['message']}" for e in errs] + [""])
+            + [f"- 🔴 **error** `{e.source}`: {e.message}" for e in errs] + [""])
 
 
-def figure(view: dict[str, Any] | None, field: str, fmt: Callable[[dict[str, Any]], str]) -> str | None:
-    """`fmt(view)`, or the Withheld error when `field` was withheld from the view; None without a view."""
-    return guard(field, fmt)(view) if view else None
+def figure(column: Column | None, field: str, fmt: Callable[[Column], str]) -> str | None:
+    """`fmt(column)`, or the Withheld error when `field` was withheld from the column; None without one."""
+    return guard(field, fmt)(column) if column else None
 
 
 def html_tile_value(text: str | None) -> str | None:
