@@ -71,7 +71,10 @@ def analyse(collection: Collection) -> Report:
         # an ONNX file trained elsewhere (trainserve run --onnx): its training columns say so, not "not measured"
         models[name].trained_here = (collection.card or {}).get("family") != "onnx"
         models[name].scenarios = scenarios.models.get(name, {})  # the plan and cost read the Server figure
-    conclusions = [c for m in models.values() for c in m.conclusions]
+    judged = Verdict(**verdict(entries, withheld.summary_errors(entries)))
+    for m in models.values():  # a conclusion resting on an INVALID record says so (the headline is screened below)
+        m.conclusions = conclusions(m, judged.invalid_sources)
+    all_conclusions = [c for m in models.values() for c in m.conclusions]
     errors = [Notice(**e) for e in withheld.summary_errors(entries)]
     report = Report(
         schema_version=SUMMARY_SCHEMA_VERSION,
@@ -81,12 +84,12 @@ def analyse(collection: Collection) -> Report:
         versions=_versions(entries),
         card=_card_summary(collection.card),
         models=models,
-        conclusions=conclusions,
+        conclusions=all_conclusions,
         headline=headline(models),
         errors=errors,
         warnings=_warnings(entries) + [Notice(rel, None, None, None, why) for rel, why in collection.problems],
         records=[_record_row(e) for e in entries],
-        verdict=Verdict(**verdict(entries, withheld.summary_errors(entries))),
+        verdict=judged,
         scenarios=scenarios,
     )
     screen_headline(report)  # the headline states only valid figures
@@ -197,7 +200,6 @@ def _model_section(name: str, entries: list[Entry]) -> ModelSection:
     section.limit_points, section.limit_speedups = lims.limit_points, lims.limit_speedups
     section.memory_compare = memory_compare(entries, section)
     section.attribution, section.capacity_bounds = attribution_section(infer_entries)  # report/attribution.py
-    section.conclusions = conclusions(section)
     return section
 
 

@@ -9,6 +9,7 @@ its lines in the plan; the renderers and the CLI show them.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
@@ -26,10 +27,39 @@ from trainserve.report.sections import (
 )
 
 
-def conclusions(s: ModelSection) -> list[str]:
-    """A model's conclusions, in the order the Summary lists them."""
-    return (speedup_sentences(s) + _not_measured(s) + _train_vs_infer(s) + memory(s.model, s.memory_compare)
-            + _sweeps(s) + _max_batch(s) + limits(s) + _mfu(s) + server_adds(s) + capacities(s))
+def conclusions(s: ModelSection, invalid: Collection[str] = ()) -> list[str]:
+    """A model's conclusions, in the order the Summary lists them. One that rests on a record the verdict found
+    INVALID (`invalid`: its invalid_sources) says so at its end, naming the record."""
+    bad = set(invalid)
+    out = []
+    for text, sources in _conclusions(s):
+        hit = sorted(sources & bad)
+        out.append(text + (f" Not valid: it rests on {', '.join(hit)} (see the verdict)." if hit else ""))
+    return out
+
+
+def _conclusions(s: ModelSection) -> list[tuple[str, set[str]]]:
+    """Each conclusion with the records it rests on (training records are not judged by the verdict)."""
+    served = {d: _served_sources(s, d) for d in DEVICE_LABEL}
+    saturated = {d: _served_sources(s, d, ("saturated",)) for d in DEVICE_LABEL}
+    every = set().union(*served.values())
+    return ([(t, every) for t in speedup_sentences(s)] + [(t, set()) for t in _not_measured(s)]
+            + [(t, saturated[d]) for d, t in _train_vs_infer(s)]
+            + [(t, served[d]) for d, t in _memory(s.model, s.memory_compare)]
+            + [(t, set()) for t in _sweeps(s) + _max_batch(s)] + [(t, served[d]) for d, t in _limits(s)]
+            + [(t, set()) for t in _mfu(s)] + [(t, {src}) for src, t in _server_adds(s)]
+            + [(t, {src}) for src, t in _capacities(s)])
+
+
+def _served_sources(s: ModelSection, device: str, kinds: tuple[str, ...] = ("batch1", "saturated")) -> set[str]:
+    """The served records of `device` (every backend's): batch 1 and saturated, or those of `kinds`."""
+    out = set()
+    for per in s.infer.values():
+        served = per.get(device)
+        for column in (getattr(served, k) for k in kinds) if served else ():
+            if column is not None and column.source:
+                out.add(column.source)
+    return out
 
 
 def headline(models: dict[str, ModelSection]) -> list[HeadlineSpeedup | HeadlineConclusion]:
@@ -106,16 +136,17 @@ def _where(device: str) -> str:
 
 # --- training beside inference -------------------------------------------------------------------
 
-def _train_vs_infer(s: ModelSection) -> list[str]:
+def _train_vs_infer(s: ModelSection) -> list[tuple[str, str]]:
+    """(device, sentence) pairs."""
     out = []
     for d, tv in s.train_vs_infer.items():
         if tv.throughput_ratio is not None:
-            out.append(f"{s.model} {_where(d)}: serving at saturation handles {u.num(tv.infer_throughput_samples_s)} "
+            out.append((d, f"{s.model} {_where(d)}: serving at saturation handles {u.num(tv.infer_throughput_samples_s)} "
                        f"samples/s, {u.ratio(tv.throughput_ratio)} the training throughput of "
-                       f"{u.num(tv.train_throughput_samples_s)} samples/s.")
+                       f"{u.num(tv.train_throughput_samples_s)} samples/s."))
         if tv.energy_ratio is not None:
-            out.append(f"{s.model} {_where(d)}: a training sample costs {u.joules(tv.train_energy_per_sample_j)}, "
-                       f"an inference sample {u.joules(tv.infer_energy_per_sample_j)} ({_less(tv.energy_ratio)}).")
+            out.append((d, f"{s.model} {_where(d)}: a training sample costs {u.joules(tv.train_energy_per_sample_j)}, "
+                       f"an inference sample {u.joules(tv.infer_energy_per_sample_j)} ({_less(tv.energy_ratio)})."))
     return out
 
 
@@ -130,6 +161,10 @@ def _less(ratio: float) -> str:
 
 def memory(name: str, compare: dict[str, MemoryCompare]) -> list[str]:
     """One sentence per device and kind of memory figure that has both sides (report/memory_compare.py)."""
+    return [t for _, t in _memory(name, compare)]
+
+
+def _memory(name: str, compare: dict[str, MemoryCompare]) -> list[tuple[str, str]]:
     out = []
     for d, c in compare.items():
         for kind, label in (("working_set", "working set"), ("process_total", "process total")):
@@ -137,8 +172,8 @@ def memory(name: str, compare: dict[str, MemoryCompare]) -> list[str]:
             if r is None:
                 continue
             at = f" at batch {t.batch_size}" if kind == "working_set" else ""
-            out.append(f"{name} {_where(d)}, {label}{at}: training {u.nbytes(t.bytes)}{_shares(t)}, inference "
-                       f"{u.nbytes(i.bytes)} ({u.ratio(r)} as much for training).")
+            out.append((d, f"{name} {_where(d)}, {label}{at}: training {u.nbytes(t.bytes)}{_shares(t)}, inference "
+                       f"{u.nbytes(i.bytes)} ({u.ratio(r)} as much for training)."))
     return out
 
 
@@ -194,6 +229,10 @@ def in_process_batch1(s: ModelSection) -> str:
 
 def limits(s: ModelSection) -> list[str]:
     """One sentence per device: what the server adds at batch 1, and the share of the in-process peak it reaches."""
+    return [t for _, t in _limits(s)]
+
+
+def _limits(s: ModelSection) -> list[tuple[str, str]]:
     out = []
     for d, lim in s.limits.items():
         svl = s.server_vs_limit.get(d) or ServerVsLimit(None, None)
@@ -205,7 +244,7 @@ def limits(s: ModelSection) -> list[str]:
         peak = f"its best is {u.num(lim.best_throughput_samples_s)} samples/s at batch {lim.best_batch}"
         if svl.saturated_efficiency is not None:
             peak += f", of which the saturated server reaches {u.fraction(svl.saturated_efficiency)}"
-        out.append(f"{s.model} on the {DEVICE_LABEL[d]}: {b1}; {peak}.")
+        out.append((d, f"{s.model} on the {DEVICE_LABEL[d]}: {b1}; {peak}."))
     return out
 
 
@@ -221,22 +260,32 @@ def bound(p: AttributionPoint) -> str:
 
 def capacities(s: ModelSection) -> list[str]:
     """One sentence per ramp: its capacity within the SLO and what bounded it."""
+    return [t for _, t in _capacities(s)]
+
+
+def _capacities(s: ModelSection) -> list[tuple[str, str]]:
+    """(the ramp's record, sentence) pairs."""
     out = []
     for c in s.capacity_bounds:
         b = c.bound or {}
         where = f"{s.model} on the {DEVICE_LABEL[c.device]}"
         if c.requests_s is None:
-            out.append(f"{where}: no ramp step met the SLO; {b.get('detail', 'bound not measured')}.")
+            out.append((c.source, f"{where}: no ramp step met the SLO; {b.get('detail', 'bound not measured')}."))
             continue
         slo = f" (p99 ≤ {c.slo_p99_ms:g} ms)" if c.slo_p99_ms else ""
-        out.append(f"{where}: capacity within the SLO{slo} is {u.num(c.requests_s)} req/s at {c.users} users, "
-                   f"bounded by {b.get('detail', 'a limit not measured')}.")
+        out.append((c.source, f"{where}: capacity within the SLO{slo} is {u.num(c.requests_s)} req/s at {c.users} "
+                   f"users, bounded by {b.get('detail', 'a limit not measured')}."))
     return out
 
 
 def server_adds(s: ModelSection) -> list[str]:
     """Per device, from its lightest plain load point: what the server adds, by its own statistics (never the
     client's latency minus an in-process one)."""
+    return [t for _, t in _server_adds(s)]
+
+
+def _server_adds(s: ModelSection) -> list[tuple[str, str]]:
+    """(the load record, sentence) pairs."""
     out = []
     for d in ("cpu", "cuda"):
         mine = [(p, p.attribution) for p in s.attribution if p.device == d and p.attribution
@@ -245,11 +294,11 @@ def server_adds(s: ModelSection) -> list[str]:
             continue
         p, a = min(mine, key=lambda pa: (pa[0].batch_size, pa[1].latency_ms))
         client = f"the client's own time {u.ms(a.client)}, " if a.client is not None else ""
-        out.append(f"{s.model} on the {DEVICE_LABEL[d]} ({p.label}): the server adds {u.ms(a.server_ms)} "
+        out.append((p.source, f"{s.model} on the {DEVICE_LABEL[d]} ({p.label}): the server adds {u.ms(a.server_ms)} "
                    f"by its own statistics (queue {u.ms(a.queue)}, compute {u.ms(a.compute)}, front end "
                    f"{u.ms(a.frontend)}); of the client's mean latency {u.ms(a.latency_ms)}, {client}"
                    f"network and the rest {u.ms(a.network)}."
-                   + ("" if a.consistent else f" Inconsistent: {a.note}."))
+                   + ("" if a.consistent else f" Inconsistent: {a.note}.")))
     return out
 
 
