@@ -1,0 +1,126 @@
+"""Busy-polling an event loop between requests: the mechanism, and when a multi-front-end server uses it.
+
+A thread the kernel wakes from epoll_wait adds tens to hundreds of microseconds to a batch-1 request
+(more on a VM), and a request through a front-end process (serve/engine.py) pays up to three such
+wake-ups where the single-process server pays one: the front end woken by the client, the model
+process by the front end, the front end by the answer. A loop that keeps a callback in its ready
+queue polls its sockets with a zero timeout instead of sleeping, so a message that comes meanwhile is
+read at once; the price is a core kept busy for the window.
+
+So polling is bounded in time and limited to hosts with cores to spare (never a 2-core machine):
+
+- a front end polls while its one request in flight waits for the model process (at most
+  `wait_us`), and for `after_us` after an answer (the client's next request);
+- the model process polls for `after_us` after each answer it sends, however long the run took
+  (its core stays hot for the next request; ServerCore stops polling while a batch runs on a thread).
+
+`TRAINSERVE_SERVE_SPIN` overrides the choice: `0` (never), `1` (always, even on a small host; for
+measurements), anything else or unset: from the cores (`plan`).
+
+`TRAINSERVE_SERVE_SWITCH_US` sets the interpreter's GIL switch interval in the server's processes
+(`switch_interval`): an instance thread whose session run has ended waits for the GIL while the event
+loop parses requests, up to that long (Python's default 5000 us) when the loop makes no system call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+ENV = "TRAINSERVE_SERVE_SPIN"
+SWITCH_ENV = "TRAINSERVE_SERVE_SWITCH_US"
+AFTER_US = 1000  # poll this long after an answer, microseconds (ServerCore's own busy_poll_us default)
+WAIT_US = 3000  # a front end polls at most this long for the model process's answer, microseconds
+SPARE_CORES_PER_POLLER = 2  # polling is on with at least this many usable cores per polling process
+
+
+@dataclass(frozen=True)
+class SpinPlan:
+    """How long each side of a multi-front-end server polls instead of sleeping, microseconds (0 = never)."""
+
+    after_us: int = 0  # after an answer: front ends and the model process
+    wait_us: int = 0  # a front end, while its one request in flight waits for the answer
+
+    @property
+    def on(self) -> bool:
+        return bool(self.after_us or self.wait_us)
+
+    def describe(self) -> str:
+        return (f"poll {self.after_us} us after an answer, {self.wait_us} us for one" if self.on
+                else "no busy-polling")
+
+
+def plan(frontends: int, device: str, cores: int | None = None, setting: str | None = None) -> SpinPlan:
+    """The polling of a server with `frontends` front-end processes on `device`, given the usable cores.
+
+    Auto: on with at least SPARE_CORES_PER_POLLER cores per process that polls (the front ends and
+    the model process): the default front-end count, a quarter of the cores, always has them; a
+    2-core host never does. A front end waiting for a CPU model's answer does not poll: the
+    session's intra-op threads use every core while it runs.
+    """
+    setting = os.environ.get(ENV, "") if setting is None else setting
+    if setting.strip() == "0":
+        return SpinPlan()
+    if setting.strip() == "1":
+        return SpinPlan(AFTER_US, WAIT_US)
+    cores = len(os.sched_getaffinity(0)) if cores is None else cores
+    if frontends < 2 or cores < SPARE_CORES_PER_POLLER * (frontends + 1):
+        return SpinPlan()
+    return SpinPlan(AFTER_US, 0 if device == "cpu" else WAIT_US)
+
+
+class Poller:
+    """Keeps the running loop polling (a callback always ready) until a deadline, or until `busy()` says stop."""
+
+    def __init__(self, busy: Callable[[], bool] = lambda: False) -> None:
+        self._busy = busy
+        self._until = 0  # perf_counter_ns until which the loop keeps polling
+        self._polling = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def extend(self, window_ns: int) -> None:
+        """Poll until at least `window_ns` from now (on the running loop)."""
+        if window_ns <= 0:
+            return
+        until = time.perf_counter_ns() + window_ns
+        if until > self._until:
+            self._until = until
+        if not self._polling:
+            self._polling = True
+            if self._loop is None:
+                self._loop = asyncio.get_running_loop()
+            self._loop.call_soon(self._poll)
+
+    def stop(self) -> None:
+        """No more polling after the current turn."""
+        self._until = 0
+
+    @property
+    def polling(self) -> bool:
+        return self._polling
+
+    def _poll(self) -> None:
+        if time.perf_counter_ns() < self._until and not self._busy():
+            self._loop.call_soon(self._poll)
+        else:
+            self._polling = False
+
+
+def switch_interval(setting: str | None = None) -> float | None:
+    """Set the GIL switch interval from TRAINSERVE_SERVE_SWITCH_US (microseconds, 50..100000) when it is
+    set; the interval in force, s, or None when left as it was. A value out of range: ValueError naming it."""
+    setting = os.environ.get(SWITCH_ENV, "") if setting is None else setting
+    if not setting.strip():
+        return None
+    try:
+        us = int(setting)
+    except ValueError:
+        us = -1
+    if not 50 <= us <= 100_000:
+        raise ValueError(f"{SWITCH_ENV}={setting!r} must be a whole number of microseconds in 50..100000")
+    sys.setswitchinterval(us / 1e6)
+    return sys.getswitchinterval()
