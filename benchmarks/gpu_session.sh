@@ -59,7 +59,7 @@ frontends-ramp)  # issue 23's target: batch-1 HTTP capacity within p99 <= 20 ms,
   step frontends_ramp 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 4 --users 64 \
     --protocols http --duration-s 15 --processes 8 --ramp --ramp-step-s 4 --ramp-max-users 192 --out "$R/frontends-ramp" ;;
 perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/spin.py) off (before) vs as chosen
-  # from the cores (after), one tree, no older checkout; servers on cores 0-9, clients on the rest. ~250 s.
+  # from the cores (after), one tree, no older checkout; servers on cores 0-9, clients on the rest. ~300 s.
   # GPU: --frontends 4, HTTP and gRPC at 1/16/128 users; CPU: the default front ends (2 on 10 cores), 1/16
   # users; CPU again with onnxruntime's own spinning (serve --spin) against without. $R/perf23-*/serve_matrix.{json,md}
   p23="$R/runs/perf23/model_repository"
@@ -67,16 +67,20 @@ perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/
     --epochs 1 --batch-size 64 --device cpu --run perf23 --runs-dir '$R/runs' && $py -m trainserve export \
     --eval-samples 64 --run perf23 --runs-dir '$R/runs'"
   step perf23_gpu 170 env OUT="$R/perf23-gpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
-    --server-cpus 0-9 --users 1 16 128 --before-env TRAINSERVE_SERVE_SPIN=0 --before-args "--frontends 4" \
-    --after-args "--frontends 4"
+    --server-cpus 0-9 --users 1 16 128 --before-env TRAINSERVE_SERVE_SPIN=0 --before-args="--frontends 4" \
+    --after-args="--frontends 4"
+  # the measured variant: front ends poll for answers with any number of requests in flight (SPIN=2) vs the default
+  step perf23_gpu_any 110 env OUT="$R/perf23-gpu-any" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+    --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
+    --after-env TRAINSERVE_SERVE_SPIN=2
   step perf23_cpu 90 env OUT="$R/perf23-cpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
     --server-cpus 0-9 --users 1 16 --before-env TRAINSERVE_SERVE_SPIN=0
   step perf23_cpu_ortspin 60 env OUT="$R/perf23-cpu-ortspin" $py benchmarks/serve_matrix.py --repository "$p23" \
-    --device cpu --server-cpus 0-9 --users 1 16 --protocols http --after-args "--spin" ;;
+    --device cpu --server-cpus 0-9 --users 1 16 --protocols http --after-args=--spin ;;
 perf23-switch)  # the GIL switch interval of the server's processes, Python's 5 ms vs 0.2 ms (TRAINSERVE_SERVE_SWITCH_US)
   p23="$R/runs/perf23/model_repository"  # written by the perf23 phase
   step perf23_switch 130 env OUT="$R/perf23-switch" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
-    --server-cpus 0-9 --users 16 128 --before-args "--frontends 4" --after-args "--frontends 4" \
+    --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
     --before-env TRAINSERVE_SERVE_SWITCH_US=5000 --after-env TRAINSERVE_SERVE_SWITCH_US=200 ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;

@@ -22,7 +22,7 @@ environment variables of one side's server (e.g. TRAINSERVE_SERVE_SPIN=0, serve/
 --before-args / --after-args add `trainserve serve` options (e.g. "--frontends 1"):
 
     python benchmarks/serve_matrix.py --before-env TRAINSERVE_SERVE_SPIN=0 --after-env TRAINSERVE_SERVE_SPIN=1 \
-        --before-args "--frontends 2" --after-args "--frontends 2" --users 1 16 --rounds 3
+        --before-args="--frontends 2" --after-args="--frontends 2" --users 1 16 --rounds 3
 """
 
 from __future__ import annotations

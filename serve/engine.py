@@ -128,7 +128,8 @@ class Engine:
                                              metrics_port=-1, reuse_port=True)
             log.info("front ends: %d; %s", self.n, self.spin.describe())
             self._snapshot = pickle.dumps({**registry_snapshot(self.core),
-                                           "spin": (self.spin.after_us, self.spin.wait_us)})
+                                           "spin": (self.spin.after_us, self.spin.wait_us,
+                                                    self.spin.any_in_flight)})
             for i in range(self.n):
                 self.children.append(await self._spawn(i))
             await self._wait_ready(self.children, START_TIMEOUT_S)

@@ -76,8 +76,9 @@ class RemoteCore:
         self.live = True
         self._on_engine_gone = on_engine_gone
         # busy-polling (serve/spin.py), as the model process chose it for this host
-        plan = spin.SpinPlan(*snapshot.get("spin", (0, 0)))
+        plan = spin.SpinPlan(*snapshot.get("spin", (0, 0, False)))
         self._after_ns, self._wait_ns = plan.after_us * 1000, plan.wait_us * 1000
+        self._wait_any = plan.any_in_flight  # poll for answers however many requests are in flight
         self.poller = spin.Poller(lambda: not self.live)
 
     # ---------------------------------------------------------------- lifecycle (serve/server.py's Server calls these)
@@ -157,8 +158,9 @@ class RemoteCore:
             # the request the window after an answer waited for came: stop, the model process may need the
             # cores (a CPU session's intra-op threads use them all while it runs)
             self.poller.stop()
-        elif len(self._pending) == 1:
-            # a lone request: poll for its answer rather than sleep (with more in flight the loop has work)
+        elif len(self._pending) == 1 or self._wait_any:
+            # a lone request: poll for its answer rather than sleep (with more in flight the loop has work,
+            # unless TRAINSERVE_SERVE_SPIN=2 asks to poll anyway)
             self.poller.extend(self._wait_ns)
         return await fut
 

@@ -15,7 +15,8 @@ So polling is bounded in time and limited to hosts with cores to spare (never a 
   (its core stays hot for the next request; ServerCore stops polling while a batch runs on a thread).
 
 `TRAINSERVE_SERVE_SPIN` overrides the choice: `0` (never), `1` (always, even on a small host; for
-measurements), anything else or unset: from the cores (`plan`).
+measurements), `2` (as 1, and a front end polls for answers whatever the number of its requests in
+flight; a measured variant, not the default), anything else or unset: from the cores (`plan`).
 
 `TRAINSERVE_SERVE_SWITCH_US` sets the interpreter's GIL switch interval in the server's processes
 (`switch_interval`): an instance thread whose session run has ended waits for the GIL while the event
@@ -44,13 +45,15 @@ class SpinPlan:
 
     after_us: int = 0  # after an answer: front ends and the model process
     wait_us: int = 0  # a front end, while its one request in flight waits for the answer
+    any_in_flight: bool = False  # ... and while several do (TRAINSERVE_SERVE_SPIN=2)
 
     @property
     def on(self) -> bool:
         return bool(self.after_us or self.wait_us)
 
     def describe(self) -> str:
-        return (f"poll {self.after_us} us after an answer, {self.wait_us} us for one" if self.on
+        which = "any" if self.any_in_flight else "a lone request's"
+        return (f"busy-poll {self.after_us} us after an answer, up to {self.wait_us} us for {which}" if self.on
                 else "no busy-polling")
 
 
@@ -65,8 +68,8 @@ def plan(frontends: int, device: str, cores: int | None = None, setting: str | N
     setting = os.environ.get(ENV, "") if setting is None else setting
     if setting.strip() == "0":
         return SpinPlan()
-    if setting.strip() == "1":
-        return SpinPlan(AFTER_US, WAIT_US)
+    if setting.strip() in ("1", "2"):
+        return SpinPlan(AFTER_US, WAIT_US, setting.strip() == "2")
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
     if frontends < 2 or cores < SPARE_CORES_PER_POLLER * (frontends + 1):
         return SpinPlan()

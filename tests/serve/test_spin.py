@@ -43,6 +43,8 @@ def test_the_environment_variable_forces_polling_off_or_on(monkeypatch):
     assert not spin.plan(4, "cuda", cores=64).on
     monkeypatch.setenv(spin.ENV, "1")
     assert spin.plan(2, "cpu", cores=2) == spin.SpinPlan(spin.AFTER_US, spin.WAIT_US)
+    monkeypatch.setenv(spin.ENV, "2")
+    assert spin.plan(2, "cpu", cores=2) == spin.SpinPlan(spin.AFTER_US, spin.WAIT_US, any_in_flight=True)
 
 
 def test_switch_interval_is_set_from_the_variable_and_checked():
@@ -91,7 +93,7 @@ def _frame(sock: socket.socket) -> tuple[int, int, bytes]:
 
 async def _remote(plan: spin.SpinPlan, loop_side: socket.socket) -> RemoteCore:
     arena = shm.Arena(shm.create_arena_fd("trainserve-test", 1 << 20), 1 << 20)
-    core = RemoteCore({**SNAPSHOT, "spin": (plan.after_us, plan.wait_us)}, arena, on_engine_gone=lambda: None)
+    core = RemoteCore({**SNAPSHOT, "spin": (plan.after_us, plan.wait_us, plan.any_in_flight)}, arena, on_engine_gone=lambda: None)
     loop_side.setblocking(False)
     _, core.link = await asyncio.get_running_loop().create_unix_connection(
         lambda: ipc.Link(core.on_message, core.on_lost), sock=loop_side)
@@ -136,6 +138,27 @@ def test_a_cpu_model_front_end_stops_polling_when_its_request_goes_to_the_model_
         await asyncio.sleep(0.01)
         assert not core.poller.polling  # it came: the session's threads need the cores now
         second.cancel()
+        core.link.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        engine.close()
+
+
+@pytest.mark.parametrize("any_in_flight", [False, True])
+def test_with_two_requests_in_flight_a_front_end_polls_only_when_asked_to(any_in_flight):
+    ours, engine = socket.socketpair()
+
+    async def main() -> None:
+        core = await _remote(spin.SpinPlan(after_us=0, wait_us=30_000, any_in_flight=any_in_flight), ours)
+        first = asyncio.ensure_future(core._request(ipc.CALL, b"x", None))
+        await asyncio.sleep(0.1)  # its 30 ms window is over
+        assert not core.poller.polling
+        second = asyncio.ensure_future(core._request(ipc.CALL, b"y", None))
+        await asyncio.sleep(0.005)
+        assert core.poller.polling == any_in_flight
+        first.cancel(), second.cancel()
         core.link.close()
 
     try:
