@@ -227,8 +227,9 @@ class Engine:
             else:
                 tensors.append(ipc.inline_tensor(name, array))
         child.link.send(ipc.OK, rid, marshal.dumps(tuple(tensors)))
-        if self._after_ns:
-            self.core.poller.extend(self._after_ns)  # the next request is likely to come soon
+        if self._after_ns and (self.core.idle or self.spin.any_in_flight):
+            # nothing else to do: the next request is likely to come soon (under load the loop has work)
+            self.core.poller.extend(self._after_ns)
 
     def _on_lost(self, child: FrontEndProcess) -> None:
         if child.ready is not None and not child.ready.done():

@@ -217,8 +217,11 @@ class RemoteCore:
                 fut.set_exception(error)
             else:
                 fut.set_result(result)
-        if self._after_ns:
-            self.poller.extend(self._after_ns)  # the client's next request is likely to come soon
+        if self._after_ns and (not self._pending or self._wait_any):
+            # the last answer this front end waited for: the client's next request is likely to come soon.
+            # Not under load (requests still in flight): the loop has work, and a front end polling all the
+            # time would look CPU-bound to the served figures' attribution.
+            self.poller.extend(self._after_ns)
 
     def _outputs_of(self, body: bytes) -> dict[str, np.ndarray]:
         """The reply's tensors, copied out of the arena (its block is given back right after)."""

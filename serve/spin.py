@@ -10,9 +10,13 @@ read at once; the price is a core kept busy for the window.
 So polling is bounded in time and limited to hosts with cores to spare (never a 2-core machine):
 
 - a front end polls while its one request in flight waits for the model process (at most
-  `wait_us`), and for `after_us` after an answer (the client's next request);
-- the model process polls for `after_us` after each answer it sends, however long the run took
-  (its core stays hot for the next request; ServerCore stops polling while a batch runs on a thread).
+  `wait_us`), and for `after_us` after the answer that left it with none in flight (the client's
+  next request), stopping when a request goes to a CPU model's process;
+- the model process polls for `after_us` after an answer that left its batchers idle, however long
+  the run took (ServerCore stops polling while a batch runs on a thread).
+
+Under load (other requests in flight) nobody polls: the loops have work, and processes polling all
+the time would look CPU-bound to the served figures' attribution (trainserve/core/served.py).
 
 `TRAINSERVE_SERVE_SPIN` overrides the choice: `0` (never), `1` (always, even on a small host; for
 measurements), `2` (as 1, and a front end polls for answers whatever the number of its requests in
