@@ -102,7 +102,7 @@ class Engine:
         self._snapshot = b""
         self._deaths: list[float] = []
         self._stopping = False
-        self.spin = spin.plan(frontends, core.options.device)
+        self.spin = spin.plan(frontends, core.options.device, busy_poll_us=core.options.busy_poll_us)
         self._after_ns = self.spin.after_us * 1000
 
     async def start(self) -> dict[str, int | None]:

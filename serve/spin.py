@@ -38,7 +38,7 @@ from dataclasses import dataclass
 
 ENV = "TRAINSERVE_SERVE_SPIN"
 SWITCH_ENV = "TRAINSERVE_SERVE_SWITCH_US"
-AFTER_US = 1000  # poll this long after an answer, microseconds (ServerCore's own busy_poll_us default)
+AFTER_US = 1000  # poll this long after an answer, microseconds (--busy-poll-us's default)
 WAIT_US = 3000  # a front end polls at most this long for the model process's answer, microseconds
 SPARE_CORES_PER_POLLER = 2  # polling is on with at least this many usable cores per polling process
 
@@ -61,8 +61,10 @@ class SpinPlan:
                 else "no busy-polling")
 
 
-def plan(frontends: int, device: str, cores: int | None = None, setting: str | None = None) -> SpinPlan:
-    """The polling of a server with `frontends` front-end processes on `device`, given the usable cores.
+def plan(frontends: int, device: str, cores: int | None = None, setting: str | None = None,
+         busy_poll_us: int = AFTER_US) -> SpinPlan:
+    """The polling of a server with `frontends` front-end processes on `device`, given the usable cores and
+    the server's --busy-poll-us (the window after an answer; 0 turns the polling off, as it does ServerCore's).
 
     Auto: on with at least SPARE_CORES_PER_POLLER cores per process that polls (the front ends and
     the model process): the default front-end count, a quarter of the cores, always has them; a
@@ -75,9 +77,9 @@ def plan(frontends: int, device: str, cores: int | None = None, setting: str | N
     if setting.strip() in ("1", "2"):
         return SpinPlan(AFTER_US, WAIT_US, setting.strip() == "2")
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
-    if frontends < 2 or cores < SPARE_CORES_PER_POLLER * (frontends + 1):
+    if frontends < 2 or busy_poll_us <= 0 or cores < SPARE_CORES_PER_POLLER * (frontends + 1):
         return SpinPlan()
-    return SpinPlan(AFTER_US, 0 if device == "cpu" else WAIT_US)
+    return SpinPlan(busy_poll_us, 0 if device == "cpu" else WAIT_US)
 
 
 class Poller:

@@ -31,6 +31,8 @@ def test_auto_plan_is_off_on_a_2_core_host_and_on_with_spare_cores():
     assert gpu.after_us == spin.AFTER_US and gpu.wait_us == spin.WAIT_US
     cpu = spin.plan(4, "cpu", cores=16, setting="")  # the session's threads take every core while it runs
     assert cpu.after_us == spin.AFTER_US and cpu.wait_us == 0
+    assert spin.plan(4, "cuda", cores=16, setting="", busy_poll_us=250).after_us == 250  # --busy-poll-us
+    assert not spin.plan(4, "cuda", cores=16, setting="", busy_poll_us=0).on  # --busy-poll-us 0: no polling at all
 
 
 def test_auto_plan_reads_this_process_affinity():
