@@ -70,7 +70,7 @@ perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/
     --server-cpus 0-9 --users 1 16 128 --before-env TRAINSERVE_SERVE_SPIN=0 --before-args="--frontends 4" \
     --after-args="--frontends 4"
   # the measured variant: front ends poll for answers with any number of requests in flight (SPIN=2) vs the default
-  step perf23_gpu_any 110 env OUT="$R/perf23-gpu-any" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+  step perf23_gpu_any 130 env OUT="$R/perf23-gpu-any" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
     --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
     --after-env TRAINSERVE_SERVE_SPIN=2
   step perf23_cpu 90 env OUT="$R/perf23-cpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
