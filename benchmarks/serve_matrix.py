@@ -146,6 +146,9 @@ def window_stats(before: dict, after: dict) -> dict:
 
 
 # ------------------------------------------------------------------ servers
+STARTUP_NOTES: dict[int, list[str]] = {}  # server pid -> its start-up lines worth recording
+
+
 def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None, extra_env: dict[str, str] | None = None,
                  extra_args: list[str] | None = None):
     """`trainserve serve` of checkout `root` (its own package first on the path), with `extra_env` and
@@ -155,7 +158,7 @@ def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None, ext
 
     grpc_port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p),
-               PYTHONUNBUFFERED="1", **(extra_env or {}))
+               PYTHONUNBUFFERED="1", COLUMNS="200", **(extra_env or {}))  # COLUMNS: log lines unwrapped
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
                              "--device", device, "--http-port", "0", "--grpc-port", str(grpc_port),
@@ -165,6 +168,8 @@ def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None, ext
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and (line := proc.stdout.readline()):
         lines.append(line)
+        if "busy-poll" in line:  # the model process's polling choice (serve/spin.py), kept for the record
+            STARTUP_NOTES.setdefault(proc.pid, []).append(" ".join(line.split()))
         if m := re.search(r"ready http=[^:]+:(\d+)", line):
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # a full pipe would stall it
             return proc, int(m.group(1)), grpc_port
@@ -213,8 +218,11 @@ def sides_line(result: dict) -> str:
     parts = []
     for name, side in result.get("sides", {}).items():
         what = " ".join([*(f"{k}={v}" for k, v in side["env"].items()), *side["args"]])
+        notes = "; ".join(f"{device}: {' / '.join(lines) or 'one process or an older tree (no line)'}"
+                          for device, lines in side.get("polling", {}).items())
+        what = " ".join(filter(None, [f"`{what}`" if what else "", f"(log: {notes})" if notes else ""]))
         if what:
-            parts.append(f"{name}: `{what}`")
+            parts.append(f"{name}: {what}")
     return ("Servers: " + "; ".join(parts) + ".\n\n") if parts else ""
 
 
@@ -278,6 +286,8 @@ def main() -> None:
                 servers = {name: start_server(root, repo, device, server_cpus, sides[name]["env"], sides[name]["args"])
                            for name, root in roots.items()}
                 log(f"{device}: both servers ready in {time.perf_counter() - t0:.0f} s")
+                for name, (proc, _, _) in servers.items():
+                    sides[name].setdefault("polling", {})[device] = STARTUP_NOTES.get(proc.pid, [])
                 shape = input_shape_of(servers["after"][1], model)
                 try:
                     k = 0

@@ -56,9 +56,8 @@ class SpinPlan:
         return bool(self.after_us or self.wait_us)
 
     def describe(self) -> str:
-        which = "any" if self.any_in_flight else "a lone request's"
-        return (f"busy-poll {self.after_us} us after an answer, up to {self.wait_us} us for {which}" if self.on
-                else "no busy-polling")
+        which = "any" if self.any_in_flight else "lone"
+        return f"busy-poll {self.after_us}/{self.wait_us} us (after/{which})" if self.on else "no busy-polling"
 
 
 def plan(frontends: int, device: str, cores: int | None = None, setting: str | None = None,
