@@ -15,6 +15,12 @@ py=${PYTHON:-python3}
 [ -d /tmp/site ] && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
   timeout "$limit" "$@" >"$R/$name.log" 2>&1; echo "rc=$? ${name} $((SECONDS-t0))s"; tail -n 4 "$R/$name.log"; }
+# the perf23 phases' repository: the zoo CNN (small) as `trainserve export` writes it; made again when a previous
+# call's cleanup (below) removed its ONNX files
+p23="$R/runs/perf23/model_repository"
+perf23_repo() { [ -f "$p23/cnn_gpu/1/model.onnx" ] || step perf23_export 120 bash -c "$py -m trainserve train \
+  --model cnn --preset small --samples 256 --epochs 1 --batch-size 64 --device cpu --run perf23 --runs-dir '$R/runs' \
+  && $py -m trainserve export --eval-samples 64 --run perf23 --runs-dir '$R/runs'"; }
 for phase in "$@"; do case $phase in
 env)
   step env 60 bash -c "nvidia-smi; $py -c 'import torch,onnxruntime as o; print(torch.__version__, torch.cuda.get_device_name(), o.__version__, o.get_available_providers())'; nproc" ;;
@@ -62,10 +68,7 @@ perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/
   # from the cores (after), one tree, no older checkout; servers on cores 0-9, clients on the rest. ~300 s.
   # GPU: --frontends 4, HTTP and gRPC at 1/16/128 users; CPU: the default front ends (2 on 10 cores), 1/16
   # users; CPU again with onnxruntime's own spinning (serve --spin) against without. $R/perf23-*/serve_matrix.{json,md}
-  p23="$R/runs/perf23/model_repository"
-  [ -d "$p23" ] || step perf23_export 120 bash -c "$py -m trainserve train --model cnn --preset small --samples 256 \
-    --epochs 1 --batch-size 64 --device cpu --run perf23 --runs-dir '$R/runs' && $py -m trainserve export \
-    --eval-samples 64 --run perf23 --runs-dir '$R/runs'"
+  perf23_repo
   step perf23_gpu 170 env OUT="$R/perf23-gpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
     --server-cpus 0-9 --users 1 16 128 --before-env TRAINSERVE_SERVE_SPIN=0 --before-args="--frontends 4" \
     --after-args="--frontends 4"
@@ -78,7 +81,7 @@ perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/
   step perf23_cpu_ortspin 60 env OUT="$R/perf23-cpu-ortspin" $py benchmarks/serve_matrix.py --repository "$p23" \
     --device cpu --server-cpus 0-9 --users 1 16 --protocols http --after-args=--spin ;;
 perf23-switch)  # the GIL switch interval of the server's processes, Python's 5 ms vs 0.2 ms (TRAINSERVE_SERVE_SWITCH_US)
-  p23="$R/runs/perf23/model_repository"  # written by the perf23 phase
+  perf23_repo
   step perf23_switch 130 env OUT="$R/perf23-switch" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
     --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
     --before-env TRAINSERVE_SERVE_SWITCH_US=5000 --after-env TRAINSERVE_SERVE_SWITCH_US=200 ;;
