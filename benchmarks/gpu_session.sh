@@ -2,7 +2,7 @@
 # The GPU measurements of docs/BENCHMARKS.md, one phase per table there (that file names machine and date).
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
-#           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search
+#           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -15,6 +15,12 @@ py=${PYTHON:-python3}
 [ -d /tmp/site ] && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
   timeout "$limit" "$@" >"$R/$name.log" 2>&1; echo "rc=$? ${name} $((SECONDS-t0))s"; tail -n 4 "$R/$name.log"; }
+# the perf23 phases' repository: the zoo CNN (small) as `trainserve export` writes it; made again when a previous
+# call's cleanup (below) removed its ONNX files
+p23="$R/runs/perf23/model_repository"
+perf23_repo() { [ -f "$p23/cnn_gpu/1/model.onnx" ] || step perf23_export 120 bash -c "$py -m trainserve train \
+  --model cnn --preset small --samples 256 --epochs 1 --batch-size 64 --device cpu --run perf23 --runs-dir '$R/runs' \
+  && $py -m trainserve export --eval-samples 64 --run perf23 --runs-dir '$R/runs'"; }
 for phase in "$@"; do case $phase in
 env)
   step env 60 bash -c "nvidia-smi; $py -c 'import torch,onnxruntime as o; print(torch.__version__, torch.cuda.get_device_name(), o.__version__, o.get_available_providers())'; nproc" ;;
@@ -58,6 +64,27 @@ frontends)  # issue 23: serve --frontends 1, 2, 4; batch-1 HTTP and gRPC at 16 a
 frontends-ramp)  # issue 23's target: batch-1 HTTP capacity within p99 <= 20 ms, --frontends 4 (default on 16 cores)
   step frontends_ramp 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 4 --users 64 \
     --protocols http --duration-s 15 --processes 8 --ramp --ramp-step-s 4 --ramp-max-users 192 --out "$R/frontends-ramp" ;;
+perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/spin.py) off (before) vs as chosen
+  # from the cores (after), one tree, no older checkout; servers on cores 0-9, clients on the rest. ~300 s.
+  # GPU: --frontends 4, HTTP and gRPC at 1/16/128 users; CPU: the default front ends (2 on 10 cores), 1/16
+  # users; CPU again with onnxruntime's own spinning (serve --spin) against without. $R/perf23-*/serve_matrix.{json,md}
+  perf23_repo
+  step perf23_gpu 170 env OUT="$R/perf23-gpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+    --server-cpus 0-9 --users 1 16 128 --before-env TRAINSERVE_SERVE_SPIN=0 --before-args="--frontends 4" \
+    --after-env TRAINSERVE_SERVE_SPIN=auto --after-args="--frontends 4"
+  # the measured variant: front ends poll for answers with any number of requests in flight (SPIN=2) vs the default
+  step perf23_gpu_any 130 env OUT="$R/perf23-gpu-any" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+    --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
+    --before-env TRAINSERVE_SERVE_SPIN=auto --after-env TRAINSERVE_SERVE_SPIN=2
+  step perf23_cpu 90 env OUT="$R/perf23-cpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
+    --server-cpus 0-9 --users 1 16 --before-env TRAINSERVE_SERVE_SPIN=0 --after-env TRAINSERVE_SERVE_SPIN=auto
+  step perf23_cpu_ortspin 60 env OUT="$R/perf23-cpu-ortspin" $py benchmarks/serve_matrix.py --repository "$p23" \
+    --device cpu --server-cpus 0-9 --users 1 16 --protocols http --after-args=--spin ;;
+perf23-switch)  # the GIL switch interval of the server's processes, Python's 5 ms vs 0.2 ms (TRAINSERVE_SERVE_SWITCH_US)
+  perf23_repo
+  step perf23_switch 130 env OUT="$R/perf23-switch" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+    --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
+    --before-env TRAINSERVE_SERVE_SWITCH_US=5000 --after-env TRAINSERVE_SERVE_SWITCH_US=200 ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)

@@ -16,6 +16,13 @@ client CPU. A point whose clients used >= 90% of their cores is marked client-bo
     python benchmarks/serve_matrix.py --before /tmp/base --users 1 16 --rounds 3  # the 2-core machine
     OUT=out python benchmarks/serve_matrix.py --before bench-before --device cpu cuda --server-cpus 0-7
 Writes $OUT/serve_matrix.json and $OUT/serve_matrix.md (default OUT=./bench-out).
+
+The two sides may be one tree served two ways, no older checkout needed: --before-env / --after-env set
+environment variables of one side's server (e.g. TRAINSERVE_SERVE_SPIN=0, serve/spin.py) and
+--before-args / --after-args add `trainserve serve` options (e.g. "--frontends 1"):
+
+    python benchmarks/serve_matrix.py --before-env TRAINSERVE_SERVE_SPIN=0 --after-env TRAINSERVE_SERVE_SPIN=1 \
+        --before-args="--frontends 2" --after-args="--frontends 2" --users 1 16 --rounds 3
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import datetime
 import json
 import multiprocessing as mp
 import os
+import shlex
 import sys
 import tempfile
 import threading
@@ -82,10 +90,10 @@ class ClientPool:
         server = psutil.Process(server_pid)
         time.sleep(max(begin - time.monotonic(), 0))
         s0, c0 = server_stats(http_port, model), sum(sum(p.cpu_times()[:2]) for p in self.ps[:n])
-        cpu0 = sum(server.cpu_times()[:2])
+        cpu0 = server_cpu_s(server)
         time.sleep(max(end - time.monotonic(), 0))
         s1, c1 = server_stats(http_port, model), sum(sum(p.cpu_times()[:2]) for p in self.ps[:n])
-        cpu1 = sum(server.cpu_times()[:2])
+        cpu1 = server_cpu_s(server)
         reports = []
         for pipe, p in zip(self.pipes[:n], self.procs[:n]):
             if not pipe.poll(60):
@@ -110,6 +118,19 @@ class ClientPool:
                 p.kill()
 
 
+def server_cpu_s(server) -> float:
+    """CPU seconds of the server and its children (the front-end processes of `serve --frontends N`)."""
+    import psutil
+
+    total = sum(server.cpu_times()[:2])
+    for child in server.children(recursive=True):
+        try:
+            total += sum(child.cpu_times()[:2])
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 def window_stats(before: dict, after: dict) -> dict:
     """The server's own figures over one window (statistics extension): mean batch, queue and compute µs."""
     runs = after["execution_count"] - before["execution_count"]
@@ -125,23 +146,30 @@ def window_stats(before: dict, after: dict) -> dict:
 
 
 # ------------------------------------------------------------------ servers
-def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None):
-    """`trainserve serve` of checkout `root` (its own package first on the path); (process, http, grpc ports)."""
+STARTUP_NOTES: dict[int, list[str]] = {}  # server pid -> its start-up lines worth recording
+
+
+def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None, extra_env: dict[str, str] | None = None,
+                 extra_args: list[str] | None = None):
+    """`trainserve serve` of checkout `root` (its own package first on the path), with `extra_env` and
+    `extra_args`; (process, http, grpc ports)."""
     import re
     import subprocess
 
     grpc_port = _free_port()
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p),
-               PYTHONUNBUFFERED="1")
+               PYTHONUNBUFFERED="1", COLUMNS="200", **(extra_env or {}))  # COLUMNS: log lines unwrapped
     pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     proc = subprocess.Popen([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(repo),
                              "--device", device, "--http-port", "0", "--grpc-port", str(grpc_port),
-                             "--metrics-port", "-1"], cwd=root, env=env, stdout=subprocess.PIPE,
+                             "--metrics-port", "-1", *(extra_args or [])], cwd=root, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, preexec_fn=pin)
     lines = []
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and (line := proc.stdout.readline()):
         lines.append(line)
+        if "busy-poll" in line:  # the model process's polling choice (serve/spin.py), kept for the record
+            STARTUP_NOTES.setdefault(proc.pid, []).append(" ".join(line.split()))
         if m := re.search(r"ready http=[^:]+:(\d+)", line):
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # a full pipe would stall it
             return proc, int(m.group(1)), grpc_port
@@ -182,7 +210,20 @@ def markdown(result: dict) -> str:
     return (f"Serve matrix, {result['date']}, {result['machine'].get('cpu_model', '')} "
             f"({result['machine']['cpu_count']} CPUs), model {result['model']}, batch 1, "
             f"{result['seconds']} s per point, median of {result['rounds']} round(s).\n"
-            f"Command: `{result['command']}`\n\n" + head + "\n".join(rows) + "\n")
+            f"Command: `{result['command']}`\n\n" + sides_line(result) + head + "\n".join(rows) + "\n")
+
+
+def sides_line(result: dict) -> str:
+    """What told the two servers apart besides their checkouts (environment, serve options), when anything."""
+    parts = []
+    for name, side in result.get("sides", {}).items():
+        what = " ".join([*(f"{k}={v}" for k, v in side["env"].items()), *side["args"]])
+        notes = "; ".join(f"{device}: {' / '.join(lines) or 'one process or an older tree (no line)'}"
+                          for device, lines in side.get("polling", {}).items())
+        what = " ".join(filter(None, [f"`{what}`" if what else "", f"(log: {notes})" if notes else ""]))
+        if what:
+            parts.append(f"{name}: {what}")
+    return ("Servers: " + "; ".join(parts) + ".\n\n") if parts else ""
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -195,7 +236,8 @@ def median_of(runs: list[dict]) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--before", type=Path, required=True, help="the older checkout (its trainserve is served)")
+    p.add_argument("--before", type=Path, default=REPO_ROOT,
+                   help="the older checkout (its trainserve is served; default: this tree, told apart by the options below)")
     p.add_argument("--after", type=Path, default=REPO_ROOT, help="the newer checkout (default: this tree)")
     p.add_argument("--device", nargs="+", choices=["cpu", "cuda"], default=["cpu"])
     p.add_argument("--protocols", nargs="+", choices=["http", "grpc"], default=["http", "grpc"])
@@ -208,6 +250,10 @@ def main() -> None:
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up before each window, seconds")
     p.add_argument("--rounds", type=int, default=1, help="runs of every point on each server (median reported)")
     p.add_argument("--server-cpus", help="pin both servers to these CPUs (e.g. 0-7); clients get the others")
+    for side in ("before", "after"):
+        p.add_argument(f"--{side}-env", action="append", default=[], metavar="KEY=VALUE",
+                       help=f"an environment variable of the {side} server (repeatable)")
+        p.add_argument(f"--{side}-args", default="", help=f"more `trainserve serve` options of the {side} server")
     p.add_argument("--client-procs", type=int, help="client processes (default: one per client CPU, at most 16)")
     args = p.parse_args()
 
@@ -217,6 +263,11 @@ def main() -> None:
         raise SystemExit(f"--server-cpus {args.server_cpus} leaves no CPU for the clients")
     procs = args.client_procs or min(16, len(client_cpus or os.sched_getaffinity(0)))
     roots = {"before": args.before.resolve(), "after": args.after.resolve()}
+    for name in roots:
+        if any("=" not in kv for kv in getattr(args, f"{name}_env")):
+            raise SystemExit(f"--{name}-env takes KEY=VALUE")
+    sides = {name: {"env": dict(kv.split("=", 1) for kv in getattr(args, f"{name}_env")),
+                    "args": shlex.split(getattr(args, f"{name}_args"))} for name in roots}
     for name, root in roots.items():
         if not (root / "trainserve" / "__init__.py").exists():
             raise SystemExit(f"--{name} {root} is not a trainserve checkout (no trainserve/__init__.py)")
@@ -232,8 +283,11 @@ def main() -> None:
             for device in args.device:
                 model = args.model or f"cnn_{'gpu' if device == 'cuda' else 'cpu'}"
                 t0 = time.perf_counter()
-                servers = {name: start_server(root, repo, device, server_cpus) for name, root in roots.items()}
+                servers = {name: start_server(root, repo, device, server_cpus, sides[name]["env"], sides[name]["args"])
+                           for name, root in roots.items()}
                 log(f"{device}: both servers ready in {time.perf_counter() - t0:.0f} s")
+                for name, (proc, _, _) in servers.items():
+                    sides[name].setdefault("polling", {})[device] = STARTUP_NOTES.get(proc.pid, [])
                 shape = input_shape_of(servers["after"][1], model)
                 try:
                     k = 0
@@ -273,6 +327,7 @@ def main() -> None:
     result = {"benchmark": "serve_matrix", "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
               "machine": {**machine(), "load_average_at_end": os.getloadavg()}, "model": args.model or "cnn",
               "preset": None if args.repository else args.preset, "checkouts": {k: str(v) for k, v in roots.items()},
+              "sides": sides,
               "server_cpus": args.server_cpus, "client_processes": procs, "seconds": args.seconds,
               "rounds": args.rounds, "wall_s": time.perf_counter() - t_start, "points": points}
     out = Path(os.environ.get("OUT", "bench-out"))

@@ -32,6 +32,7 @@ from trainserve.serve.batcher import Batcher, BatchingConfig
 from trainserve.serve.datatypes import kserve_datatype
 from trainserve.serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
 from trainserve.serve.model import LoadedModel, SessionOptions, TensorSpec
+from trainserve.serve.spin import Poller
 from trainserve.serve.stats import ModelStats
 
 log = logging.getLogger(__name__)
@@ -127,10 +128,10 @@ class ServerCore:
         self.live = True
         self.frontends = 1  # front-end processes serving this core (serve/engine.py); shown in the served config
         self._batchers: list[Batcher] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._poll_ns = options.busy_poll_us * 1000
-        self._poll_until = 0  # perf_counter_ns until which the loop keeps polling
-        self._polling = False
+        # the loop polls its sockets instead of sleeping (serve/spin.py) until a window ends or a batch runs
+        # on an instance thread, which needs the core more than the loop does
+        self.poller = Poller(lambda: not self._accepting or any(b.running for b in self._batchers))
 
     # ---------------------------------------------------------------- lifecycle
     def load(self) -> None:
@@ -178,7 +179,6 @@ class ServerCore:
             if entry.batcher is not None:
                 entry.batcher.start()
         self._batchers = [e.batcher for e in self._all_entries() if e.batcher is not None]
-        self._loop = asyncio.get_running_loop()
         self._accepting = True
 
     async def stop(self) -> None:
@@ -299,21 +299,10 @@ class ServerCore:
         # Only after a request that took less than the window: for those a wake-up from sleep is a sizable
         # part of the latency; longer ones (queued, large batches) would only lose CPU to the polling.
         if end - start < self._poll_ns:
-            self._poll_until = end + self._poll_ns
-            if not self._polling:
-                self._polling = True
-                self._loop.call_soon(self._poll)
+            self.poller.extend(self._poll_ns)
         if outputs is None:
             return result
         return {n: result[n] for n in outputs}
-
-    def _poll(self) -> None:
-        """Stay in the ready queue (the loop then polls its sockets without sleeping) until the window
-        ends or a batch runs on an instance thread, which needs the core more than the loop does."""
-        if time.perf_counter_ns() < self._poll_until and self._accepting and not any(b.running for b in self._batchers):
-            self._loop.call_soon(self._poll)
-        else:
-            self._polling = False
 
 
 def _read_model(model_dir: Path) -> tuple[object, list[str]]:

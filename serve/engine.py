@@ -41,7 +41,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 
 from trainserve.core.procs import child_env
-from trainserve.serve import ipc, shm
+from trainserve.serve import ipc, shm, spin
 from trainserve.serve.core import ServerCore
 from trainserve.serve.errors import InvalidArgument, ServeError
 from trainserve.serve.remote_core import registry_snapshot
@@ -102,6 +102,8 @@ class Engine:
         self._snapshot = b""
         self._deaths: list[float] = []
         self._stopping = False
+        self.spin = spin.plan(frontends, core.options.device, busy_poll_us=core.options.busy_poll_us)
+        self._after_ns = self.spin.after_us * 1000
 
     async def start(self) -> dict[str, int | None]:
         ports: dict[str, int | None] = {}
@@ -124,7 +126,10 @@ class Engine:
             self._frontend_options = replace(self.options, http_port=ports["http"] if ports["http"] is not None else -1,
                                              grpc_port=ports["grpc"] if ports["grpc"] is not None else -1,
                                              metrics_port=-1, reuse_port=True)
-            self._snapshot = pickle.dumps(registry_snapshot(self.core))
+            log.info("front ends: %d; %s", self.n, self.spin.describe())
+            self._snapshot = pickle.dumps({**registry_snapshot(self.core),
+                                           "spin": (self.spin.after_us, self.spin.wait_us,
+                                                    self.spin.any_in_flight)})
             for i in range(self.n):
                 self.children.append(await self._spawn(i))
             await self._wait_ready(self.children, START_TIMEOUT_S)
@@ -222,6 +227,9 @@ class Engine:
             else:
                 tensors.append(ipc.inline_tensor(name, array))
         child.link.send(ipc.OK, rid, marshal.dumps(tuple(tensors)))
+        if self._after_ns and (self.core.idle or self.spin.any_in_flight):
+            # nothing else to do: the next request is likely to come soon (under load the loop has work)
+            self.core.poller.extend(self._after_ns)
 
     def _on_lost(self, child: FrontEndProcess) -> None:
         if child.ready is not None and not child.ready.done():

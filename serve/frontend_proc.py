@@ -24,7 +24,7 @@ import socket
 import sys
 
 from trainserve.core.procs import die_with_parent
-from trainserve.serve import ipc, shm
+from trainserve.serve import ipc, shm, spin
 from trainserve.serve.remote_core import RemoteCore
 from trainserve.serve.server import Server, ServerOptions, StartError
 
@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(1)  # the model process died before the line above: nobody to serve for
     logging.basicConfig(level=logging.WARNING, format=f"trainserve serve[frontend {args.index}]: %(message)s")
     options = ServerOptions(**json.loads(args.options))
+    spin.switch_interval()  # as the model process did (it checked the value)
     arena = shm.Arena(args.arena_fd, args.arena_bytes)
     sock = socket.socket(fileno=args.link_fd)
     sys.exit(asyncio.run(serve(args.index, sock, arena, options)))

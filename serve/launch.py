@@ -13,6 +13,7 @@ from pathlib import Path
 
 from trainserve.core.procs import usable_cpus
 from trainserve.serve import heap
+from trainserve.serve.spin import switch_interval
 from trainserve.serve.core import CoreOptions, ServerCore
 from trainserve.serve.engine import run_engine
 from trainserve.serve.model import CudaUnavailable
@@ -62,6 +63,10 @@ def run_server(
     # bodies are received on event loops (this process's, and the front ends' it starts, which inherit it):
     # no 2 MiB page zeroed inside a recv
     heap.no_huge_pages()
+    try:
+        switch_interval()  # the front-end processes it starts inherit the variable and do the same
+    except ValueError as e:
+        raise StartError(str(e)) from None
     frontends = frontends or default_frontends()
     try:
         core_options = CoreOptions(

@@ -18,7 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from trainserve.serve import ipc, repository, shm
+from trainserve.serve import ipc, repository, shm, spin
 from trainserve.serve.core import ModelEntry, ModelMetadata, ServerCore
 from trainserve.serve.errors import ServeError, Unavailable
 
@@ -75,6 +75,11 @@ class RemoteCore:
         self.draining = False
         self.live = True
         self._on_engine_gone = on_engine_gone
+        # busy-polling (serve/spin.py), as the model process chose it for this host
+        plan = spin.SpinPlan(*snapshot.get("spin", (0, 0, False)))
+        self._after_ns, self._wait_ns = plan.after_us * 1000, plan.wait_us * 1000
+        self._wait_any = plan.any_in_flight  # poll for answers however many requests are in flight
+        self.poller = spin.Poller(lambda: not self.live)
 
     # ---------------------------------------------------------------- lifecycle (serve/server.py's Server calls these)
     async def start(self) -> None:
@@ -149,6 +154,14 @@ class RemoteCore:
         # process may still read its inputs and write its outputs there
         self._pending[rid] = (fut, block)
         self.link.send(kind, rid, body)
+        if not self._wait_ns:
+            # the request the window after an answer waited for came: stop, the model process may need the
+            # cores (a CPU session's intra-op threads use them all while it runs)
+            self.poller.stop()
+        elif len(self._pending) == 1 or self._wait_any:
+            # a lone request: poll for its answer rather than sleep (with more in flight the loop has work,
+            # unless TRAINSERVE_SERVE_SPIN=2 asks to poll anyway)
+            self.poller.extend(self._wait_ns)
         return await fut
 
     def _output_bytes(self, name: str, version: str, inputs: dict[str, np.ndarray]) -> int:
@@ -204,6 +217,11 @@ class RemoteCore:
                 fut.set_exception(error)
             else:
                 fut.set_result(result)
+        if self._after_ns and (not self._pending or self._wait_any):
+            # the last answer this front end waited for: the client's next request is likely to come soon.
+            # Not under load (requests still in flight): the loop has work, and a front end polling all the
+            # time would look CPU-bound to the served figures' attribution.
+            self.poller.extend(self._after_ns)
 
     def _outputs_of(self, body: bytes) -> dict[str, np.ndarray]:
         """The reply's tensors, copied out of the arena (its block is given back right after)."""
@@ -216,6 +234,7 @@ class RemoteCore:
     def on_lost(self) -> None:
         """The model process is gone: every waiting request fails now, and this front end stops."""
         self.live = False
+        self.poller.stop()
         pending, self._pending = self._pending, {}
         for fut, _ in pending.values():
             if not fut.done():

@@ -32,11 +32,11 @@ ARENA = "memfd:trainserve-frontend"  # how an arena shows in /proc/<pid>/maps an
 class Served:
     """A `trainserve serve --frontends 2` process group, its addresses, and its front-end processes."""
 
-    def __init__(self, repo: Path) -> None:
+    def __init__(self, repo: Path, **env: str) -> None:
         self.proc = subprocess.Popen(
             trainserve_cmd("serve", "--model-repository", str(repo), "--http-port", "0", "--grpc-port", "0",
                            "--metrics-port", "0", "--frontends", "2", "--threads", "1"),
-            env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+            env=subprocess_env(**env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
         self.output: list[str] = []  # stdout and stderr lines (the CLI's log goes to one or the other)
         for pipe in (self.proc.stdout, self.proc.stderr):
             threading.Thread(target=self._read, args=(pipe,), daemon=True).start()
