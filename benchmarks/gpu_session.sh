@@ -106,5 +106,6 @@ server-search)  # issue 24 item 1: the Server search from a master and workers o
   step server_search 60 env OUT="$R" $py benchmarks/server_search.py --run-dir "$R/runs/gpu-search" ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
-find "$R/runs" -name '*.pt' -delete 2>/dev/null; find "$R/runs" -name '*.onnx' -delete 2>/dev/null
-tar czf "$OUT/results.tgz" -C "$(dirname "$R")" "$(basename "$R")" && ls -la "$OUT"
+# checkpoints and models stay on the machine (a later call on it may resume a run or reuse a repository);
+# the tarball leaves them out to stay within what a call brings back
+tar czf "$OUT/results.tgz" --exclude='*.pt' --exclude='*.onnx' -C "$(dirname "$R")" "$(basename "$R")" && ls -la "$OUT"
