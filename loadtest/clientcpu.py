@@ -72,14 +72,18 @@ def client_cpu(per_process_cpu_s: dict[str, float], window_s: float | None, user
     return out
 
 
-def from_results(gen: dict[str, Any], window_s: float | None, workers: int) -> ClientCpu:
-    """ClientCpu of a whole test from the locustfile's results["load_generator"]."""
+def from_results(gen: dict[str, Any], window_s: float | None, workers: int, cpus: int | None = None) -> ClientCpu:
+    """ClientCpu of a whole test from the locustfile's results["load_generator"] (`cpus`: the client host's
+    usable cores, this process's by default)."""
     per = gen.get("per_process_cpu_s") or {}
     # CPU seconds over the span they were spent in (the whole test: warm-up, and every rate a search tried),
     # not over the measured window alone, which would put a 40 s search's CPU into its last few seconds
     span = gen.get("window_s") or window_s
-    # with workers the master runs no users; alone, the one process does
-    return client_cpu({k: float(v) for k, v in per.items()}, span, workers if workers > 0 else 1)
+    # with workers the master runs no users; alone, the one process does. The workers are those that reported
+    # CPU: by the time the results are written they may have quit, and the runner then counts none of them
+    # (a Server search's 8 workers at 19% of a core each had been judged as one core at 151%)
+    workers = max(workers, sum(1 for k in per if k not in ("master", "local")))
+    return client_cpu({k: float(v) for k, v in per.items()}, span, workers if workers > 0 else 1, cpus)
 
 
 class StepCpu:

@@ -83,7 +83,20 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
         else:
             served.bound = Bound("load", f"the offered load: {reason or 'the ramp reached its user or time limit'}")
         return
-    served.bound = _decide(record, served.client, served.device_busy_fraction, served.frontend_cpu_cores, None)
+    served.bound = _decide(record, served.client, served.device_busy_fraction, served.frontend_cpu_cores,
+                           _search_broke(record))
+
+
+def _search_broke(record: ProfileRecord) -> str | None:
+    """A Server search that bracketed its capacity was stopped by the SLO at the next rate it tried (unless the
+    device, the front end or the client was saturated, which decide_bound names first)."""
+    search = record.extra.get("search") or {}
+    upper = search.get("upper_req_s")
+    if not search.get("capacity_req_s") or search.get("lower_bound") or not upper:
+        return None
+    slo = search.get("slo_p99_ms")
+    meet = f"p99 ≤ {slo:g} ms with ≤ {100 * (search.get('max_error_fraction') or 0.001):g}% errors" if slo else "the SLO"
+    return f"the next rate tried, {upper:,.0f} req/s, did not meet {meet}"
 
 
 def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, frontend_cores: float | None,

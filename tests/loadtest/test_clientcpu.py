@@ -8,7 +8,7 @@ import types
 import pytest
 
 from trainserve.core.profile import LatencyStats, ProfileRecord
-from trainserve.loadtest.clientcpu import StepCpu, auto_processes, client_cpu, from_results
+from trainserve.loadtest.clientcpu import StepCpu, auto_processes, client_cpu, from_results, usable_cpus
 from trainserve.loadtest.search import highest_rate
 from trainserve.loadtest.servedrecord import annotate
 
@@ -85,3 +85,12 @@ def test_cpu_seconds_count_over_the_span_they_were_spent_in_not_the_measured_win
     assert not client.saturated and max(client.per_process_core_fraction.values()) < 0.3
     # without the span (an older record) the measured window stands in, as before
     assert from_results({k: v for k, v in gen.items() if k != "window_s"}, 3.0, workers=2).saturated
+
+
+def test_the_workers_that_reported_cpu_count_when_the_runner_no_longer_does():
+    # a Server search across 8 workers that had quit when the results were written (the runner counted 0)
+    per = {"master": 0.4, **{f"w{i}": 6.5 for i in range(8)}}
+    client = from_results({"per_process_cpu_s": per, "window_s": 35.0}, 3.0, workers=0)
+    assert client.cores == min(8, usable_cpus()) and not client.saturated  # was: 1 core, 151%, saturated
+    # one process alone at its core is still saturated
+    assert from_results({"per_process_cpu_s": {"local": 34.0}, "window_s": 35.0}, 3.0, workers=0).saturated

@@ -63,3 +63,27 @@ def test_a_ramp_with_no_step_inside_the_slo_is_bounded_by_it() -> None:
     r.extra["saturation"] = {"users": None, "requests_s": None, "reason": "p99 25 ms > SLO 20.0 ms"}
     redecide(r)
     assert r.served.bound.kind == "slo" and "no step met it (p99 25 ms > SLO 20.0 ms)" in r.served.bound.detail
+
+
+def _search_record(**search) -> ProfileRecord:
+    r = ProfileRecord(phase="infer", model="cnn_gpu", backend="onnxruntime", device="cuda", batch_size=1)
+    r.served = Served(client=ClientCpu(), device_busy_fraction=0.6)
+    r.extra["search"] = {"capacity_req_s": 17749.6, "upper_req_s": 18556.4, "lower_bound": False,
+                         "slo_p99_ms": 20.0, "max_error_fraction": 0.001, **search}
+    return r
+
+
+def test_a_bracketed_server_search_is_bounded_by_the_slo_at_the_next_rate() -> None:
+    r = _search_record()
+    redecide(r)
+    assert r.served.bound.kind == "slo"
+    assert r.served.bound.detail == ("the latency SLO: the next rate tried, 18,556 req/s, did not meet p99 ≤ 20 ms "
+                                     "with ≤ 0.1% errors")
+    # a saturated device still comes first; a search that never bracketed (a lower bound) is not the SLO's
+    busy = _search_record()
+    busy.served.device_busy_fraction = 0.95
+    redecide(busy)
+    assert busy.served.bound.kind == "device"
+    low = _search_record(lower_bound=True)
+    redecide(low)
+    assert low.served.bound.kind == "load"
