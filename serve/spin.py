@@ -73,7 +73,7 @@ def plan(frontends: int, device: str, cores: int | None = None, setting: str | N
     """
     setting = os.environ.get(ENV, "") if setting is None else setting
     if setting.strip() != "auto" and setting.strip() not in ("1", "2"):
-        return SpinPlan()  # unset, 0 or anything else: off until measured on a many-core GPU host
+        return SpinPlan()  # unset, 0 or anything else: off (on 16 cores it cost 27% at 128 gRPC users)
     if setting.strip() in ("1", "2"):
         return SpinPlan(AFTER_US, WAIT_US, setting.strip() == "2")
     cores = len(os.sched_getaffinity(0)) if cores is None else cores
