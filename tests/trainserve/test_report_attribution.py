@@ -63,7 +63,8 @@ def test_summary_carries_each_points_split_and_bound(report: Path) -> None:
     text = " ".join(cnn["conclusions"])
     # what the server adds is its own figure (6.20 ms: queue + compute + front end), not latency minus in process
     assert "the server adds 6.20 ms by its own statistics (queue 2.00 ms, compute 4.00 ms, front end 0.20 ms)" in text
-    assert ("cnn on the CPU: capacity within the SLO (p99 ≤ 20 ms) is 1,957 req/s at 2 users, bounded by the "
+    assert ("cnn on the CPU: the closed-loop ramp's highest load within its stop condition (p99 ≤ 20 ms) is 1,957 req/s "
+            "at 2 users, bounded by the "
             "latency SLO: the next step had p99 31 ms > SLO 20 ms.") in text
 
 

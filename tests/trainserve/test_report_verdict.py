@@ -116,7 +116,7 @@ def test_invalid_run_lists_every_reason_and_keeps_the_headline_from_invalid_figu
     assert marked and all(c.endswith("(see the verdict).") for c in marked)
     assert all("load/embedded-cpu-batch1.json" in c or "load/embedded-cuda-saturated.json" in c for c in marked)
     assert marked[0].startswith("cnn: at batch 1 it answers")  # the model's sentence, in summary.json
-    assert all("Not valid" not in c for c in s["conclusions"] if "capacity within the SLO" in c)  # ramps are valid
+    assert all("Not valid" not in c for c in s["conclusions"] if "closed-loop ramp" in c)  # ramps are valid
     single = s["scenarios"]["models"]["cnn"]["cpu"]["SingleStream"]
     assert not single["valid"] and not single["stable"]
     assert any("did not stabilise" in reason for reason in single["reasons"])

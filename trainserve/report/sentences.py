@@ -259,7 +259,8 @@ def bound(p: AttributionPoint) -> str:
 
 
 def capacities(s: ModelSection) -> list[str]:
-    """One sentence per ramp: its capacity within the SLO and what bounded it."""
+    """One sentence per ramp: its highest load within the ramp's stop condition and what bounded it (the ramp is
+    closed loop; the Server scenario's capacity, within the SLO, is what cost and plan use)."""
     return [t for _, t in _capacities(s)]
 
 
@@ -270,11 +271,12 @@ def _capacities(s: ModelSection) -> list[tuple[str, str]]:
         b = c.bound or {}
         where = f"{s.model} on the {DEVICE_LABEL[c.device]}"
         if c.requests_s is None:
-            out.append((c.source, f"{where}: no ramp step met the SLO; {b.get('detail', 'bound not measured')}."))
+            out.append((c.source, f"{where}: no step of the closed-loop ramp met its stop condition; "
+                                    f"{b.get('detail', 'bound not measured')}."))
             continue
         slo = f" (p99 ≤ {c.slo_p99_ms:g} ms)" if c.slo_p99_ms else ""
-        out.append((c.source, f"{where}: capacity within the SLO{slo} is {u.num(c.requests_s)} req/s at {c.users} "
-                   f"users, bounded by {b.get('detail', 'a limit not measured')}."))
+        out.append((c.source, f"{where}: the closed-loop ramp's highest load within its stop condition{slo} is "
+                   f"{u.num(c.requests_s)} req/s at {c.users} users, bounded by {b.get('detail', 'a limit not measured')}."))
     return out
 
 
