@@ -75,6 +75,7 @@ class Probe:
     client_core_fraction: float | None = None  # CPU of the load generator's busiest process over the probe, cores
     per_process: dict[str, float] | None = None  # each sending process's share of a core (workers by id)
     client_problem: bool = False  # a worker's windows did not arrive: the client failed this rate, not the server
+    server: dict[str, Any] | None = None  # the server's statistics over this rate's counted windows (serverstats.window)
 
     @property
     def client_saturated(self) -> bool:
@@ -92,7 +93,7 @@ class Probe:
                 "window_s": round(self.figure.length_s, 3), **{k: v for k, v in s.items() if k != "count"},
                 "requests": self.figure.requests, "failures": self.figure.failures, "late": self.figure.late,
                 "client_core_fraction": self.client_core_fraction, "per_process_core_fraction": self.per_process,
-                "stability": self.stability.to_dict()}
+                "stability": self.stability.to_dict(), "server": self.server}
 
 
 def evaluate(rate: float, windows: list[Window], config: SearchConfig, client_core_fraction: float | None = None,

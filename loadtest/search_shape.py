@@ -13,6 +13,10 @@ collector (`collector.rate`), one rate at a time, from a greenlet of its own: Lo
 3. the rate is paused until the requests still in flight are answered (at most 2 s), so a rate the
    server could not keep up with does not leave its queue to the next one.
 
+The server's statistics (loadtest/serverstats.py) are read at the end of each rate's warm-up and after
+its last window, so the split of the Server figure's latency (loadtest/attribution.py) comes from what
+the server did at that rate, not over the whole search.
+
 In one Locust process the rate and the windows live in that process; with `--processes N` the master
 runs the search and its N workers send and measure (loadtest/search_workers.py: each worker sends
 rate/N and reports each window's histogram; the master judges the merged windows). The search's result
@@ -32,6 +36,8 @@ from locust import LoadTestShape
 from trainserve.loadtest.options import LoadOptions
 from trainserve.loadtest.search import Probe, RateSearch, SearchConfig, evaluate
 from trainserve.loadtest.search_workers import LocalProbes, WorkerProbes
+from trainserve.loadtest.serverstats import StatsReader
+from trainserve.loadtest.serverstats import window as server_window
 from trainserve.loadtest.users import OpenLoopUser
 from trainserve.loadtest.windows import StabilityRule, merged, min_requests_for
 
@@ -48,6 +54,7 @@ class ServerSearch(LoadTestShape):
     def __init__(self) -> None:
         super().__init__()
         self._greenlet: gevent.Greenlet | None = None
+        self._stats: StatsReader | None = None
         self.done = False
 
     def reset_time(self) -> None:
@@ -71,6 +78,7 @@ class ServerSearch(LoadTestShape):
     def _search(self, opts: LoadOptions, collector: Any) -> None:
         config = search_config(opts)
         search = RateSearch(config)
+        self._stats = StatsReader(opts.server_url, opts.model_name, opts.protocol)
         # a master's workers send and measure (registered at init, loadtest/search_workers.py); alone, this process
         probes = collector.fleet if isinstance(getattr(collector, "fleet", None), WorkerProbes) \
             else LocalProbes(collector)
@@ -99,6 +107,8 @@ class ServerSearch(LoadTestShape):
         grace = config.slo_p99_ms / 1000.0 * 1.2 + 0.02  # an unanswered request is then past the SLO
         start = time.time()
         probe_log = probes.start(rate, start, config.warmup_s, rule.window_s)
+        # the server's counters when the counted windows begin (the warm-up left out, as for the client)
+        before = gevent.spawn_later(config.warmup_s, self._stats.snapshot) if self._stats else None
         windows, problems = [], []
         last = min(start + config.warmup_s + config.max_probe_s,  # the probe's windows end by here
                    time.time() + max(0.0, deadline - time.perf_counter()) - grace)
@@ -121,8 +131,12 @@ class ServerSearch(LoadTestShape):
                     and len(windows) >= rule.consecutive:
                 break  # a worker's windows are missing, or far past the SLO in every window so far
         busy, per_process = probes.finish()  # cores of the busiest process that sent
-        return evaluate(rate, windows, config, client_core_fraction=busy, problems=problems,
-                        per_process=per_process)
+        probe = evaluate(rate, windows, config, client_core_fraction=busy, problems=problems,
+                         per_process=per_process)
+        if before is not None:
+            counted_from = start + config.warmup_s
+            probe.server = server_window(before.get(), self._stats.snapshot(), max(0.0, time.time() - counted_from))
+        return probe
 
 
 def search_config(opts: LoadOptions) -> SearchConfig:

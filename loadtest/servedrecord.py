@@ -31,6 +31,10 @@ def annotate(record: ProfileRecord, results: dict[str, Any], calibration: dict[s
              server: dict[str, Any] | None, instances: int, slo_p99_ms: float) -> None:
     """Set record.served and each ramp row's client_cpu / attribution / bound."""
     client_ms = (calibration or {}).get("client_ms")
+    # a Server search's figure is one rate's windows: the server's statistics over that rate, not the whole search
+    search = record.extra.get("search") or {}
+    if search:
+        server = (search.get("figure") or {}).get("server")
     client = from_results(results.get("load_generator") or {}, record.validity.window_s, results.get("workers") or 0)
     served = record.served = Served(client=client, device_busy_fraction=busy_fraction(server, instances))
     # the embedded server's front-end processes (its served config's `frontends`): the front-end bound's cores

@@ -89,3 +89,25 @@ def test_the_ramp_splits_each_step(tmp_path: Path, embedded_server: dict[str, st
         assert a["latency_ms"] == step["mean_ms"] and step["client_cpu"]["total_cpu_s"] > 0
         assert step["bound"]["kind"] in ("load", "device", "frontend", "client", "slo")
     assert rec["served"]["bound"]["kind"] in ("load", "plateau", "device", "frontend", "client", "slo")
+
+
+def test_the_server_search_splits_its_figure_from_that_rates_server_window(tmp_path: Path,
+                                                                             embedded_server: dict[str, str]) -> None:
+    # the server's statistics are read around the figure's own rate, after its warm-up: over the whole search
+    # (every rate tried, the failing ones too) the split and the device-busy figure would be another load's
+    p = run_load(tmp_path, "--url", embedded_server["http"], "--model", MODEL, "--search", "--rate", "40",
+                 "--slo-p99-ms", "200", "--duration", "6s", "--warmup-s", "0.5", "--window-s", "0.5",
+                 "--search-probe-s", "2", "--target", "search",
+                 "--metrics-url", f"http://{embedded_server['metrics']}/metrics")
+    assert p.returncode == 0, p.stderr
+    rec = load_record(tmp_path, "search")
+    search = rec["extra"]["search"]
+    figure = search["figure"]
+    assert len(search["probes"]) >= 2 and all(pr["server"] for pr in search["probes"]), search["probes"]
+    a = rec["served"]["attribution"]
+    assert a is not None and a["consistent"], rec["served"]
+    # the split counts that rate's requests (every counted window of it, of which the figure keeps those that
+    # agreed, and the grace after the last one), not the search's total
+    total = sum(pr["requests"] for pr in search["probes"])
+    assert figure["requests"] <= a["requests"] < total, (figure, a, total)
+    assert a["requests"] == figure["server"]["requests"]
