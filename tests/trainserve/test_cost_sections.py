@@ -9,11 +9,13 @@ from pathlib import Path
 import pytest
 
 from tests.trainserve import test_cost, test_report, test_report_verdict
+from trainserve.report import build_report, cost_lines_of
 from trainserve.report.analysis import analyse
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
 from trainserve.report.cost_sections import Costs, Plan, RunCost, RunNotKnown
 from trainserve.report.plan import capacity_plan
+from trainserve.report.sentences import cost_lines
 from trainserve.report.typed import from_json, to_json
 
 
@@ -60,3 +62,12 @@ def test_the_cases_cover_every_optional_shape(tmp_path):
                 shapes |= {"INVALID capacity"} if d.capacity_valid is False else set()
     assert shapes >= {RunCost, RunNotKnown, "no gpu price", "break-even scanned", "break-even not computed",
                       "client batched", "INVALID capacity"}
+
+
+def test_the_cli_reads_the_same_cost_lines_back_from_summary_json(tmp_path):
+    make, opts = RUNS["INVALID Server capacity"]
+    run = make(tmp_path)
+    report = analyse(collect(run))
+    direct = cost_lines(cost_section(report, opts), capacity_plan(report, opts))
+    assert any(line.startswith("plan ") for line in direct) and any("INVALID" in line for line in direct)
+    assert cost_lines_of(build_report(run, opts)) == direct
