@@ -18,7 +18,9 @@ from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, break_even, cost_section
 from trainserve.report.plan import capacity_plan, require_feasible
 from trainserve.report.prices import Prices, load_prices, resolve_prices
+from trainserve.report.cost_sections import InferCost, TrainCost
 from trainserve.report.sections import Report
+from trainserve.report.typed import to_json
 
 HOST = {"hostname": "bench", "logical_cpus": 4}
 # round prices, so every expected figure below is worked out by hand
@@ -79,86 +81,86 @@ def summary(tmp_path) -> Report:
     return analyse(collect(make_run(tmp_path)))
 
 
-def _row(rows: list[dict], basis: str) -> dict:
-    return next(r for r in rows if r["basis"] == basis)
+def _row(rows: list[InferCost] | list[TrainCost], basis: str) -> InferCost | TrainCost:
+    return next(r for r in rows if r.basis == basis)
 
 
 def test_inference_cost_per_million_at_known_prices(summary):
-    c = cost_section(summary, CostOptions(prices=PRICES, slo_p99_ms=20.0))["models"]["cnn"]
-    gpu = c["infer"]["cuda"]
-    assert (gpu["units"], gpu["usd_per_hour"]) == (1, 3.6)
-    b1 = _row(gpu["rows"], "batch1")
+    c = cost_section(summary, CostOptions(prices=PRICES, slo_p99_ms=20.0)).models["cnn"]
+    gpu = c.infer["cuda"]
+    assert (gpu.units, gpu.usd_per_hour) == (1, 3.6)
+    b1 = _row(gpu.rows, "batch1")
     # $3.6/h at 1,000/s: 3.6 / 3,600,000 inferences = $1.00 per million; 0.0036 J each = 0.001 kWh = $0.0001
-    assert b1["hardware_usd_per_million_inferences"] == pytest.approx(1.0, rel=1e-12)
-    assert b1["kwh_per_million_inferences"] == pytest.approx(0.001, rel=1e-12)
-    assert b1["energy_usd_per_million_inferences"] == pytest.approx(0.0001, rel=1e-12)
-    assert b1["usd_per_million_inferences"] == pytest.approx(1.0001, rel=1e-12)
-    sat = _row(gpu["rows"], "saturated")
-    assert sat["batch_size"] == 64 and sat["hardware_usd_per_million_inferences"] == pytest.approx(1 / 36, rel=1e-12)
+    assert b1.hardware_usd_per_million_inferences == pytest.approx(1.0, rel=1e-12)
+    assert b1.kwh_per_million_inferences == pytest.approx(0.001, rel=1e-12)
+    assert b1.energy_usd_per_million_inferences == pytest.approx(0.0001, rel=1e-12)
+    assert b1.usd_per_million_inferences == pytest.approx(1.0001, rel=1e-12)
+    sat = _row(gpu.rows, "saturated")
+    assert sat.batch_size == 64 and sat.hardware_usd_per_million_inferences == pytest.approx(1 / 36, rel=1e-12)
     # within p99 <= 20 ms the most one-row load is the ramp's 1,800/s; one ramp step has no energy of its own
-    slo = _row(gpu["rows"], "slo")
-    assert slo["throughput_samples_s"] == 1800.0 and slo["kwh_per_million_inferences"] is None
-    assert "ramp" in slo["energy_note"]
+    slo = _row(gpu.rows, "slo")
+    assert slo.throughput_samples_s == 1800.0 and slo.kwh_per_million_inferences is None
+    assert "ramp" in slo.energy_note
 
-    cpu = c["infer"]["cpu"]
-    assert (cpu["units"], cpu["usd_per_hour"]) == (4, pytest.approx(0.36))  # every logical CPU of the host
-    cb1 = _row(cpu["rows"], "batch1")
-    assert cb1["hardware_usd_per_million_inferences"] == pytest.approx(1.0, rel=1e-12)  # $0.36/h at 100/s
+    cpu = c.infer["cpu"]
+    assert (cpu.units, cpu.usd_per_hour) == (4, pytest.approx(0.36))  # every logical CPU of the host
+    cb1 = _row(cpu.rows, "batch1")
+    assert cb1.hardware_usd_per_million_inferences == pytest.approx(1.0, rel=1e-12)  # $0.36/h at 100/s
     # the CPU record's energy is the GPU's (NVML): never charged to the CPU
-    assert cb1["kwh_per_million_inferences"] is None and "NVML" in cb1["energy_note"]
-    assert _row(cpu["rows"], "slo")["throughput_samples_s"] == 240.0  # 250/s had p99 40 ms
+    assert cb1.kwh_per_million_inferences is None and "NVML" in cb1.energy_note
+    assert _row(cpu.rows, "slo").throughput_samples_s == 240.0  # 250/s had p99 40 ms
 
 
 def test_training_cost_per_million_and_per_run(summary):
-    c = cost_section(summary, CostOptions(prices=PRICES))["models"]["cnn"]
-    assert c["run_samples"] == 100_000  # 2 epochs x 50,000 rows
-    best = _row(c["train"]["cuda"], "best")
-    assert best["batch_size"] == 256
-    assert best["hardware_usd_per_million_samples"] == pytest.approx(0.1, rel=1e-12)  # $3.6/h at 10,000/s
-    assert best["kwh_per_million_samples"] == pytest.approx(0.01, rel=1e-12)  # 0.036 J x 1e6 / 3.6e6
-    run = best["run"]
-    assert run["wall_hours"] == pytest.approx(10 / 3600, rel=1e-12)  # 100,000 samples at 10,000/s
-    assert run["hardware_hours"] == pytest.approx(10 / 3600, rel=1e-12)
-    assert run["hardware_usd"] == pytest.approx(0.01, rel=1e-12)
-    assert run["kwh"] == pytest.approx(0.001, rel=1e-12) and run["energy_usd"] == pytest.approx(0.0001, rel=1e-12)
-    cpu = _row(c["train"]["cpu"], "best")
-    assert (cpu["units"], cpu["usd_per_hour"]) == (2, pytest.approx(0.18))  # its 2 torch threads
-    assert cpu["hardware_usd_per_million_samples"] == pytest.approx(0.18 / (90 * 3600) * 1e6, rel=1e-12)
-    assert cpu["kwh_per_million_samples"] is None and cpu["energy_note"].startswith("not measured")
-    assert cpu["run"]["kwh"] is None
+    c = cost_section(summary, CostOptions(prices=PRICES)).models["cnn"]
+    assert c.run_samples == 100_000  # 2 epochs x 50,000 rows
+    best = _row(c.train["cuda"], "best")
+    assert best.batch_size == 256
+    assert best.hardware_usd_per_million_samples == pytest.approx(0.1, rel=1e-12)  # $3.6/h at 10,000/s
+    assert best.kwh_per_million_samples == pytest.approx(0.01, rel=1e-12)  # 0.036 J x 1e6 / 3.6e6
+    run = best.run
+    assert run.wall_hours == pytest.approx(10 / 3600, rel=1e-12)  # 100,000 samples at 10,000/s
+    assert run.hardware_hours == pytest.approx(10 / 3600, rel=1e-12)
+    assert run.hardware_usd == pytest.approx(0.01, rel=1e-12)
+    assert run.kwh == pytest.approx(0.001, rel=1e-12) and run.energy_usd == pytest.approx(0.0001, rel=1e-12)
+    cpu = _row(c.train["cpu"], "best")
+    assert (cpu.units, cpu.usd_per_hour) == (2, pytest.approx(0.18))  # its 2 torch threads
+    assert cpu.hardware_usd_per_million_samples == pytest.approx(0.18 / (90 * 3600) * 1e6, rel=1e-12)
+    assert cpu.kwh_per_million_samples is None and cpu.energy_note.startswith("not measured")
+    assert cpu.run.kwh is None
 
 
 def test_break_even_is_where_gpus_start_and_stay_cheaper():
     # CPU: 100 req/s per $1/h server; GPU: 1,000 req/s per $5/h. Above 500 req/s six CPU servers ($6) cost more than
     # one GPU ($5); above 1,000, 11 CPU servers vs 2 GPUs; per request at scale $0.01 vs $0.005
     be = break_even((100.0, 1.0), (1000.0, 5.0), 3000.0)
-    assert be["break_even_req_s"] == pytest.approx(500.0) and be["first_gpu_cheaper_req_s"] == pytest.approx(500.0)
+    assert be.break_even_req_s == pytest.approx(500.0) and be.first_gpu_cheaper_req_s == pytest.approx(500.0)
     never = break_even((100.0, 1.0), (1000.0, 20.0), 3000.0)  # $0.02 per request-hour on the GPU: never cheaper
-    assert never["break_even_req_s"] is None and "never" in never["note"]
-    assert never["cheaper_at_scale"] == "the CPU"
+    assert never.break_even_req_s is None and "never" in never.note
+    assert never.cheaper_at_scale == "the CPU"
 
 
 def test_capacity_plan_on_a_crafted_frontier(summary):
     opts = CostOptions(prices=PRICES, slo_p99_ms=20.0, qps=1000.0, headroom=0.2)
-    plan = capacity_plan(summary, opts)["models"]["cnn"]
-    cpu, gpu = plan["devices"]["cpu"], plan["devices"]["cuda"]
+    plan = capacity_plan(summary, opts).models["cnn"]
+    cpu, gpu = plan.devices["cpu"], plan.devices["cuda"]
     # 1,200 req/s over 240 per CPU server (its last ramp step within 20 ms) = exactly 5 servers, not 6
-    assert (cpu["capacity_req_s"], cpu["servers"], cpu["units"]) == (240.0, 5, 20)
-    assert cpu["usd_per_hour"] == pytest.approx(1.8) and cpu["extrapolated"] and cpu["extrapolation_factor"] == 5.0
-    assert (gpu["capacity_req_s"], gpu["servers"], gpu["usd_per_hour"], gpu["extrapolated"]) == (1800.0, 1, 3.6, False)
-    assert plan["cheaper"] == "cpu"
-    text = "\n".join(plan["lines"])
+    assert (cpu.capacity_req_s, cpu.servers, cpu.units) == (240.0, 5, 20)
+    assert cpu.usd_per_hour == pytest.approx(1.8) and cpu.extrapolated and cpu.extrapolation_factor == 5.0
+    assert (gpu.capacity_req_s, gpu.servers, gpu.usd_per_hour, gpu.extrapolated) == (1800.0, 1, 3.6, False)
+    assert plan.cheaper == "cpu"
+    text = "\n".join(plan.lines)
     assert "CPU: one server sustains 240 req/s" in text and "Extrapolated: the target is 5.0x" in text
     assert "linearly (not measured)" in text
-    gpu_line = next(line for line in plan["lines"] if line.startswith("GPU: "))
+    gpu_line = next(line for line in plan.lines if line.startswith("GPU: "))
     assert "Extrapolated" not in gpu_line
     # the CPU ramp went past the SLO (250/s at 40 ms); the GPU's heaviest load (1,800/s at 6 ms) still met it
-    assert not cpu["capacity_lower_bound"] and gpu["capacity_lower_bound"]
+    assert not cpu.capacity_lower_bound and gpu.capacity_lower_bound
     assert "A lower bound: the heaviest load offered still met the SLO and still gained" in gpu_line
-    assert "lower bound" not in next(line for line in plan["lines"] if line.startswith("CPU: "))
+    assert "lower bound" not in next(line for line in plan.lines if line.startswith("CPU: "))
     assert "Cheaper: the CPU, $1.80/h vs $3.60/h on the GPU" in text
     # the client-batched saturation (64 rows, p99 30 ms) is above this SLO: no batched line
-    assert not any("rows per request" in line for line in plan["lines"])
+    assert not any("rows per request" in line for line in plan.lines)
 
 
 @pytest.mark.parametrize("last", [(3, 1200.0, 9.0), (3, 1790.0, 9.0), (3, 1850.0, 9.0)])
@@ -169,15 +171,15 @@ def test_a_ramp_that_stopped_gaining_found_its_limit(tmp_path, last):
     _infer("cuda", 1, 1, 1000.0, 3.0, ramp=[(1, 1000.0, 3.0), (2, 1800.0, 6.0), last]) \
         .save(run / "load" / "gpu-ramp.json")
     plan = capacity_plan(analyse(collect(run)), CostOptions(prices=PRICES, slo_p99_ms=20.0, qps=1000.0))
-    gpu = plan["models"]["cnn"]["devices"]["cuda"]
-    assert gpu["capacity_req_s"] == max(1800.0, last[1]) and not gpu["capacity_lower_bound"]
+    gpu = plan.models["cnn"].devices["cuda"]
+    assert gpu.capacity_req_s == max(1800.0, last[1]) and not gpu.capacity_lower_bound
 
 
 def test_an_slo_below_every_measured_p99_is_an_error_for_plan_and_a_line_in_the_report(summary):
     plan = capacity_plan(summary, CostOptions(prices=PRICES, slo_p99_ms=2.0, qps=100.0))
     with pytest.raises(UserError, match=r"below every measured p99 \(the lowest is 3.00 ms\)"):
         require_feasible(plan)
-    assert any("cannot meet p99 ≤ 2 ms" in line for line in plan["models"]["cnn"]["lines"])
+    assert any("cannot meet p99 ≤ 2 ms" in line for line in plan.models["cnn"].lines)
 
 
 def test_prices_validation_and_file(tmp_path):
@@ -235,7 +237,7 @@ def test_report_has_the_cost_section_plan_and_chart(tmp_path):
     out = run / "report"
     s = json.loads((out / "summary.json").read_text())
     assert s["costs"]["prices"]["gpu_hour_usd"] == 3.6 and s["costs"]["prices"]["gpu_offer"] == "given with --price-gpu-hour"
-    b1 = _row(s["costs"]["models"]["cnn"]["infer"]["cuda"]["rows"], "batch1")
+    b1 = next(r for r in s["costs"]["models"]["cnn"]["infer"]["cuda"]["rows"] if r["basis"] == "batch1")
     assert b1["usd_per_million_inferences"] == pytest.approx(1.0001)
     assert s["plan"]["models"]["cnn"]["devices"]["cpu"]["servers"] == 5
     md = (out / "report.md").read_text()
@@ -251,4 +253,4 @@ def test_report_without_qps_has_no_plan_and_default_prices(tmp_path):
     run = make_run(tmp_path)
     build_report(run)
     s = json.loads((run / "report" / "summary.json").read_text())
-    assert s["plan"] is None and s["costs"]["prices"] == Prices().to_dict()
+    assert s["plan"] is None and s["costs"]["prices"] == to_json(Prices())

@@ -40,21 +40,20 @@ def plan(
     from trainserve.core.runs import existing_run_dir
     from trainserve.report.analysis import analyse
     from trainserve.report.collect import collect
-    from trainserve.report.cost import cost_section
     from trainserve.report.plan import capacity_plan, require_feasible
+    from trainserve.report.typed import to_json
 
     opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
     summary = analyse(collect(existing_run_dir(run, runs_dir)))
-    summary.costs = cost_section(summary, opts)
     result = capacity_plan(summary, opts)
     require_feasible(result)
     if as_json:
-        typer.echo(json.dumps(result, indent=1))
+        typer.echo(json.dumps(to_json(result), indent=1))
         return
     p = opts.prices
     gpu = f"${p.gpu_hour_usd:g}/GPU-hour ({p.gpu_offer})" if p.gpu_hour_usd is not None else \
         "GPU: the price table's entry for the measured GPU, else no price"
     typer.echo(f"prices: ${p.cpu_core_hour_usd:g}/logical-CPU-hour ({p.cpu_offer}); {gpu}")
-    for name, m in result["models"].items():
-        for line in m["lines"]:
+    for name, m in result.models.items():
+        for line in m.lines:
             typer.echo(f"{name}: {line}")

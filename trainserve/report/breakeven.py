@@ -10,7 +10,8 @@ CPU cost ÷ GPUs. Capacities are the most one-row requests/s one server sustaine
 from __future__ import annotations
 
 import math
-from typing import Any
+
+from trainserve.report.cost_sections import GpuPriceBreakEven
 
 
 def _servers(load: float, capacity: float) -> int:
@@ -18,22 +19,20 @@ def _servers(load: float, capacity: float) -> int:
 
 
 def gpu_price_break_even(cpu_capacity: float | None, cpu_usd_per_hour: float | None, gpu_capacity: float | None,
-                         gpu_usd_per_gpu_hour: float | None, planned_req_s: float | None) -> dict[str, Any]:
-    """summary.json's costs.models.<m>.gpu_price_break_even.
-
-    `planned_req_s`: the plan's target (qps × (1 + headroom)); None: one GPU's capacity within the SLO."""
-    out: dict[str, Any] = {"load_req_s": None, "load_basis": None, "cpu_servers": None, "cpu_usd_per_hour": None,
-                           "gpus": None, "break_even_usd_per_gpu_hour": None,
-                           "gpu_usd_per_gpu_hour": gpu_usd_per_gpu_hour, "gpu_cheaper": None, "note": None}
+                         gpu_usd_per_gpu_hour: float | None, planned_req_s: float | None) -> GpuPriceBreakEven:
+    """`planned_req_s`: the plan's target (qps × (1 + headroom)); None: one GPU's capacity within the SLO."""
     missing = [what for what, v in (("CPU server's capacity within the SLO", cpu_capacity),
                                     ("CPU server's price", cpu_usd_per_hour),
                                     ("GPU's capacity within the SLO", gpu_capacity)) if not v]
     if missing:
-        return out | {"note": "not computed: no " + " and no ".join(missing) + " was measured or given"}
+        return GpuPriceBreakEven(None, None, None, None, None, None, gpu_usd_per_gpu_hour, None,
+                                 "not computed: no " + " and no ".join(missing) + " was measured or given")
+    assert cpu_capacity and cpu_usd_per_hour and gpu_capacity  # none is missing
     load = planned_req_s if planned_req_s else gpu_capacity
     n_cpu, n_gpu = _servers(load, cpu_capacity), _servers(load, gpu_capacity)
     price = n_cpu * cpu_usd_per_hour / n_gpu
-    return out | {"load_req_s": load, "load_basis": "plan" if planned_req_s else "one GPU's capacity",
-                  "cpu_servers": n_cpu, "cpu_usd_per_hour": n_cpu * cpu_usd_per_hour, "gpus": n_gpu,
-                  "break_even_usd_per_gpu_hour": price,
-                  "gpu_cheaper": None if gpu_usd_per_gpu_hour is None else gpu_usd_per_gpu_hour < price}
+    return GpuPriceBreakEven(load_req_s=load, load_basis="plan" if planned_req_s else "one GPU's capacity",
+                             cpu_servers=n_cpu, cpu_usd_per_hour=n_cpu * cpu_usd_per_hour, gpus=n_gpu,
+                             break_even_usd_per_gpu_hour=price, gpu_usd_per_gpu_hour=gpu_usd_per_gpu_hour,
+                             gpu_cheaper=None if gpu_usd_per_gpu_hour is None else gpu_usd_per_gpu_hour < price,
+                             note=None)

@@ -1,7 +1,7 @@
 """What the measurements cost: USD and energy per million training samples and per million inferences.
 
 Pure arithmetic over the summary that analysis.py built (no record is re-read), so the report adds no
-measurable time. Two parts per unit of work:
+measurable time; the results are the typed sections of report/cost_sections.py. Two parts per unit of work:
 
 - hardware: the resources the measurement held × their price per hour ÷ the throughput. A CPU
   measurement holds its threads' cores (training: torch's threads; a server: every logical CPU of its
@@ -19,13 +19,22 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.breakeven import gpu_price_break_even
-from trainserve.report.price_table import gpu_pricing
+from trainserve.report.cost_sections import (
+    BreakEven,
+    Costs,
+    DeviceServing,
+    InferCost,
+    ModelCosts,
+    RunCost,
+    RunNotKnown,
+    TrainCost,
+)
+from trainserve.report.price_table import GpuPrice, gpu_pricing
 from trainserve.report.prices import Prices
 from trainserve.report.sections import Column, ModelSection, OperatingPoint, Report
 
@@ -71,26 +80,33 @@ def _positive(x: object) -> bool:
 
 # --- resources held and their price ----------------------------------------------------------
 
-def held(device: str, point: Column | OperatingPoint | None, prices: Prices, phase: str) -> dict[str, Any]:
-    """What one measurement held, and its price per hour: {"units", "unit", "usd_per_hour", "basis"}.
-    A sweep's point names no world size (one GPU); None: nothing known beyond the prices."""
+@dataclass
+class Held:
+    """What one measurement held (its GPUs or logical CPUs) and what they cost per hour."""
+    units: int | None  # None: the record names no thread count and no host CPU count
+    unit: str  # "GPU" or "logical CPU"
+    usd_per_hour: float | None  # all units together; None: no price
+    held: str  # the same in words: how many, why, at what price
+
+
+def held(device: str, point: Column | OperatingPoint | None, prices: Prices, phase: str) -> Held:
+    """What one measurement held, and its price per hour. A sweep's point names no world size (one GPU);
+    None: nothing known beyond the prices."""
     if device == "cuda":
         n = int(getattr(point, "world_size", None) or 1)
         gpus = f"{n} GPU{'s' if n > 1 else ''}"
         if prices.gpu_hour_usd is None:  # a GPU the price table does not know, and no --price-gpu-hour
-            return {"units": n, "unit": "GPU", "usd_per_hour": None, "basis": f"{gpus}, no price"}
-        return {"units": n, "unit": "GPU", "usd_per_hour": n * prices.gpu_hour_usd,
-                "basis": f"{gpus} × {u.price(prices.gpu_hour_usd)}/GPU-hour"}
+            return Held(n, "GPU", None, f"{gpus}, no price")
+        return Held(n, "GPU", n * prices.gpu_hour_usd, f"{gpus} × {u.price(prices.gpu_hour_usd)}/GPU-hour")
     threads, cpus = getattr(point, "torch_threads", None), getattr(point, "host_logical_cpus", None)
     if phase == "train" and threads:
         n, why = int(threads), "torch threads"
     elif cpus:
         n, why = int(cpus), "every logical CPU of the host (the process was not pinned)"
     else:
-        return {"units": None, "unit": "logical CPU", "usd_per_hour": None,
-                "basis": "not known: the record names no thread count and no host CPU count"}
-    return {"units": n, "unit": "logical CPU", "usd_per_hour": n * prices.cpu_core_hour_usd,
-            "basis": f"{n} logical CPUs ({why}) × {u.price(prices.cpu_core_hour_usd)}/core-hour"}
+        return Held(None, "logical CPU", None, "not known: the record names no thread count and no host CPU count")
+    return Held(n, "logical CPU", n * prices.cpu_core_hour_usd,
+                f"{n} logical CPUs ({why}) × {u.price(prices.cpu_core_hour_usd)}/core-hour")
 
 
 def own_energy(device: str, source: str | None) -> bool:
@@ -99,22 +115,31 @@ def own_energy(device: str, source: str | None) -> bool:
     return (device == "cuda" and source == "nvml") or (device == "cpu" and source == "rapl")
 
 
+@dataclass
+class PerMillion:
+    """Hardware and energy cost of one million samples or inferences at one throughput."""
+    hardware_usd: float | None  # None: no price
+    kwh: float | None  # None: the device's own energy was not measured
+    energy_usd: float | None
+    usd: float | None  # hardware + energy (energy 0 where not measured); None: no price
+
+
 def per_million(usd_per_hour: float | None, throughput_s: float | None, energy_per_sample_j: float | None,
-                prices: Prices) -> dict[str, float | None]:
+                prices: Prices) -> PerMillion:
     """Hardware and energy cost of one million samples or inferences at `throughput_s` per second."""
     hardware = (usd_per_hour / (throughput_s * 3600.0) * MILLION
                 if usd_per_hour is not None and throughput_s else None)
     kwh = energy_per_sample_j * MILLION / J_PER_KWH if energy_per_sample_j is not None else None
     energy_usd = kwh * prices.kwh_usd if kwh is not None else None
     total = None if hardware is None else hardware + (energy_usd or 0.0)
-    return {"hardware_usd": hardware, "kwh": kwh, "energy_usd": energy_usd, "usd": total}
+    return PerMillion(hardware, kwh, energy_usd, total)
 
 
 # --- training ----------------------------------------------------------------------------------
 
-def training_costs(section: ModelSection, run_samples: int | None, prices: Prices) -> dict[str, list[dict]]:
+def training_costs(section: ModelSection, run_samples: int | None, prices: Prices) -> dict[str, list[TrainCost]]:
     """Per device: the sweep's best point, batch 1 when swept, and the run's own training record."""
-    out: dict[str, list[dict]] = {}
+    out: dict[str, list[TrainCost]] = {}
     for d in ("cpu", "cuda"):
         rows = []
         op = section.operating_points.get(d)
@@ -124,40 +149,41 @@ def training_costs(section: ModelSection, run_samples: int | None, prices: Price
         if b1:
             rows.append(_train_row("batch1", d, max(b1, key=lambda p: p.throughput_samples_s), run_samples, prices))
         t = section.train.get(d)
-        if t and t.throughput_samples_s and t.source not in {r["source"] for r in rows}:
+        if t and t.throughput_samples_s and t.source not in {r.source for r in rows}:
             rows.append(_train_row("as_trained", d, t, run_samples, prices))
         if rows:
             out[d] = rows
     return out
 
 
-def _train_row(basis: str, device: str, p: OperatingPoint | Column, run_samples: int | None, prices: Prices) -> dict:
+def _train_row(basis: str, device: str, p: OperatingPoint | Column, run_samples: int | None,
+               prices: Prices) -> TrainCost:
     res = held(device, p, prices, "train")
     energy = p.energy_per_sample_j if own_energy(device, p.energy_source) else None
     assert p.throughput_samples_s is not None  # training_costs picks only points with a throughput
-    m = per_million(res["usd_per_hour"], p.throughput_samples_s, energy, prices)
-    row = {"basis": basis, "device": device, "batch_size": p.batch_size, "precision": p.precision,
-           "throughput_samples_s": p.throughput_samples_s, "source": p.source, **_res(res),
-           "hardware_usd_per_million_samples": m["hardware_usd"], "kwh_per_million_samples": m["kwh"],
-           "energy_usd_per_million_samples": m["energy_usd"], "usd_per_million_samples": m["usd"],
-           "energy_note": None if energy is not None else _energy_note(device, p.energy_source)}
-    row["run"] = _per_run(run_samples, p.throughput_samples_s, res, energy, prices)
-    return row
+    m = per_million(res.usd_per_hour, p.throughput_samples_s, energy, prices)
+    return TrainCost(basis=basis, device=device, batch_size=p.batch_size, precision=p.precision,
+                     throughput_samples_s=p.throughput_samples_s, source=p.source, units=res.units, unit=res.unit,
+                     usd_per_hour=res.usd_per_hour, held=res.held, hardware_usd_per_million_samples=m.hardware_usd,
+                     kwh_per_million_samples=m.kwh, energy_usd_per_million_samples=m.energy_usd,
+                     usd_per_million_samples=m.usd,
+                     energy_note=None if energy is not None else _energy_note(device, p.energy_source),
+                     run=_per_run(run_samples, p.throughput_samples_s, res, energy, prices))
 
 
-def _per_run(samples: int | None, throughput: float, res: dict, energy_j: float | None, prices: Prices) -> dict:
+def _per_run(samples: int | None, throughput: float, res: Held, energy_j: float | None,
+             prices: Prices) -> RunCost | RunNotKnown:
     """The whole run (its own epochs × rows per epoch) at this point's speed."""
     if not samples:
-        return {"samples": None, "note": "not known: the model card gives no rows per epoch"}
+        return RunNotKnown(samples=None, note="not known: the model card gives no rows per epoch")
     wall_h = samples / throughput / 3600.0
-    units = res["units"]
-    hw_usd = wall_h * res["usd_per_hour"] if res["usd_per_hour"] is not None else None
+    hw_usd = wall_h * res.usd_per_hour if res.usd_per_hour is not None else None
     kwh = samples * energy_j / J_PER_KWH if energy_j is not None else None
     energy_usd = kwh * prices.kwh_usd if kwh is not None else None
-    return {"samples": samples, "wall_hours": wall_h,
-            "hardware_hours": wall_h * units if units else None,  # GPU-hours or core-hours
-            "hardware_usd": hw_usd, "kwh": kwh, "energy_usd": energy_usd,
-            "usd": None if hw_usd is None else hw_usd + (energy_usd or 0.0)}
+    return RunCost(samples=samples, wall_hours=wall_h,
+                   hardware_hours=wall_h * res.units if res.units else None,  # GPU-hours or core-hours
+                   hardware_usd=hw_usd, kwh=kwh, energy_usd=energy_usd,
+                   usd=None if hw_usd is None else hw_usd + (energy_usd or 0.0))
 
 
 def run_samples(report: Report, section: ModelSection) -> int | None:
@@ -169,7 +195,25 @@ def run_samples(report: Report, section: ModelSection) -> int | None:
 
 # --- inference ----------------------------------------------------------------------------------
 
-def frontier(section: ModelSection, device: str) -> list[dict[str, Any]]:
+@dataclass
+class LoadPoint:
+    """One served load point of a device: a ramp step, the Server scenario's capacity, or a plain measurement."""
+    kind: str  # "ramp step", SERVER, "batch1" or "saturated"
+    source: str
+    batch_size: int
+    users: int | None  # None: open-loop arrivals
+    throughput_samples_s: float  # samples (rows) per second
+    requests_s: float | None
+    p99_ms: float | None
+    failures: int
+    energy_per_sample_j: float | None  # the device's own energy only; None elsewhere
+    energy_source: str | None = None  # a plain measurement's energy source, for the note on why there is none
+    lower_bound: bool = False  # the Server search never found the rate where the SLO breaks
+    valid: bool = True  # the verdict's judgement of the Server figure
+    reasons: list[str] = field(default_factory=list)  # why it is not valid
+
+
+def frontier(section: ModelSection, device: str) -> list[LoadPoint]:
     """Every served load point of a device (its preferred backend): ramp steps and plain measurements."""
     backend = next((b for b, per in section.infer.items() if per.get(device)), None)
     if backend is None:
@@ -181,66 +225,61 @@ def frontier(section: ModelSection, device: str) -> list[dict[str, Any]]:
         if r.device != device or r.backend != backend:
             continue
         for p in r.points:
-            points.append({"kind": "ramp step", "source": r.source, "batch_size": r.batch_size,
-                           "users": p.get("users"), "throughput_samples_s": p.get("throughput_samples_s"),
-                           "requests_s": p.get("requests_s"), "p99_ms": p.get("p99_ms"),
-                           "failures": p.get("failures") or 0, "energy_per_sample_j": None, "view": None})
+            points.append(LoadPoint("ramp step", r.source, r.batch_size, p.get("users"), p.get("throughput_samples_s"),
+                                    p.get("requests_s"), p.get("p99_ms"), p.get("failures") or 0, None))
     server = (section.scenarios.get(device) or {}).get("Server")
     if server and server.capacity_req_s:  # the open-loop capacity search (report/scenarios.py)
-        points.append({"kind": SERVER, "source": server.source, "batch_size": server.batch_size,
-                       "users": None, "throughput_samples_s": server.capacity_req_s * server.batch_size,
-                       "requests_s": server.capacity_req_s, "p99_ms": server.p99_ms, "failures": 0,
-                       "energy_per_sample_j": None, "view": None, "lower_bound": server.lower_bound,
-                       "valid": server.valid, "reasons": server.reasons})
+        points.append(LoadPoint(SERVER, server.source, server.batch_size, None,
+                                server.capacity_req_s * server.batch_size, server.capacity_req_s, server.p99_ms, 0,
+                                None, lower_bound=server.lower_bound, valid=server.valid, reasons=server.reasons))
     for kind, v in (("batch1", per.batch1), ("saturated", per.saturated)):
         if v and not v.ramp_point:
             energy = v.energy_per_sample_j if own_energy(device, v.energy_source) else None
-            points.append({"kind": kind, "source": v.source, "batch_size": v.batch_size,
-                           "users": v.concurrency, "throughput_samples_s": v.throughput_samples_s,
-                           "requests_s": v.requests_s, "p99_ms": v.latency.get("p99_ms"), "failures": 0,
-                           "energy_per_sample_j": energy, "view": v})
-    return [p for p in points if p["throughput_samples_s"]]
+            points.append(LoadPoint(kind, v.source, v.batch_size, v.concurrency, v.throughput_samples_s, v.requests_s,
+                                    v.latency.get("p99_ms"), 0, energy, energy_source=v.energy_source))
+    return [p for p in points if p.throughput_samples_s]
 
 
-def best_within_slo(points: list[dict[str, Any]], slo_p99_ms: float) -> dict[str, Any] | None:
+def best_within_slo(points: list[LoadPoint], slo_p99_ms: float) -> LoadPoint | None:
     """The most inferences/s among one-row requests whose p99 met the SLO without a failed request.
 
     Where the Server scenario was measured, its figure alone: a closed loop slows its sending when the
     server slows, so its p99 hides queueing. Client-batched points are left out: their requests carry many
     rows, so their requests/s is not the load a plan in requests/s asks about."""
-    if any(p["kind"] == SERVER for p in points):
-        points = [p for p in points if p["kind"] == SERVER]
-    ok = [p for p in points if p["batch_size"] == 1 and p["p99_ms"] is not None and p["p99_ms"] <= slo_p99_ms
-          and not p["failures"]]
-    return max(ok, key=lambda p: p["throughput_samples_s"]) if ok else None
+    if any(p.kind == SERVER for p in points):
+        points = [p for p in points if p.kind == SERVER]
+    ok = [p for p in points if p.batch_size == 1 and p.p99_ms is not None and p.p99_ms <= slo_p99_ms
+          and not p.failures]
+    return max(ok, key=lambda p: p.throughput_samples_s) if ok else None
 
 
-def min_p99(points: list[dict[str, Any]]) -> float | None:
-    values = [p["p99_ms"] for p in points if p["batch_size"] == 1 and p["p99_ms"] is not None]
+def min_p99(points: list[LoadPoint]) -> float | None:
+    values = [p.p99_ms for p in points if p.batch_size == 1 and p.p99_ms is not None]
     return min(values) if values else None
 
 
-def inference_costs(section: ModelSection, opts: CostOptions) -> dict[str, dict[str, Any]]:
+def inference_costs(section: ModelSection, opts: CostOptions) -> dict[str, DeviceServing]:
     """Per device: cost per million inferences at batch 1, at saturation and at the SLO's highest load."""
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, DeviceServing] = {}
     for d in ("cpu", "cuda"):
         points = frontier(section, d)
         if not points:
             continue
         res = held(d, server_view(section, d), opts.prices, "infer")
         rows = []
-        b1 = next((p for p in points if p["kind"] == "batch1"), None) or next(
-            (p for p in points if p["kind"] == "ramp step" and p["users"] == 1 and p["batch_size"] == 1), None)
+        b1 = next((p for p in points if p.kind == "batch1"), None) or next(
+            (p for p in points if p.kind == "ramp step" and p.users == 1 and p.batch_size == 1), None)
         if b1:
             rows.append(_infer_row("batch1", d, b1, res, opts.prices))
-        rows.append(_infer_row("saturated", d, max(points, key=lambda p: p["throughput_samples_s"]), res, opts.prices))
+        rows.append(_infer_row("saturated", d, max(points, key=lambda p: p.throughput_samples_s), res, opts.prices))
         slo = best_within_slo(points, opts.slo_p99_ms)
         if slo:
             rows.append(_infer_row("slo", d, slo, res, opts.prices))
         floor = min_p99(points)
-        out[d] = {**_res(res), "rows": rows, "min_p99_ms": floor,
-                  "slo_note": None if slo else _slo_note(d, opts.slo_p99_ms, floor),
-                  "cores_busy_mean": _busy(section, d)}
+        out[d] = DeviceServing(units=res.units, unit=res.unit, usd_per_hour=res.usd_per_hour, held=res.held,
+                               rows=rows, min_p99_ms=floor,
+                               slo_note=None if slo else _slo_note(d, opts.slo_p99_ms, floor),
+                               cores_busy_mean=_busy(section, d))
     return out
 
 
@@ -259,18 +298,17 @@ def _busy(section: ModelSection, device: str) -> float | None:
     return pct / 100.0 if device == "cpu" and pct else None
 
 
-def _infer_row(basis: str, device: str, p: dict[str, Any], res: dict, prices: Prices) -> dict[str, Any]:
-    m = per_million(res["usd_per_hour"], p["throughput_samples_s"], p["energy_per_sample_j"], prices)
+def _infer_row(basis: str, device: str, p: LoadPoint, res: Held, prices: Prices) -> InferCost:
+    m = per_million(res.usd_per_hour, p.throughput_samples_s, p.energy_per_sample_j, prices)
     note = None
-    if p["energy_per_sample_j"] is None:
-        src = p["view"].energy_source if p["view"] else None
-        note = ("not measured at one ramp step (the ramp's energy covers all its steps)" if p["kind"] == "ramp step"
-                else _energy_note(device, src))
-    return {"basis": basis, "device": device, "kind": p["kind"], "source": p["source"], "batch_size": p["batch_size"],
-            "users": p["users"], "throughput_samples_s": p["throughput_samples_s"], "requests_s": p["requests_s"],
-            "p99_ms": p["p99_ms"], "hardware_usd_per_million_inferences": m["hardware_usd"],
-            "kwh_per_million_inferences": m["kwh"], "energy_usd_per_million_inferences": m["energy_usd"],
-            "usd_per_million_inferences": m["usd"], "energy_note": note}
+    if p.energy_per_sample_j is None:
+        note = ("not measured at one ramp step (the ramp's energy covers all its steps)" if p.kind == "ramp step"
+                else _energy_note(device, p.energy_source))
+    return InferCost(basis=basis, device=device, kind=p.kind, source=p.source, batch_size=p.batch_size,
+                     users=p.users, throughput_samples_s=p.throughput_samples_s, requests_s=p.requests_s,
+                     p99_ms=p.p99_ms, hardware_usd_per_million_inferences=m.hardware_usd,
+                     kwh_per_million_inferences=m.kwh, energy_usd_per_million_inferences=m.energy_usd,
+                     usd_per_million_inferences=m.usd, energy_note=note)
 
 
 def _energy_note(device: str, source: str | None) -> str:
@@ -286,10 +324,6 @@ def _slo_note(device: str, slo: float, floor: float | None) -> str:
             f"{floor:g} ms")
 
 
-def _res(res: dict[str, Any]) -> dict[str, Any]:
-    return {"units": res["units"], "unit": res["unit"], "usd_per_hour": res["usd_per_hour"], "held": res["basis"]}
-
-
 # --- break-even: the load from which GPUs cost less than CPU servers ----------------------------
 
 def servers_needed(load: float, capacity: float) -> int:
@@ -298,7 +332,7 @@ def servers_needed(load: float, capacity: float) -> int:
 
 
 def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None, max_load: float,
-               why_not: str | None = None) -> dict[str, Any]:
+               why_not: str | None = None) -> BreakEven:
     """Scan (0, max_load] for where the GPU side costs less per hour than the CPU side.
 
     `cpu` and `gpu` are (capacity per server in requests/s within the SLO, USD per server-hour). Both
@@ -306,8 +340,7 @@ def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None,
     counts are constant. Returns the first load above which the GPU is cheaper and the load from which it
     stays cheaper up to max_load (None: never, within the scan)."""
     if not cpu or not gpu:
-        return {"first_gpu_cheaper_req_s": None, "break_even_req_s": None, "max_load_req_s": max_load,
-                "note": why_not or "not computed: a side has no capacity within the SLO"}
+        return BreakEven(None, None, max_load, note=why_not or "not computed: a side has no capacity within the SLO")
     (cc, cp), (gc, gp) = cpu, gpu
     if gp / gc < cp / cc:  # the GPU is cheaper per request at scale: scan far enough to see where
         max_load = max(max_load, 2 * gp / (cp / cc - gp / gc))
@@ -329,13 +362,12 @@ def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None,
             steady = None
         lo = hi
     asymptote = "the GPU" if gp / gc < cp / cc else "the CPU"
-    return {"first_gpu_cheaper_req_s": first, "break_even_req_s": steady, "max_load_req_s": max_load,
-            "cheaper_at_scale": asymptote,
-            "note": None if steady is not None else
-            f"the GPU never becomes cheaper up to {max_load:,.0f} req/s"}
+    return BreakEven(first, steady, max_load, cheaper_at_scale=asymptote,
+                     note=None if steady is not None else f"the GPU never becomes cheaper up to {max_load:,.0f} req/s")
 
 
-def _why_no_break_even(infer: dict[str, Any], slo_caps: dict[str, Any], caps: dict[str, Any]) -> str | None:
+def _why_no_break_even(infer: dict[str, DeviceServing], slo_caps: dict[str, float],
+                       caps: dict[str, tuple[float, float]]) -> str | None:
     for d in ("cpu", "cuda"):
         if d not in infer:
             return f"not computed: no {DEVICE_LABEL[d]} server was measured in this run"
@@ -353,14 +385,14 @@ def model_gpu_name(section: ModelSection) -> str | None:
     return next((v.device_name for v in columns if v and v.device_name), None)
 
 
-def model_prices(section: ModelSection, prices: Prices) -> tuple[Prices, dict[str, Any]]:
+def model_prices(section: ModelSection, prices: Prices) -> tuple[Prices, GpuPrice]:
     """The prices one model's GPU is charged: the user's GPU price, else the table's entry for its GPU, else
-    none (the GPU's costs then say "no price"); and summary.json's gpu_price that says which."""
+    none (the GPU's costs then say "no price"); and the GpuPrice that says which."""
     gp = gpu_pricing(model_gpu_name(section), prices.gpu_hour_usd, prices.gpu_offer)
-    return dataclasses.replace(prices, gpu_hour_usd=gp["usd_per_gpu_hour"], gpu_offer=gp["offer"] or "no price"), gp
+    return dataclasses.replace(prices, gpu_hour_usd=gp.usd_per_gpu_hour, gpu_offer=gp.offer or "no price"), gp
 
 
-def cost_section(report: Report, opts: CostOptions) -> dict[str, Any]:
+def cost_section(report: Report, opts: CostOptions) -> Costs:
     """summary.json's "costs": the prices and SLO used, then per model training, inference, break-even."""
     models = {}
     for name, section in report.models.items():
@@ -369,21 +401,21 @@ def cost_section(report: Report, opts: CostOptions) -> dict[str, Any]:
         infer = inference_costs(section, mopts)
         caps, slo_caps = {}, {}
         for d, c in infer.items():
-            slo = next((r for r in c["rows"] if r["basis"] == "slo"), None)
+            slo = next((r for r in c.rows if r.basis == "slo"), None)
             if slo:
-                slo_caps[d] = slo["throughput_samples_s"]
-            if slo and c["usd_per_hour"]:
-                caps[d] = (slo["throughput_samples_s"], c["usd_per_hour"])
-        top = max([c[0] for c in caps.values()] + [opts.qps * (1 + opts.headroom) if opts.qps else 0.0] + [1.0])
-        models[name] = {"train": training_costs(section, run_samples(report, section), prices),
-                        "run_samples": run_samples(report, section),
-                        "infer": infer,
-                        "gpu_price": gpu_price if "cuda" in section.devices_measured else None,
-                        "capacity_at_slo_req_s": slo_caps,
-                        "break_even": break_even(caps.get("cpu"), caps.get("cuda"), 2 * top,
-                                                 _why_no_break_even(infer, slo_caps, caps)),
-                        "gpu_price_break_even": gpu_price_break_even(
-                            slo_caps.get("cpu"), infer.get("cpu", {}).get("usd_per_hour"), slo_caps.get("cuda"),
-                            gpu_price["usd_per_gpu_hour"], opts.qps * (1 + opts.headroom) if opts.qps else None)}
-    return {"prices": opts.prices.to_dict(), "slo_p99_ms": opts.slo_p99_ms, "headroom": opts.headroom,
-            "models": models}
+                slo_caps[d] = slo.throughput_samples_s
+            if slo and c.usd_per_hour:
+                caps[d] = (slo.throughput_samples_s, c.usd_per_hour)
+        planned = opts.qps * (1 + opts.headroom) if opts.qps else None
+        top = max([c[0] for c in caps.values()] + [planned or 0.0] + [1.0])
+        samples = run_samples(report, section)
+        cpu = infer.get("cpu")
+        models[name] = ModelCosts(
+            train=training_costs(section, samples, prices), run_samples=samples, infer=infer,
+            gpu_price=gpu_price if "cuda" in section.devices_measured else None,
+            capacity_at_slo_req_s=slo_caps,
+            break_even=break_even(caps.get("cpu"), caps.get("cuda"), 2 * top,
+                                  _why_no_break_even(infer, slo_caps, caps)),
+            gpu_price_break_even=gpu_price_break_even(slo_caps.get("cpu"), cpu.usd_per_hour if cpu else None,
+                                                      slo_caps.get("cuda"), gpu_price.usd_per_gpu_hour, planned))
+    return Costs(prices=opts.prices, slo_p99_ms=opts.slo_p99_ms, headroom=opts.headroom, models=models)

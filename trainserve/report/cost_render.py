@@ -1,20 +1,19 @@
 """The report's "What it costs" section (HTML and Markdown) and the short cost lines the CLI prints.
 
-Reads only the Report's costs and plan (cost.py's and plan.py's dicts, as summary.json has them); the assumptions (prices, what each measurement held,
-the SLO) are printed beside the results they produced.
+Reads only the Report's costs and plan (report/cost_sections.py); the assumptions (prices, what each measurement
+held, the SLO) are printed beside the results they produced.
 """
 
 from __future__ import annotations
 
 import base64
-import json
 from html import escape
-from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import sentences
 from trainserve.report import units as u
 from trainserve.report.cost import BASIS, SERVER
+from trainserve.report.cost_sections import ModelCosts, RunCost
 from trainserve.report.plots import alt_text, safe_name
 from trainserve.report.sections import Report
 
@@ -25,34 +24,35 @@ TRAIN_HEADER = ["device", "where", "batch", "samples/s", "held", "hardware $/M",
                 "per run: hardware-hours", "per run: USD", "per run: kWh"]
 
 
-def infer_rows(c: dict[str, Any]) -> list[list[str]]:
+def infer_rows(c: ModelCosts) -> list[list[str]]:
     rows = []
-    for d, dev in c["infer"].items():
-        for r in dev["rows"]:
-            users = ("Poisson arrivals" if r["kind"] == SERVER else "? users" if r["users"] is None
-                     else f"{r['users']} user" + ("" if r["users"] == 1 else "s"))
-            load = f"{u.num(r['throughput_samples_s'])} samples/s, batch {r['batch_size']} × {users} ({r['kind']})"
-            rows.append([DEVICE_LABEL[d], BASIS[r["basis"]], load, u.ms(r["p99_ms"]), sentences.held(dev),
-                         u.usd(r["hardware_usd_per_million_inferences"]),
-                         u.kwh(r["kwh_per_million_inferences"]) if r["kwh_per_million_inferences"] is not None
-                         else r["energy_note"], u.usd(r["energy_usd_per_million_inferences"]),
-                         u.usd(r["usd_per_million_inferences"])])
+    for d, dev in c.infer.items():
+        for r in dev.rows:
+            users = "Poisson arrivals" if r.kind == SERVER else sentences.users(r.users)
+            load = f"{u.num(r.throughput_samples_s)} samples/s, batch {r.batch_size} × {users} ({r.kind})"
+            rows.append([DEVICE_LABEL[d], BASIS[r.basis], load, u.ms(r.p99_ms), sentences.held(dev),
+                         u.usd(r.hardware_usd_per_million_inferences),
+                         u.kwh(r.kwh_per_million_inferences) if r.kwh_per_million_inferences is not None
+                         else r.energy_note, u.usd(r.energy_usd_per_million_inferences),
+                         u.usd(r.usd_per_million_inferences)])
     return rows
 
 
-def train_rows(c: dict[str, Any]) -> list[list[str]]:
+def train_rows(c: ModelCosts) -> list[list[str]]:
     rows = []
-    for d, rs in c["train"].items():
+    for d, rs in c.train.items():
         for r in rs:
-            run = r["run"]
-            hours = (f"{u.num(run['hardware_hours'])} {r['unit']}-hours" if run.get("hardware_hours") is not None
-                     else run.get("note", u.MISSING))
-            rows.append([DEVICE_LABEL[d], BASIS[r["basis"]], f"{r['batch_size']} {r['precision']}",
-                         u.num(r["throughput_samples_s"]), sentences.held(r), u.usd(r["hardware_usd_per_million_samples"]),
-                         u.kwh(r["kwh_per_million_samples"]) if r["kwh_per_million_samples"] is not None
-                         else r["energy_note"], u.usd(r["usd_per_million_samples"]), hours, u.usd(run.get("usd")),
-                         u.kwh(run.get("kwh")) if run.get("kwh") is not None else ("not measured" if run.get("samples")
-                                                                                  else u.MISSING)])
+            run = r.run
+            if isinstance(run, RunCost):
+                hours = (f"{u.num(run.hardware_hours)} {r.unit}-hours" if run.hardware_hours is not None
+                         else u.MISSING)
+                usd, kwh = u.usd(run.usd), u.kwh(run.kwh) if run.kwh is not None else "not measured"
+            else:  # the run's size is not known
+                hours, usd, kwh = run.note, u.usd(None), u.MISSING
+            rows.append([DEVICE_LABEL[d], BASIS[r.basis], f"{r.batch_size} {r.precision}",
+                         u.num(r.throughput_samples_s), sentences.held(r), u.usd(r.hardware_usd_per_million_samples),
+                         u.kwh(r.kwh_per_million_samples) if r.kwh_per_million_samples is not None
+                         else r.energy_note, u.usd(r.usd_per_million_samples), hours, usd, kwh])
     return rows
 
 
@@ -64,22 +64,21 @@ def html_section(report: Report, figures: dict[str, bytes]) -> str:
         return ""
     out = ["<section id='cost'><h2>What it costs</h2><div class='assume'><b>Assumptions</b><ul>",
            "".join(f"<li>{escape(a)}</li>" for a in sentences.assumptions(c)), "</ul></div>"]
-    for name, m in c["models"].items():
-        if len(c["models"]) > 1:
+    for name, m in c.models.items():
+        if len(c.models) > 1:
             out.append(f"<h3>{escape(name)}</h3>")
-        if m["infer"]:
+        if m.infer:
             out.append("<h3>Serving: USD per million inferences</h3>" + _table(INFER_HEADER, infer_rows(m)))
-            notes = [dev["slo_note"] for dev in m["infer"].values() if dev["slo_note"]]
+            notes = [dev.slo_note for dev in m.infer.values() if dev.slo_note]
             out += [f"<p class='warn'>{escape(n)}</p>" for n in notes]
             out.append(f"<p>{escape(sentences.break_even_line(name, m))}</p>")
-            if sentences.price_break_even_line(name, m):
-                out.append(f"<p>{escape(sentences.price_break_even_line(name, m))}</p>")
+            out.append(f"<p>{escape(sentences.price_break_even_line(name, m))}</p>")
         else:
             out.append("<p class='muted'>Serving cost: not measured (no served load in this run).</p>")
-        if m["train"]:
+        if m.train:
             out.append("<h3>Training: USD per million samples, and per run</h3>" + _table(TRAIN_HEADER, train_rows(m)))
-            if m["run_samples"]:
-                out.append(f"<p class='muted'>Per run: the run's own {u.num(m['run_samples'])} samples (epochs × rows "
+            if m.run_samples:
+                out.append(f"<p class='muted'>Per run: the run's own {u.num(m.run_samples)} samples (epochs × rows "
                            "per epoch) at that point's speed.</p>")
         else:
             out.append("<p class='muted'>Training cost: not measured.</p>")
@@ -89,8 +88,8 @@ def html_section(report: Report, figures: dict[str, bytes]) -> str:
                        f"src='data:image/png;base64,{base64.b64encode(png).decode()}'></div>")
     if plan:
         out.append("<h3>Capacity plan</h3>")
-        for name, m in plan["models"].items():
-            out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(x)}</li>" for x in m["lines"]) + "</ul>")
+        for mp in plan.models.values():
+            out.append("<ul class='conclusions'>" + "".join(f"<li>{escape(x)}</li>" for x in mp.lines) + "</ul>")
     out.append("</section>")
     return "".join(out)
 
@@ -119,20 +118,18 @@ def md_section(report: Report, figures: dict[str, bytes], table) -> list[str]:
     if not c:
         return []
     md = ["## What it costs", "", "**Assumptions**", ""] + [f"- {a}" for a in sentences.assumptions(c)] + [""]
-    for name, m in c["models"].items():
-        if m["infer"]:
+    for name, m in c.models.items():
+        if m.infer:
             md += [f"### {name}: serving, USD per million inferences", ""] + table(INFER_HEADER, infer_rows(m))
-            md += [f"- ⚠ {dev['slo_note']}" for dev in m["infer"].values() if dev["slo_note"]]
-            md += [sentences.break_even_line(name, m), ""]
-            if sentences.price_break_even_line(name, m):
-                md += [sentences.price_break_even_line(name, m), ""]
+            md += [f"- ⚠ {dev.slo_note}" for dev in m.infer.values() if dev.slo_note]
+            md += [sentences.break_even_line(name, m), "", sentences.price_break_even_line(name, m), ""]
         else:
             md += ["Serving cost: not measured (no served load in this run).", ""]
-        if m["train"]:
+        if m.train:
             md += [f"### {name}: training, USD per million samples and per run", ""] + table(TRAIN_HEADER,
                                                                                           train_rows(m))
-            if m["run_samples"]:
-                md += [f"Per run: the run's own {u.num(m['run_samples'])} samples (epochs × rows per epoch) at that "
+            if m.run_samples:
+                md += [f"Per run: the run's own {u.num(m.run_samples)} samples (epochs × rows per epoch) at that "
                        "point's speed.", ""]
         else:
             md += ["Training cost: not measured.", ""]
@@ -141,6 +138,6 @@ def md_section(report: Report, figures: dict[str, bytes], table) -> list[str]:
             md += [f"![{alt_text(n, name)}]({n})", ""]
     if plan:
         md += ["### Capacity plan", ""]
-        for m in plan["models"].values():
-            md += [f"- {x}" for x in m["lines"]] + [""]
+        for mp in plan.models.values():
+            md += [f"- {x}" for x in mp.lines] + [""]
     return md

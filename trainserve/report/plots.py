@@ -11,7 +11,8 @@ from typing import Any
 
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns
-from trainserve.report.sections import MemoryFigure, ModelSection, to_json
+from trainserve.report.sections import MemoryFigure, ModelSection
+from trainserve.report.typed import to_json
 
 COLORS = {"cpu": "#3b6ea5", "cuda": "#76b900"}  # GPU in NVIDIA green, CPU in steel blue
 PARTS = (("weights", "#4c566a"), ("gradients", "#d08770"), ("optimizer", "#b48ead"), ("activations", "#ebcb8b"))

@@ -10,8 +10,7 @@ docs/run.md cites them.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
@@ -62,19 +61,28 @@ def gpu_entry(device_name: str | None) -> ListPrice | None:
     return next((e for e in GPU_PRICES if _pattern(e.key).search(device_name)), None)
 
 
-def gpu_pricing(device_name: str | None, user_usd_per_gpu_hour: float | None, user_offer: str) -> dict[str, Any]:
-    """The price one GPU of a model's measurements is charged, and why: the user's, else the table's, else none.
+@dataclass(frozen=True)
+class GpuPrice:
+    """The price one GPU of a model's measurements is charged, and where it comes from (summary.json's
+    costs.models.<m>.gpu_price)."""
 
-    Returns summary.json's costs.models.<m>.gpu_price: {device_name, usd_per_gpu_hour (None: no price),
-    origin ("user" | "table" | "none"), offer, source, date, note}."""
-    out: dict[str, Any] = {"device_name": device_name, "usd_per_gpu_hour": None, "origin": "none", "offer": None,
-                           "source": None, "date": None, "note": None}
+    device_name: str | None  # as torch/NVML named it; None: not recorded
+    usd_per_gpu_hour: float | None  # None: no price
+    origin: str  # "user" (--price-gpu-hour or a --prices file), "table" (an entry above) or "none"
+    offer: str | None  # the instance or option the price comes from
+    source: str | None  # where a table price was read
+    date: str | None  # when a table price was read or published
+    note: str | None  # why there is no price
+
+
+def gpu_pricing(device_name: str | None, user_usd_per_gpu_hour: float | None, user_offer: str) -> GpuPrice:
+    """The price one GPU of a model's measurements is charged, and why: the user's, else the table's, else none."""
     if user_usd_per_gpu_hour is not None:
-        return out | {"usd_per_gpu_hour": user_usd_per_gpu_hour, "origin": "user", "offer": user_offer}
+        return GpuPrice(device_name, user_usd_per_gpu_hour, "user", user_offer, None, None, None)
     entry = gpu_entry(device_name)
     if entry is not None:
-        return out | {"usd_per_gpu_hour": entry.usd_per_hour, "origin": "table",
-                      **{k: v for k, v in asdict(entry).items() if k in ("offer", "source", "date")}}
+        return GpuPrice(device_name, entry.usd_per_hour, "table", entry.offer, entry.source, entry.date, None)
     known = ", ".join(e.key for e in GPU_PRICES)
-    return out | {"note": f"no price: the price table has no entry for {device_name or 'this GPU'} (it has {known}); "
-                          "give --price-gpu-hour"}
+    return GpuPrice(device_name, None, "none", None, None, None,
+                    f"no price: the price table has no entry for {device_name or 'this GPU'} (it has {known}); "
+                    "give --price-gpu-hour")

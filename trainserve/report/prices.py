@@ -13,7 +13,6 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from trainserve.core.errors import UserError
 from trainserve.report.price_table import CPU_PRICE
@@ -61,9 +60,6 @@ class Prices:
         for name in ("cpu_offer", "gpu_offer", "kwh_offer", "source", "date"):
             if not isinstance(getattr(self, name), str):
                 raise UserError(f"the prices field {name!r} must be text, not {getattr(self, name)!r}")
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 def load_prices(path: Path) -> Prices:

@@ -1,9 +1,10 @@
 """The report's typed sections: what analysis.py lines up from a run's records, field by field.
 
 The renderers (render.py, rows.py, plots.py), the sentences (sentences.py) and summary.json's writer
-read these attributes; `to_json` writes them as summary.json has them (docs/summary.schema.json), in
-field order. A field that is None is written as null ("not measured"), except the few marked
-`OPTIONAL`, which summary.json leaves out when they do not apply.
+read these attributes; `to_json` (report/typed.py) writes them as summary.json has them
+(docs/summary.schema.json), in field order. A field that is None is written as null ("not measured"),
+except the few marked `OPTIONAL`, which summary.json leaves out when they do not apply. The cost and
+plan sections are in report/cost_sections.py.
 
 Figures that come straight from a record and vary by record (a latency's percentiles, a ramp's
 points, the errors by field name) stay mappings; everything the report computes is a field here.
@@ -11,23 +12,11 @@ points, the errors by field name) stay mappings; everything the report computes 
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-OPTIONAL = {"optional": True}  # field metadata: left out of summary.json when None
-
-
-def to_json(x: Any) -> Any:
-    """A section (or a dict or list of them) as plain JSON values, in field order."""
-    if dataclasses.is_dataclass(x) and not isinstance(x, type):
-        return {f.name: to_json(getattr(x, f.name)) for f in dataclasses.fields(x)
-                if not (f.metadata.get("optional") and getattr(x, f.name) is None)}
-    if isinstance(x, dict):
-        return {k: to_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [to_json(v) for v in x]
-    return x
+from trainserve.report.cost_sections import Costs, Plan
+from trainserve.report.typed import OPTIONAL
 
 
 # --- one column of a model's table: a record, or one point of its load ramp ------------------------
@@ -544,5 +533,5 @@ class Report:
     records: list[RecordRow]
     verdict: Verdict
     scenarios: Scenarios
-    costs: dict[str, Any] | None = None  # report/cost.py, set by build_report
-    plan: dict[str, Any] | None = None  # report/plan.py, with --qps
+    costs: Costs | None = None  # report/cost.py, set by build_report
+    plan: Plan | None = None  # report/plan.py, with --qps

@@ -1,5 +1,5 @@
 """Every sentence the report states, built here from the typed sections (report/sections.py) and from
-the costs and plan (cost.py's and plan.py's dicts, as summary.json has them).
+the cost and plan sections (report/cost_sections.py).
 
 Only what was measured is stated; a side that was not measured is said to be so. analysis.py keeps
 the conclusions and the headline in the Report (summary.json's "conclusions" and "headline"), plan.py
@@ -8,13 +8,21 @@ its lines in the plan; the renderers and the CLI show them.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Collection
-from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.cost import BASIS, SERVER, CostOptions
+from trainserve.report.cost_sections import (
+    Costs,
+    DevicePlan,
+    DeviceServing,
+    GpuPriceBreakEven,
+    ModelCosts,
+    Plan,
+    RunCost,
+    TrainCost,
+)
 from trainserve.report.sections import (
     AttributionPoint,
     HeadlineConclusion,
@@ -304,149 +312,144 @@ def _server_adds(s: ModelSection) -> list[tuple[str, str]]:
     return out
 
 
-# --- what it costs (report/cost.py's and plan.py's dicts, as summary.json has them) --------------
+# --- what it costs (report/cost_sections.py) -------------------------------------------------------
 
-def held(x: dict[str, Any]) -> str:
-    if x.get("units") is None:
+def held(x: DeviceServing | TrainCost) -> str:
+    if x.units is None:
         return "not known"
-    if x.get("usd_per_hour") is None:
-        return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, no price"
-    return f"{x['units']} {x['unit']}{'s' if x['units'] != 1 else ''}, {u.usd(x['usd_per_hour'])}/h"
+    if x.usd_per_hour is None:
+        return f"{x.units} {x.unit}{'s' if x.units != 1 else ''}, no price"
+    return f"{x.units} {x.unit}{'s' if x.units != 1 else ''}, {u.usd(x.usd_per_hour)}/h"
 
 
-def assumptions(c: dict[str, Any]) -> list[str]:
-    p = c["prices"]
+def assumptions(c: Costs) -> list[str]:
+    p = c.prices
     return [
-        f"CPU: {u.price(p['cpu_core_hour_usd'])} per logical-CPU-hour — {p['cpu_offer']}.",
+        f"CPU: {u.price(p.cpu_core_hour_usd)} per logical-CPU-hour — {p.cpu_offer}.",
         *gpu_price_lines(c),
-        f"Electricity: {u.price(p['kwh_usd'])} per kWh — {p['kwh_offer']}.",
-        f"Source: {p['source']}; date: {p['date']}.",
+        f"Electricity: {u.price(p.kwh_usd)} per kWh — {p.kwh_offer}.",
+        f"Source: {p.source}; date: {p.date}.",
         "Held: a training run holds its torch threads' cores or its GPUs; a CPU server every logical CPU of its "
         "host (it was not pinned); a GPU server its GPU. Hardware $ = held × price per hour ÷ throughput.",
-        f"SLO: p99 ≤ {c['slo_p99_ms']:g} ms, over one-row requests with no failed request.",
+        f"SLO: p99 ≤ {c.slo_p99_ms:g} ms, over one-row requests with no failed request.",
         "Energy: the device's own measured energy (NVML for a GPU, RAPL for a CPU) × the kWh price; cloud prices "
         "already include power, so it is what electricity adds on owned hardware. Elsewhere: not measured.",
     ]
 
 
-def gpu_price_lines(c: dict[str, Any]) -> list[str]:
+def gpu_price_lines(c: Costs) -> list[str]:
     """One line per GPU the models ran on: its price per GPU-hour and where that price comes from."""
     lines = []
-    for gp in {json.dumps(m["gpu_price"], sort_keys=True): m["gpu_price"] for m in c["models"].values()
-               if m.get("gpu_price")}.values():
-        gpu = gp["device_name"] or "name not recorded"
-        if gp["usd_per_gpu_hour"] is None:
-            lines.append(f"GPU ({gpu}): {gp['note']}.")
-        elif gp["origin"] == "user":
-            lines.append(f"GPU ({gpu}): {u.price(gp['usd_per_gpu_hour'])} per GPU-hour — {gp['offer']}.")
+    for gp in dict.fromkeys(m.gpu_price for m in c.models.values() if m.gpu_price):  # each price once, in order
+        gpu = gp.device_name or "name not recorded"
+        if gp.usd_per_gpu_hour is None:
+            lines.append(f"GPU ({gpu}): {gp.note}.")
+        elif gp.origin == "user":
+            lines.append(f"GPU ({gpu}): {u.price(gp.usd_per_gpu_hour)} per GPU-hour — {gp.offer}.")
         else:
-            lines.append(f"GPU ({gpu}): {u.price(gp['usd_per_gpu_hour'], 4)} per GPU-hour (the host's share included) — "
-                         f"{gp['offer']}; source: {gp['source']}; date: {gp['date']}.")
+            lines.append(f"GPU ({gpu}): {u.price(gp.usd_per_gpu_hour, 4)} per GPU-hour (the host's share included) — "
+                         f"{gp.offer}; source: {gp.source}; date: {gp.date}.")
     return lines
 
 
-def price_break_even_line(name: str, m: dict[str, Any]) -> str | None:
-    be = m.get("gpu_price_break_even")
-    if not be:
-        return None
-    return break_even_price(name, be, (m.get("gpu_price") or {}).get("device_name") or "GPU")
+def price_break_even_line(name: str, m: ModelCosts) -> str:
+    return break_even_price(name, m.gpu_price_break_even, (m.gpu_price.device_name if m.gpu_price else None) or "GPU")
 
 
-def break_even_line(name: str, c: dict[str, Any]) -> str:
-    be = c["break_even"]
-    caps = c["capacity_at_slo_req_s"]
-    if be.get("break_even_req_s") is not None:
-        beyond = [DEVICE_LABEL[d] for d, cap in caps.items() if be["break_even_req_s"] > cap]
+def break_even_line(name: str, c: ModelCosts) -> str:
+    be = c.break_even
+    if be.break_even_req_s is not None:
+        beyond = [DEVICE_LABEL[d] for d, cap in c.capacity_at_slo_req_s.items() if be.break_even_req_s > cap]
         note = (f" (beyond one {' and one '.join(beyond)} server's measured capacity: more servers assume linear "
                 "scaling)") if beyond else ""
-        return (f"{name}: serving on the GPU costs less than on CPU servers from {u.num(be['break_even_req_s'])} "
+        return (f"{name}: serving on the GPU costs less than on CPU servers from {u.num(be.break_even_req_s)} "
                 f"req/s up{note}.")
-    return f"{name}: break-even — {be['note']}."
+    return f"{name}: break-even — {be.note}."
 
 
-def cost_lines(c: dict[str, Any] | None, plan: dict[str, Any] | None) -> list[str]:
+def cost_lines(c: Costs | None, plan: Plan | None) -> list[str]:
     """A few lines for the terminal: the cheapest unit costs and the break-even, per model; then the plan."""
     if not c:
         return []
     lines = []
-    for name, m in c["models"].items():
-        for d, dev in m["infer"].items():
-            parts = [f"{u.usd(r['usd_per_million_inferences'])}/M inferences at {BASIS[r['basis']]} "
-                     f"({u.num(r['throughput_samples_s'])}/s)" for r in dev["rows"] if r["basis"] != "batch1"]
+    for name, m in c.models.items():
+        for d, dev in m.infer.items():
+            parts = [f"{u.usd(r.usd_per_million_inferences)}/M inferences at {BASIS[r.basis]} "
+                     f"({u.num(r.throughput_samples_s)}/s)" for r in dev.rows if r.basis != "batch1"]
             lines.append(f"cost {name} · {DEVICE_LABEL[d]} serving ({held(dev)}): " + "; ".join(parts))
-        for d, rows in m["train"].items():
+        for d, rows in m.train.items():
             r = rows[0]
-            run = r["run"]
-            per_run = (f"; the run ({u.num(run['samples'])} samples): {u.usd(run['usd'])}, "
-                       f"{u.num(run['hardware_hours'])} {r['unit']}-hours" if run.get("usd") is not None else "")
-            lines.append(f"cost {name} · {DEVICE_LABEL[d]} training at {BASIS[r['basis']]} (batch "
-                         f"{r['batch_size']} {r['precision']}): {u.usd(r['usd_per_million_samples'])}/M samples"
+            run = r.run
+            priced = isinstance(run, RunCost) and run.usd is not None
+            per_run = (f"; the run ({u.num(run.samples)} samples): {u.usd(run.usd)}, "
+                       f"{u.num(run.hardware_hours)} {r.unit}-hours" if priced else "")
+            lines.append(f"cost {name} · {DEVICE_LABEL[d]} training at {BASIS[r.basis]} (batch "
+                         f"{r.batch_size} {r.precision}): {u.usd(r.usd_per_million_samples)}/M samples"
                          f"{per_run}")
-        if m["infer"]:
+        if m.infer:
             lines.append("cost " + break_even_line(name, m))
-            if price_break_even_line(name, m):
-                lines.append("cost " + price_break_even_line(name, m))
+            lines.append("cost " + price_break_even_line(name, m))
     if plan:
-        for name, m in plan["models"].items():
-            lines += [f"plan {name}: {line}" for line in m["lines"]]
+        for name, mp in plan.models.items():
+            lines += [f"plan {name}: {line}" for line in mp.lines]
     return lines
 
 
-def break_even_price(name: str, be: dict[str, Any], gpu_label: str) -> str:
+def break_even_price(name: str, be: GpuPriceBreakEven, gpu_label: str) -> str:
     """The break-even price in words, with where the GPU's own price stands."""
-    if be["break_even_usd_per_gpu_hour"] is None:
-        return f"{name}: GPU price break-even — {be['note']}."
-    where = ("the planned" if be["load_basis"] == "plan" else "one GPU's capacity within the SLO,")
-    p = be["break_even_usd_per_gpu_hour"]
-    text = (f"{name}: at {where} {be['load_req_s']:,.0f} req/s, {be['gpus']} GPU{'s' if be['gpus'] > 1 else ''} "
-            f"cost{'' if be['gpus'] > 1 else 's'} less than {be['cpu_servers']} CPU server{'s' if be['cpu_servers'] > 1 else ''} "
-            f"({u.cents(be['cpu_usd_per_hour'])}/h) below {u.cents(p)} per GPU-hour")
-    own = be["gpu_usd_per_gpu_hour"]
+    if be.break_even_usd_per_gpu_hour is None:
+        return f"{name}: GPU price break-even — {be.note}."
+    where = ("the planned" if be.load_basis == "plan" else "one GPU's capacity within the SLO,")
+    p = be.break_even_usd_per_gpu_hour
+    text = (f"{name}: at {where} {be.load_req_s:,.0f} req/s, {be.gpus} GPU{'s' if be.gpus > 1 else ''} "
+            f"cost{'' if be.gpus > 1 else 's'} less than {be.cpu_servers} CPU server{'s' if be.cpu_servers > 1 else ''} "
+            f"({u.cents(be.cpu_usd_per_hour)}/h) below {u.cents(p)} per GPU-hour")
+    own = be.gpu_usd_per_gpu_hour
     if own is None:
         return text + f"; the {gpu_label} has no price."
-    verdict = "cheaper" if be["gpu_cheaper"] else "dearer"
+    verdict = "cheaper" if be.gpu_cheaper else "dearer"
     return text + f"; at its price of {u.cents(own)} per GPU-hour the {gpu_label} is {verdict}."
 
 
-def plan_lines(devices: dict[str, dict[str, Any]], cheaper: str | None, opts: CostOptions, target: float) -> list[str]:
+def plan_lines(devices: dict[str, DevicePlan], cheaper: str | None, opts: CostOptions, target: float) -> list[str]:
     """The plan in sentences, one per device, then the verdict."""
     head = (f"{opts.qps:,.0f} req/s + {opts.headroom:.0%} headroom = {target:,.0f} req/s at p99 ≤ "
             f"{opts.slo_p99_ms:g} ms")
     lines = [head]
     for d, p in devices.items():
         label = DEVICE_LABEL[d]
-        if not p["meets_slo"]:
+        cp = p.capacity_point
+        if not p.meets_slo or cp is None or p.servers is None:
             lines.append(f"{label}: cannot meet p99 ≤ {opts.slo_p99_ms:g} ms at any measured load "
-                         f"(lowest measured p99: {u.ms(p['min_p99_ms'])}).")
+                         f"(lowest measured p99: {u.ms(p.min_p99_ms)}).")
             continue
-        cp = p["capacity_point"]
         unit = "server" if d == "cpu" else "GPU"
-        what = (f"{p['servers']} {unit}{'s' if p['servers'] > 1 else ''}"
-                + (f" ({p['units']} logical CPUs)" if d == "cpu" and p["units"] else ""))
-        cost = f"{u.cents(p['usd_per_hour'])}/h" if p["usd_per_hour"] is not None else "no price"
-        at = "Poisson arrivals" if cp["kind"] == SERVER else users(cp["users"])
-        line = (f"{label}: one {unit} sustains {p['capacity_req_s']:,.0f} req/s within the SLO (p99 "
-                f"{u.ms(cp['p99_ms'])} at {at}, {cp['kind']}); {what}, {cost}.")
-        if not p.get("capacity_valid", True):
-            line += f" INVALID figure: {'; '.join(p['capacity_reasons'])}."
-        if p.get("capacity_lower_bound"):
+        what = (f"{p.servers} {unit}{'s' if p.servers > 1 else ''}"
+                + (f" ({p.units} logical CPUs)" if d == "cpu" and p.units else ""))
+        cost = f"{u.cents(p.usd_per_hour)}/h" if p.usd_per_hour is not None else "no price"
+        at = "Poisson arrivals" if cp.kind == SERVER else users(cp.users)
+        line = (f"{label}: one {unit} sustains {p.capacity_req_s:,.0f} req/s within the SLO (p99 "
+                f"{u.ms(cp.p99_ms)} at {at}, {cp.kind}); {what}, {cost}.")
+        if p.capacity_valid is False:
+            line += f" INVALID figure: {'; '.join(p.capacity_reasons or [])}."
+        if p.capacity_lower_bound:
             line += (f" A lower bound: the heaviest load offered still met the SLO and still gained throughput, "
                      f"so one {unit} may sustain more and fewer {unit}s may do.")
-        if p["extrapolated"]:
-            line += (f" Extrapolated: the target is {p['extrapolation_factor']:,.1f}x what one {unit} was measured "
-                     f"to sustain; {p['servers']} {unit}s assume capacity adds up linearly (not measured).")
+        if p.extrapolated:
+            line += (f" Extrapolated: the target is {p.extrapolation_factor:,.1f}x what one {unit} was measured "
+                     f"to sustain; {p.servers} {unit}s assume capacity adds up linearly (not measured).")
         lines.append(line)
-        cb = p.get("client_batched")
+        cb = p.client_batched
         if cb:
-            lines.append(f"{label}, if clients send {cb['batch_size']} rows per request: one {unit} carries "
-                         f"{cb['capacity_inferences_s']:,.0f} inferences/s within the SLO (p99 {u.ms(cb['p99_ms'])} "
-                         f"at {users(cb['users'])}); {cb['servers']} {unit}{'s' if cb['servers'] > 1 else ''}, "
-                         f"{u.cents(cb['usd_per_hour'] or 0)}/h" + (" (extrapolated, linear scaling)" if cb["extrapolated"]
-                                                                else "") + ".")
+            lines.append(f"{label}, if clients send {cb.batch_size} rows per request: one {unit} carries "
+                         f"{cb.capacity_inferences_s:,.0f} inferences/s within the SLO (p99 {u.ms(cb.p99_ms)} "
+                         f"at {users(cb.users)}); {cb.servers} {unit}{'s' if cb.servers > 1 else ''}, "
+                         f"{u.cents(cb.usd_per_hour or 0)}/h" + (" (extrapolated, linear scaling)" if cb.extrapolated
+                                                             else "") + ".")
     if cheaper:
-        other = [d for d in devices if d != cheaper and devices[d]["usd_per_hour"] is not None]
-        vs = "".join(f" vs {u.cents(devices[d]['usd_per_hour'])}/h on the {DEVICE_LABEL[d]}" for d in other)
-        lines.append(f"Cheaper: the {DEVICE_LABEL[cheaper]}, {u.cents(devices[cheaper]['usd_per_hour'])}/h{vs} "
+        other = [d for d in devices if d != cheaper and devices[d].usd_per_hour is not None]
+        vs = "".join(f" vs {u.cents(devices[d].usd_per_hour)}/h on the {DEVICE_LABEL[d]}" for d in other)
+        lines.append(f"Cheaper: the {DEVICE_LABEL[cheaper]}, {u.cents(devices[cheaper].usd_per_hour)}/h{vs} "
                      "(hardware prices; energy not included).")
     elif devices:
         lines.append(f"No measured server meets p99 ≤ {opts.slo_p99_ms:g} ms: no plan.")
