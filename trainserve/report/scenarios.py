@@ -209,6 +209,6 @@ def md_section(report: Report, table: Any) -> list[str]:
 
 _LEGEND = ("SingleStream: one user, batch 1, closed loop. Server: Poisson arrivals, latency from the scheduled "
            "send time, the highest rate whose p99 meets the SLO with ≤ 0.1% errors (the capacity the plan and "
-           "cost use). Offline: saturated. Each figure after an uncounted warm-up, from windows that agree "
+           "cost use; with repeats, the median repeat's, while this table gives their mean ± 95% CI). Offline: saturated. Each figure after an uncounted warm-up, from windows that agree "
            "(3 within 10%) or a minimum duration and request count. * fewer requests than the percentile "
            "needs (p95: 100, p99: 500, p99.9: 5,000).")
