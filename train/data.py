@@ -42,7 +42,7 @@ class Splits:
     classes: list[str]
     config: ModelConfig  # the preset, adapted to the data's shape
     source: str  # "synthetic" | "digits" | absolute .npz path
-    params: dict[str, Any]  # what rebuilds these splits (goes into the model card's `data`)
+    params: dict[str, Any]  # what rebuilds these splits (goes into the model card's `data`); `samples`: training rows
 
 
 def load_splits(config: ModelConfig, dataset: str, samples: int, seed: int) -> Splits:
@@ -174,7 +174,7 @@ def _digits(config: ModelConfig, seed: int) -> Splits:
         config = dataclasses.replace(config, vocab_size=17, seq_len=64, num_classes=10)
     x_tr, y_tr, x_te, y_te = _holdout(x.astype(_dtype(config)), y, seed)
     return Splits(x_tr, y_tr, x_te, y_te, [str(i) for i in range(10)], config,
-                  "digits", {"source": "digits", "seed": seed})
+                  "digits", {"source": "digits", "seed": seed, "samples": len(x_tr)})
 
 
 def _holdout(x: np.ndarray, y: np.ndarray, seed: int) -> tuple[np.ndarray, ...]:
@@ -215,7 +215,7 @@ def _npz(config: ModelConfig, path: Path, seed: int) -> Splits:
         vocab = int(max(x_tr.max(), x_te.max())) + 1
         config = dataclasses.replace(config, vocab_size=max(2, vocab), seq_len=x.shape[1], num_classes=n_classes)
     return Splits(x_tr, y_tr, x_te, y_te, [str(i) for i in range(n_classes)], config,
-                  str(path), {"source": str(path), "seed": seed})
+                  str(path), {"source": str(path), "seed": seed, "samples": len(x_tr)})
 
 
 def _user_npz(config: UserModelConfig, path: Path, seed: int) -> Splits:
@@ -253,7 +253,7 @@ def _user_npz(config: UserModelConfig, path: Path, seed: int) -> Splits:
     else:
         x_tr, y_tr, x_te, y_te = _holdout(x, y, seed)
     return Splits(x_tr, y_tr, x_te, y_te, [str(i) for i in range(config.num_classes)], config,
-                  str(path), {"source": str(path), "seed": seed})
+                  str(path), {"source": str(path), "seed": seed, "samples": len(x_tr)})
 
 
 def _read_npz(path: Path) -> dict[str, np.ndarray]:

@@ -36,6 +36,8 @@ def test_synthetic_tokens_carry_class_keywords():
 def test_digits_adapts_the_model(family, adapted):
     s = load_splits(preset_config(family, "tiny"), "digits", 0, seed=0)
     assert len(s.x_train) + len(s.x_test) == 1797
+    # the card's rows per epoch, which the cost of a whole run is priced from
+    assert s.params["samples"] == len(s.x_train)
     for k, v in adapted.items():
         assert getattr(s.config, k) == v
     if family == "transformer":
@@ -48,6 +50,7 @@ def test_npz_adapts_features_classes_and_holds_out(tmp_path):
     s = load_splits(preset_config("mlp", "tiny"), str(p), 0, seed=0)
     assert s.config.in_features == 7 and s.config.num_classes == 3
     assert len(s.x_train) == 40 and len(s.x_test) == 10 and s.x_train.dtype == np.float32
+    assert s.params["samples"] == 40
 
 
 def _bad(tmp_path, **arrays):
