@@ -3,6 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
+#           search-split
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -85,6 +86,18 @@ perf23-switch)  # the GIL switch interval of the server's processes, Python's 5 
   step perf23_switch 130 env OUT="$R/perf23-switch" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
     --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
     --before-env TRAINSERVE_SERVE_SWITCH_US=5000 --after-env TRAINSERVE_SERVE_SWITCH_US=200 ;;
+search-split)  # issue 23: the Server search on the GPU server alone (--frontends auto, 8 Locust processes, SLO 20 ms),
+  # the figure's latency split from the server's statistics of that rate (loadtest/search_shape.py): what bounds it
+  perf23_repo
+  step search_split 240 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
+    --grpc-port 18001 --metrics-port 18002 > '$R/search_split_server.log' 2>&1 & s=\$!; \
+    $py -c 'import time,urllib.request as u
+for _ in range(120):
+    try: u.urlopen(\"http://127.0.0.1:18000/v2/health/ready\", timeout=1); break
+    except Exception: time.sleep(0.5)'; \
+    $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 8000 --slo-p99-ms 20 \
+    --duration 90s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run search-split --runs-dir '$R/runs'; \
+    rc=\$?; kill -TERM \$s; wait \$s; exit \$rc" ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)
