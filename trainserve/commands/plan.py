@@ -3,34 +3,14 @@
 from __future__ import annotations
 
 import json
-from typing import Annotated
-
 import typer
 
-from trainserve.commands._cost_options import (
-    CpuCoreHour,
-    GpuHour,
-    Headroom,
-    Kwh,
-    PricesFile,
-    cost_options,
-)
-from trainserve.commands.choices import RunsDirOpt
-from trainserve.report.cost import DEFAULT_HEADROOM
+from trainserve.commands._typer import Args, options_of
+from trainserve.report.cost import CostOptions
 
 
-def plan(
-    run: Annotated[str, typer.Option("--run", help="Run whose served load measurements to plan from.")],
-    qps: Annotated[float, typer.Option("--qps", help="Target load, requests/s (one row per request).")],
-    slo_p99_ms: Annotated[float, typer.Option("--slo-p99-ms", help="p99 latency budget, ms.")],
-    headroom: Headroom = DEFAULT_HEADROOM,
-    runs_dir: RunsDirOpt = None,
-    prices: PricesFile = None,
-    price_cpu_core_hour: CpuCoreHour = None,
-    price_gpu_hour: GpuHour = None,
-    price_kwh: Kwh = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON (summary.json's \"plan\").")] = False,
-) -> None:
+@options_of("plan")
+def plan(o: Args) -> None:
     """How many CPU servers or GPUs serve QPS requests/s with p99 <= SLO, and which costs less.
 
     Each server's capacity is the most requests/s it was measured to sustain within the SLO (its load
@@ -43,12 +23,12 @@ def plan(
     from trainserve.report.cost import cost_section
     from trainserve.report.plan import capacity_plan, require_feasible
 
-    opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
-    summary = analyse(collect(existing_run_dir(run, runs_dir)))
+    opts = CostOptions.of(o)
+    summary = analyse(collect(existing_run_dir(o.run, o.runs_dir)))
     summary.costs = cost_section(summary, opts)
     result = capacity_plan(summary, opts)
     require_feasible(result)
-    if as_json:
+    if o.as_json:
         typer.echo(json.dumps(result, indent=1))
         return
     p = opts.prices
