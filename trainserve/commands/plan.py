@@ -6,7 +6,6 @@ import json
 import typer
 
 from trainserve.commands._typer import Args, options_of
-from trainserve.report.cost import CostOptions
 
 
 @options_of("plan")
@@ -22,6 +21,8 @@ def plan(o: Args) -> None:
     from trainserve.report.collect import collect
     from trainserve.report.cost import cost_section
     from trainserve.report.plan import capacity_plan, require_feasible
+
+    from trainserve.report.cost import CostOptions
 
     opts = CostOptions.of(o)
     summary = analyse(collect(existing_run_dir(o.run, o.runs_dir)))

@@ -5,7 +5,6 @@ from __future__ import annotations
 import typer
 
 from trainserve.commands._typer import Args, options_of
-from trainserve.report.cost import CostOptions
 
 
 @options_of("report")
@@ -18,6 +17,8 @@ def report(o: Args) -> None:
     """
     from trainserve.core.runs import existing_run_dir
     from trainserve.report import build_report, cost_lines_of
+
+    from trainserve.report.cost import CostOptions
 
     opts = CostOptions.of(o)
     html = build_report(existing_run_dir(o.run, o.runs_dir), opts)

@@ -8,7 +8,6 @@ import typer
 
 from trainserve.commands._model_options import model_fields
 from trainserve.commands._typer import Args, options_of
-from trainserve.report.cost import CostOptions
 
 
 @options_of("run")
@@ -25,6 +24,8 @@ def run(o: Args) -> None:
     from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
     from trainserve.pipeline import Pipeline, RunConfig, StageEvent
+
+    from trainserve.report.cost import CostOptions
 
     # prices and targets are checked before any stage runs, so a typo never costs a training run
     cost = CostOptions.of(o)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trainserve.core.options.common import GlobalOptions
 from trainserve.core.options.cost import CostFlags, PlanJob, ReportJob
 from trainserve.core.options.load import LoadJob, LocustOptions
 from trainserve.core.options.run import RunOptions
@@ -13,6 +14,7 @@ _NOT_COMPARED = ("device", "lr_scale", "sync_timing", "find_max_batch", "data_pl
                  "nproc", "scaling_baseline")
 
 COMMANDS: dict[str, Command] = {c.name: c for c in (
+    command("trainserve", GlobalOptions),
     command("train", TrainOptions, TrainJob),
     command("compare", TrainOptions, CompareJob, omit=_NOT_COMPARED, epochs=1),
     command("export", ExportJob, RepositoryOptions),

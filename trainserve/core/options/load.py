@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from trainserve.core.options.common import RunsDir
 from trainserve.core.options.cost import SloOptions
-from trainserve.core.options.spec import REQUIRED, opt
+from trainserve.core.options.spec import like, opt
 
 PROTOCOLS = ("http", "grpc")
 VALIDATIONS = ("off", "shape", "values")
@@ -93,14 +93,16 @@ class LocustOptions(Shared):
     abort_after_s: float = opt(3.0, "Stop the test when only failures were seen for this long (0 = never).",
                                unit="s")
     results_json: str = opt("", "Write sub-millisecond percentiles, ramp steps and errors here at the end.")
+    load_shape: str = opt("none", "Without the class picker: the load shape to run (none: plain users).",
+                          choices=("PoissonRate", "ServerSearch", "StepRamp", "none"))
 
 
 @dataclass(kw_only=True)
 class LoadJob(Shared, RunsDir):
     """`trainserve load`: one headless load test, its mode, and where its record goes."""
 
-    url: str = opt(REQUIRED, "HOST:PORT of the server's endpoint for --protocol (HTTP 8000, gRPC 8001).")
-    model: str = opt(REQUIRED, "Served model name, e.g. cnn_cpu.", flags=("--model",))
+    url: str = like(LocustOptions, "server_url", flags=("--url",), required=True)
+    model: str = like(LocustOptions, "model_name", flags=("--model",))
     users: int | None = opt(None, "Closed loop: concurrent users (default 1).", unit="users")
     rate: float | None = opt(None, "Open loop: Poisson arrivals per second (with --search: the first rate tried).",
                              unit="requests/s")

@@ -54,9 +54,10 @@ def like(cls: type, name: str, default: Any = REQUIRED, **changes: Any) -> Any:
     meta = dataclasses.replace(f.metadata["option"], **changes)
     if default is REQUIRED:
         default = f.default
+    metadata = {"option": meta, "like": f"{cls.__name__}.{name}"}
     if default is REQUIRED and f.default_factory is not dataclasses.MISSING:
-        return field(default_factory=f.default_factory, metadata={"option": meta})
-    return field(default=default, metadata={"option": meta})
+        return field(default_factory=f.default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True)
