@@ -72,21 +72,20 @@ def signature(spec: Command) -> inspect.Signature:
     return inspect.Signature([parameter(o) for o in spec.options()])
 
 
-def options_of(name: str) -> Callable[[Callable[[Args], Any]], Callable[..., Any]]:
-    """Give the decorated `fn(o: Args)` the typer signature of command `name`."""
-    spec = COMMANDS[name]
+def options_of(name: str | Command) -> Callable[[Callable[[Args], Any]], Callable[..., Any]]:
+    """Give the decorated `fn(o: Args)` the typer signature of command `name` (or of a Command)."""
+    spec = COMMANDS[name] if isinstance(name, str) else name
 
     def wrap(fn: Callable[[Args], Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
-        def command(**values: Any) -> Any:
-            import click
-
-            ctx = click.get_current_context(silent=True)
-            given = frozenset(k for k in values if ctx is not None and ctx.get_parameter_source(k) not in
-                              (None, click.core.ParameterSource.DEFAULT))
+        def command(typer_context: typer.Context, **values: Any) -> Any:
+            sources = {k: typer_context.get_parameter_source(k) for k in values}
+            given = frozenset(k for k, src in sources.items() if src is not None and src.name != "DEFAULT")
             return fn(Args({k: v.value if isinstance(v, StrEnum) else v for k, v in values.items()}, given))
 
-        command.__signature__ = signature(spec)  # type: ignore[attr-defined]
+        context = inspect.Parameter("typer_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
+        command.__signature__ = signature(spec).replace(  # type: ignore[attr-defined]
+            parameters=[context, *signature(spec).parameters.values()])
         command.__annotations__ = {}
         return command
 
