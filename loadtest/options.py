@@ -11,7 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainserve.core.options.load import FORM_GROUPS, HTTP_CLIENTS, PROTOCOLS, VALIDATIONS, LocustOptions
+from trainserve.core.options.load import (
+    FORM_GROUPS,
+    HTTP_CLIENTS,
+    LOAD_SHAPES,
+    PROTOCOLS,
+    VALIDATIONS,
+    LocustOptions,
+)
 from trainserve.core.options.spec import REQUIRED, options
 
 __all__ = ["FORM_GROUPS", "HTTP_CLIENTS", "PROTOCOLS", "VALIDATIONS", "LoadOptions", "OptionError", "register"]
@@ -53,6 +60,7 @@ class LoadOptions(LocustOptions):
 
     def __post_init__(self) -> None:
         self.server_url = strip_scheme(self.server_url)
+        shared = [(name, ok, allowed) for name, _, ok, allowed in self.shared_checks()]
         checks = [
             ("server_url", ":" in self.server_url, "HOST:PORT"),
             ("model_name", bool(self.model_name), "a served model's name"),
@@ -66,17 +74,14 @@ class LoadOptions(LocustOptions):
             ("max_in_flight", self.max_in_flight >= 1, ">= 1"),
             ("ramp_start_users", self.ramp_start_users >= 1, ">= 1"),
             ("ramp_step_users", self.ramp_step_users >= 1, ">= 1"),
-            ("ramp_step_s", self.ramp_step_s > 0, "> 0 s"),
+            *shared,
             ("ramp_max_users", self.ramp_max_users >= self.ramp_start_users, ">= ramp_start_users"),
-            ("slo_p99_ms", self.slo_p99_ms > 0, "> 0 ms"),
-            ("ramp_stop_p99_ms", self.ramp_stop_p99_ms > 0, "> 0 ms"),
             ("min_gain", 0 <= self.min_gain < 1, "0 <= x < 1"),
             ("warmup_s", self.warmup_s >= 0, ">= 0 s"),
-            ("window_s", self.window_s > 0, "> 0 s"),
             ("search_budget_s", self.search_budget_s > 0, "> 0 s"),
-            ("search_probe_s", self.search_probe_s >= 3 * self.window_s, ">= 3 windows (3 x window_s)"),
             ("http_client", self.http_client in HTTP_CLIENTS, ", ".join(HTTP_CLIENTS)),
             ("abort_after_s", self.abort_after_s >= 0, ">= 0 s"),
+            ("load_shape", self.load_shape in LOAD_SHAPES, ", ".join(LOAD_SHAPES)),
         ]
         for name, ok, allowed in checks:
             if not ok:

@@ -67,13 +67,8 @@ class LoadConfig(LoadJob):
             ("duration", self.duration_s, self.duration_s > 0, "> 0 s"),
             ("batch", self.batch, self.batch >= 1, ">= 1"),
             ("processes", self.processes, self.processes >= 0, ">= 0 (0: from the target and the cores)"),
-            ("slo_p99_ms", self.slo_p99_ms, self.slo_p99_ms > 0, "> 0 ms"),
-            ("ramp_stop_p99_ms", self.ramp_stop_p99_ms, self.ramp_stop_p99_ms > 0, "> 0 ms"),
-            ("ramp_step_s", self.ramp_step_s, self.ramp_step_s > 0, "> 0 s"),
-            ("ramp_max_users", self.ramp_max_users, self.ramp_max_users >= 1, ">= 1"),
+            *self.shared_checks(),
             ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0 s"),
-            ("window_s", self.window_s, self.window_s > 0, "> 0 s"),
-            ("search_probe_s", self.search_probe_s, self.search_probe_s >= 3 * self.window_s, ">= 3 windows"),
             ("repeats", self.repeats, self.repeats >= 1, ">= 1"),
         ):
             if not ok:

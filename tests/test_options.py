@@ -21,6 +21,7 @@ from trainserve.cli import app
 from trainserve.core.options import spec
 from trainserve.core.options.commands import COMMANDS, LOCUST
 from trainserve.core.options.load import FORM_GROUPS, LocustOptions
+from trainserve.core.options.spec import option_of
 from trainserve.loadtest import options as locust_options
 
 PACKAGES = ("trainserve", "train", "serve", "loadtest")
@@ -98,6 +99,9 @@ def test_locusts_parser_has_each_load_option():
             assert a.default == o.default, o.name
     parsed = parser.parse_args(["--model-name", "m_cpu"])
     assert locust_options.LoadOptions.from_parsed(parsed) == locust_options.LoadOptions(model_name="m_cpu")
+    shapes = next(n.value for n in ast.walk(ast.parse((REPO_ROOT / "loadtest" / "locustfile.py").read_text()))
+                  if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_SHAPES")
+    assert sorted(k.value for k in shapes.keys) == sorted(option_of(LocustOptions, "load_shape").meta.choices)
     grouped = [n for _, names in FORM_GROUPS for n in names]
     assert set(grouped) <= set(locust_options.FORM_LABELS) and len(grouped) == len(set(grouped))
 

@@ -63,7 +63,7 @@ def parameter(o: Option) -> inspect.Parameter:
 
 
 def _metavar(o: Option) -> str | None:
-    if not o.meta.unit or o.type is bool:
+    if not o.meta.unit or o.type is bool or o.meta.cli_type is not None:  # "30s" is text, not SECONDS
         return None
     return _METAVARS.get(o.meta.unit, o.meta.unit.upper())
 

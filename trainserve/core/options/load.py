@@ -17,6 +17,7 @@ from trainserve.core.options.spec import like, opt
 PROTOCOLS = ("http", "grpc")
 VALIDATIONS = ("off", "shape", "values")
 HTTP_CLIENTS = ("prepared", "tritonclient")
+LOAD_SHAPES = ("PoissonRate", "ServerSearch", "StepRamp", "none")  # loadtest/locustfile.py's _SHAPES
 # Locust's web form: its groups of fields in the order a person fills them (what to load, the load's shape,
 # then the inputs and their checks); Locust lists them by option name otherwise (Server URL 14th of 16)
 FORM_GROUPS = (
@@ -56,6 +57,19 @@ class Shared(SloOptions):
                                web=True, label="Expected outputs (.npz)",
                                web_help="When responses are validated by value: the .npz file of the outputs "
                                         "recorded for the same inputs")
+    def shared_checks(self) -> list[tuple[str, object, bool, str]]:
+        """(field, value, within range, what is allowed) of these fields: LoadConfig and LoadOptions raise
+        their own error for the first one out of range."""
+        return [
+            ("slo_p99_ms", self.slo_p99_ms, self.slo_p99_ms > 0, "> 0 ms"),
+            ("ramp_stop_p99_ms", self.ramp_stop_p99_ms, self.ramp_stop_p99_ms > 0, "> 0 ms"),
+            ("ramp_step_s", self.ramp_step_s, self.ramp_step_s > 0, "> 0 s"),
+            ("ramp_max_users", self.ramp_max_users, self.ramp_max_users >= 1, ">= 1"),
+            ("window_s", self.window_s, self.window_s > 0, "> 0 s"),
+            ("search_probe_s", self.search_probe_s, self.search_probe_s >= 3 * self.window_s,
+             ">= 3 windows (3 x window_s)"),
+        ]
+
     http_client: str = opt("prepared", "HTTP path: 'prepared' posts a request body built once by tritonclient; "
                                        "'tritonclient' calls InferenceServerClient.infer each time.",
                            choices=HTTP_CLIENTS)
@@ -94,7 +108,7 @@ class LocustOptions(Shared):
                                unit="s")
     results_json: str = opt("", "Write sub-millisecond percentiles, ramp steps and errors here at the end.")
     load_shape: str = opt("none", "Without the class picker: the load shape to run (none: plain users).",
-                          choices=("PoissonRate", "ServerSearch", "StepRamp", "none"))
+                          choices=LOAD_SHAPES)
 
 
 @dataclass(kw_only=True)
