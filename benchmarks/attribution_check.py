@@ -58,7 +58,7 @@ def main() -> int:
                       ("grpc-u1", "grpc", ["--users", "1", "--duration", f"{a.seconds:g}s"]),
                       ("grpc-u16", "grpc", ["--users", "16", "--duration", f"{a.seconds:g}s"]),
                       ("http-ramp", "http", ["--ramp", "--ramp-step-s", f"{a.ramp_step_s:g}", "--ramp-max-users",
-                                             str(a.ramp_max_users), "--slo-p99-ms", f"{a.slo_p99_ms:g}",
+                                             str(a.ramp_max_users), "--ramp-stop-p99-ms", f"{a.slo_p99_ms:g}",
                                              "--duration", f"{a.ramp_step_s * (a.ramp_max_users + 1):.0f}s"])]
             for name, protocol, args in points:
                 argv = trainserve_argv("load", "--url", addr[protocol], "--protocol", protocol, "--model", model,

@@ -84,7 +84,7 @@ def load(args, addresses: dict[str, str], protocol: str, users: int | None, targ
            "--batch", "1", "--processes", str(args.processes), "--run", "frontends", "--runs-dir", str(runs),
            "--target", target, "--metrics-url", f"http://{addresses['metrics']}/metrics", "--validate", "off"]
     if ramp:
-        cmd += ["--ramp", "--slo-p99-ms", f"{args.slo_p99_ms:g}", "--ramp-step-s", f"{args.ramp_step_s:g}",
+        cmd += ["--ramp", "--ramp-stop-p99-ms", f"{args.slo_p99_ms:g}", "--ramp-step-s", f"{args.ramp_step_s:g}",
                 "--ramp-max-users", str(args.ramp_max_users)]
     else:
         cmd += ["--users", str(users), "--duration", f"{args.duration_s:g}s"]

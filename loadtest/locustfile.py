@@ -66,9 +66,7 @@ _SHAPES = {"none": None, "StepRamp": StepRamp, "PoissonRate": PoissonRate, "Serv
 
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
-    _options.register(parser)
-    parser.add_argument("--load-shape", default="none", choices=sorted(_SHAPES), include_in_web_ui=False,
-                        help="Without the class picker: the load shape to run (default: none, plain users)")
+    _options.register(parser)  # --load-shape among them: one of _SHAPES
 
 
 @events.init.add_listener

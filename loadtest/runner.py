@@ -33,6 +33,7 @@ from trainserve.loadtest.search import highest_rate
 from trainserve.loadtest.servedrecord import ServedWindow, instances_of
 from trainserve.loadtest.windows import percentiles_short
 from trainserve.core.errors import UserError
+from trainserve.core.options.load import LoadJob
 from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 from trainserve.core.runs import run_dir
@@ -42,35 +43,10 @@ LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
 _TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
-@dataclass
-class LoadConfig:
-    """One headless load test."""
-
-    url: str  # HOST:PORT of the server's endpoint for `protocol`
-    model: str  # served model name
-    protocol: str = "http"  # "http" or "grpc"
-    users: int | None = None  # closed loop: concurrent users (default 1 when rate is None)
-    rate: float | None = None  # open loop: Poisson arrivals per second
-    duration_s: float = 30.0  # measured run time (the ramp's upper bound)
-    batch: int = 1  # rows per request
-    processes: int = 0  # Locust processes (>1: master and workers); 0: enough for the target (clientcpu.py)
-    ramp: bool = False  # step ramp of users until saturation
-    run: str = "default"
-    runs_dir: Path | None = None
-    target: str | None = None  # file and record name; default from server, model, protocol, batch
-    metrics_url: str | None = None  # default http://<host>:8002/metrics
-    input_data: str = "random"
-    validate: str = "off"
-    expected_output: str = ""
-    slo_p99_ms: float = 100.0  # ramp: stop when a step's p99 exceeds this
-    ramp_step_s: float = 10.0
-    ramp_max_users: int = 64
-    http_client: str = "prepared"
-    search: bool = False  # the Server scenario: the highest open-loop rate within slo_p99_ms (rate: first tried)
-    warmup_s: float = 1.0  # not counted (a ramp has none: its first step is its own warm-up)
-    window_s: float = 1.0  # measurement windows (loadtest/windows.py)
-    search_probe_s: float = 4.0  # search: most seconds of windows per rate
-    repeats: int = 1  # the whole measurement this many times; the report shows their mean and 95% CI
+@dataclass(kw_only=True)
+class LoadConfig(LoadJob):
+    """One headless load test: LoadJob (trainserve/core/options/load.py: each field's default and meaning)
+    plus its checks."""
 
     def __post_init__(self) -> None:
         self.url = strip_scheme(self.url)
@@ -91,12 +67,8 @@ class LoadConfig:
             ("duration", self.duration_s, self.duration_s > 0, "> 0 s"),
             ("batch", self.batch, self.batch >= 1, ">= 1"),
             ("processes", self.processes, self.processes >= 0, ">= 0 (0: from the target and the cores)"),
-            ("slo_p99_ms", self.slo_p99_ms, self.slo_p99_ms > 0, "> 0 ms"),
-            ("ramp_step_s", self.ramp_step_s, self.ramp_step_s > 0, "> 0 s"),
-            ("ramp_max_users", self.ramp_max_users, self.ramp_max_users >= 1, ">= 1"),
+            *self.shared_checks(),
             ("warmup_s", self.warmup_s, self.warmup_s >= 0, ">= 0 s"),
-            ("window_s", self.window_s, self.window_s > 0, "> 0 s"),
-            ("search_probe_s", self.search_probe_s, self.search_probe_s >= 3 * self.window_s, ">= 3 windows"),
             ("repeats", self.repeats, self.repeats >= 1, ">= 1"),
         ):
             if not ok:
@@ -105,6 +77,11 @@ class LoadConfig:
             raise UserError(f"--target {self.target!r} is invalid; use letters, digits, '.', '_' and '-'")
         if self.metrics_url is None:
             self.metrics_url = f"http://{self.url.rpartition(':')[0]}:8002/metrics"
+
+    @property
+    def p99_limit_ms(self) -> float:
+        """The p99 this load is held to: a ramp's stopping point, else the SLO (the search's budget)."""
+        return self.ramp_stop_p99_ms if self.ramp else self.slo_p99_ms
 
     @property
     def mode(self) -> str:
@@ -154,7 +131,7 @@ def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[
     elif config.mode == "ramp":
         cmd += ["--load-shape", "StepRamp", "--ramp-start-users", "1", "--ramp-step-users", str(config.processes),
                 "--ramp-step-s", f"{config.ramp_step_s:g}", "--ramp-max-users", str(config.ramp_max_users),
-                "--slo-p99-ms", f"{config.slo_p99_ms:g}"]
+                "--ramp-stop-p99-ms", f"{config.ramp_stop_p99_ms:g}"]
     else:
         users = config.users or 1
         cmd += ["-u", str(users), "-r", str(users), "TritonGrpcUser" if config.protocol == "grpc" else "TritonHttpUser"]
@@ -199,7 +176,7 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         served.stop()
         results = pool_repeats(runs)
         record = build_record(config, info, target, results, scraper.summary(), returncode)
-        served.annotate(record, results, instances_of(info.config.get("instance_group")), config.slo_p99_ms)
+        served.annotate(record, results, instances_of(info.config.get("instance_group")), config.p99_limit_ms)
         for f in [*staging.glob(f"{target}_*.csv"), *staging.glob(f"{target}.html")]:
             os.replace(f, out_dir / f.name)
         path = out_dir / f"{target}.json"
@@ -286,7 +263,7 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
                        "validate": config.validate, "http_client": config.http_client, "url": config.url,
                        "metrics_url": config.metrics_url, "locust_exit_code": returncode,
                        "scenario": config.scenario, "warmup_s": 0.0 if config.ramp else config.warmup_s,
-                       "window_s": config.window_s, "slo_p99_ms": config.slo_p99_ms, "repeats": config.repeats}
+                       "window_s": config.window_s, "slo_p99_ms": config.p99_limit_ms, "repeats": config.repeats}
     cpu = gen.get("cpu_s")
     record.extra = {
         "server": {"name": info.server_label, "version": info.server_version, "metrics": server,

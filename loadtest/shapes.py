@@ -97,14 +97,14 @@ class StepRamp(LoadTestShape):
         steps.append(row)
         log.info("ramp step: %d users, %.1f req/s, p99 %s ms", users, requests_s, summary["p99_ms"])
         reason = None
-        if summary["p99_ms"] is not None and summary["p99_ms"] > opts.slo_p99_ms:
-            reason = f"p99 {summary['p99_ms']} ms > SLO {opts.slo_p99_ms} ms"
+        if summary["p99_ms"] is not None and summary["p99_ms"] > opts.ramp_stop_p99_ms:
+            reason = f"p99 {summary['p99_ms']} ms > SLO {opts.ramp_stop_p99_ms} ms"
         elif len(steps) >= 2 and steps[-2]["requests_s"] > 0 and \
                 requests_s < steps[-2]["requests_s"] * (1 + opts.min_gain):
             reason = f"throughput grew less than {opts.min_gain:.0%}"
         if reason is None and reason_if_last is None:
             return False
-        good = [s for s in steps if s["p99_ms"] is not None and s["p99_ms"] <= opts.slo_p99_ms]
+        good = [s for s in steps if s["p99_ms"] is not None and s["p99_ms"] <= opts.ramp_stop_p99_ms]
         best = max(good, key=lambda s: s["requests_s"]) if good else None
         collector.saturation = {"users": best["users"] if best else None,
                                 "requests_s": best["requests_s"] if best else None,

@@ -37,7 +37,7 @@ class BatchingConfig:
     max_batch_size: int = 0  # rows per run; 0 = the model does not batch (dim 0 is not a batch dim)
     dynamic: bool = False  # config.pbtxt has a dynamic_batching block: join requests of many clients
     preferred_batch_sizes: tuple[int, ...] = ()  # run as soon as one of these row counts is reached and nothing more waits
-    max_queue_delay_us: int = 0  # how long the first request of a batch may wait for company, microseconds
+    max_queue_delay_microseconds: int = 0  # how long the first request of a batch may wait for company, microseconds
     max_queue_size: int = 1024  # requests waiting per model; beyond it requests are refused (503)
     max_queue_bytes: int = 256 << 20  # input bytes waiting per model; beyond it requests are refused (503)
     queue_timeout_us: int = 10_000_000  # a request still queued after this is refused (503); 0 = never
@@ -47,8 +47,8 @@ class BatchingConfig:
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
             raise UserError(f"max_batch_size={self.max_batch_size} must be >= 0")
-        if self.max_queue_delay_us < 0:
-            raise UserError(f"max_queue_delay_us={self.max_queue_delay_us} must be >= 0")
+        if self.max_queue_delay_microseconds < 0:
+            raise UserError(f"max_queue_delay_microseconds={self.max_queue_delay_microseconds} must be >= 0")
         if self.inline_max_us < 0:
             raise UserError(f"inline_max_us={self.inline_max_us} must be >= 0")
         if self.idle_inline_max_us < 0:
@@ -87,7 +87,7 @@ class BatchingConfig:
             max_batch_size=config.max_batch_size,
             dynamic=has_db,
             preferred_batch_sizes=tuple(sorted(db.preferred_batch_size)) if has_db else (),
-            max_queue_delay_us=db.max_queue_delay_microseconds if has_db else 0,
+            max_queue_delay_microseconds=db.max_queue_delay_microseconds if has_db else 0,
             max_queue_size=max_queue_size,
             max_queue_bytes=max_queue_bytes,
             queue_timeout_us=queue_timeout_us,
@@ -191,7 +191,7 @@ class Batcher:
         # moving average of the time between two submits, ns: how soon company can be expected. One long
         # idle gap counts as at most GAP_CAP_DELAYS queue delays, so load that resumes is noticed quickly.
         self._gap_ns = float("inf")
-        self._gap_cap_ns = GAP_CAP_DELAYS * max(config.max_queue_delay_us, 1) * 1000
+        self._gap_cap_ns = GAP_CAP_DELAYS * max(config.max_queue_delay_microseconds, 1) * 1000
         self._targets = sorted(set(config.preferred_batch_sizes) | {config.max_batch_size})
 
     def start(self) -> None:
@@ -227,7 +227,7 @@ class Batcher:
         idle = self._busy == 0 and not self._queue.items
         if not idle:
             self._lone_credit = 0  # company: this request came while another waits or runs
-        elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_us * 1000) \
+        elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_microseconds * 1000) \
                 and self._on_loop(rows, 1, now, queued=False):
             return self._run_direct(inputs, rows)
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
@@ -249,7 +249,7 @@ class Batcher:
         loop = asyncio.get_running_loop()
         executor = self._executors[instance]
         largest_preferred = max(cfg.preferred_batch_sizes, default=0)
-        delay_ns = cfg.max_queue_delay_us * 1000
+        delay_ns = cfg.max_queue_delay_microseconds * 1000
         timeout_ns = cfg.queue_timeout_us * 1000
         while True:
             while not queue.items:

@@ -15,7 +15,6 @@ Internal 500); each carries `http_status` and `grpc_code` for the front end to a
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import re
 import time
@@ -26,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trainserve.core.errors import UserError
+from trainserve.core.options.serve import ServeOptions
 from trainserve.core.version import version as trainserve_version
 from trainserve.serve import repository
 from trainserve.serve.batcher import Batcher, BatchingConfig
@@ -53,19 +53,19 @@ class CoreOptions:
     """What the core serves and how: repository, device, threads, queue bound."""
 
     model_repository: Path  # Triton layout: <repo>/<model>/{config.pbtxt, <version>/model.onnx}
-    device: str = "cpu"  # "cpu" or "cuda" (CUDA execution provider; refusing a silent CPU fallback)
-    intra_op_threads: int = 0  # per session unless config.pbtxt says; 0 = the cores divided by the instance count
+    device: str = ServeOptions.device  # "cpu" or "cuda" (CUDA execution provider; refusing a silent CPU fallback)
+    intra_op_threads: int = ServeOptions.threads  # per session unless config.pbtxt says; 0 = the cores divided by the instance count
     inter_op_threads: int = 1  # per session unless config.pbtxt's parameters say
-    max_queue_size: int = 1024  # waiting requests per model version before 503 / UNAVAILABLE
-    max_queue_bytes: int = 256 << 20  # waiting input bytes per model version before 503 / UNAVAILABLE
+    max_queue_size: int = ServeOptions.max_queue_size  # waiting requests per model version before 503 / UNAVAILABLE
+    max_queue_bytes: int = ServeOptions.max_queue_bytes  # waiting input bytes per model version before 503 / UNAVAILABLE
     # a request queued longer than this is answered 503 / UNAVAILABLE "Request timeout expired", seconds
     # (0 = never); config.pbtxt's dynamic_batching.default_queue_policy overrides it per model
-    queue_timeout_s: float = 10.0
+    queue_timeout_s: float = ServeOptions.queue_timeout_s
     allow_spinning: bool = False  # let onnxruntime's pool threads busy-wait between runs (see SessionOptions)
     # After a request that took less than this, the event loop polls its sockets instead of sleeping for
     # this long while no batch runs, microseconds (0 = off): a thread woken from sleep by the kernel can add
     # ~0.3 ms to a batch-1 request, more than the model's own time (docs/BENCHMARKS.md, busy-poll).
-    busy_poll_us: int = 1000
+    busy_poll_us: int = ServeOptions.busy_poll_us
 
     def __post_init__(self) -> None:
         SessionOptions(self.device, self.intra_op_threads, self.inter_op_threads)  # validates those three

@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--arena-fd", type=int, required=True)
     parser.add_argument("--arena-bytes", type=int, default=shm.ARENA_BYTES)
     parser.add_argument("--engine-pid", type=int, required=True)
-    parser.add_argument("--options", required=True, help="ServerOptions as JSON")
+    parser.add_argument("--options", required=True)  # ServerOptions as JSON
     args = parser.parse_args(argv)
     die_with_parent(signal.SIGTERM)  # the model process killed: drain what can be drained, exit
     if os.getppid() != args.engine_pid:

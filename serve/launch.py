@@ -11,6 +11,7 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+from trainserve.core.options.serve import ServeOptions
 from trainserve.core.procs import usable_cpus
 from trainserve.serve import heap
 from trainserve.serve.spin import switch_interval
@@ -34,30 +35,13 @@ def default_frontends(cores: int | None = None) -> int:
     return 1 if cores < 8 else min(MAX_FRONTENDS, cores // 4)
 
 
-def run_server(
-    model_repository: Path,
-    device: str = "cpu",
-    host: str = "127.0.0.1",
-    http_port: int = 8000,
-    grpc_port: int = 8001,
-    metrics_port: int = 8002,
-    threads: int = 0,
-    max_queue_size: int = 1024,
-    max_body_bytes: int = 64 * 1024 * 1024,
-    max_queue_bytes: int = 256 << 20,
-    queue_timeout_s: float = 10.0,
-    body_timeout_s: float = 30.0,
-    max_connections: int = 1024,
-    spin: bool = False,
-    busy_poll_us: int = 1000,
-    frontends: int = 0,
-    on_ready: Callable[[str], None] = print,
-) -> None:
+def run_server(o: ServeOptions, on_ready: Callable[[str], None] = print) -> None:
     """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence.
 
-    frontends: processes that parse HTTP and gRPC (0 = default_frontends()); above 1 this process becomes
+    o.frontends: processes that parse HTTP and gRPC (0 = default_frontends()); above 1 this process becomes
     the model process that batches for all of them (serve/engine.py).
     """
+    model_repository, host, frontends = o.model_repository, o.host, o.frontends
     if not 0 <= frontends <= 64:
         raise StartError(f"--frontends {frontends} is invalid; allowed: 0 (from the cores) to 64")
     # bodies are received on event loops (this process's, and the front ends' it starts, which inherit it):
@@ -70,11 +54,11 @@ def run_server(
     frontends = frontends or default_frontends()
     try:
         core_options = CoreOptions(
-            Path(model_repository), device, threads, 1, max_queue_size, max_queue_bytes, queue_timeout_s,
-            allow_spinning=spin, busy_poll_us=busy_poll_us,
+            Path(model_repository), o.device, o.threads, 1, o.max_queue_size, o.max_queue_bytes, o.queue_timeout_s,
+            allow_spinning=o.spin, busy_poll_us=o.busy_poll_us,
         )
-        options = ServerOptions(host, http_port, grpc_port, metrics_port, max_body_bytes, body_timeout_s=body_timeout_s,
-                                max_connections=max_connections)
+        options = ServerOptions(host, o.http_port, o.grpc_port, o.metrics_port, o.max_body_bytes,
+                                body_timeout_s=o.body_timeout_s, max_connections=o.max_connections)
     except ValueError as e:
         raise StartError(f"invalid server option: {e}") from None
     core = ServerCore(core_options)

@@ -24,6 +24,7 @@ from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 from trainserve.serve.datatypes import config_to_kserve, kserve_to_config
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_text_atomic
+from trainserve.core.options.serve import CPU_VARIANTS, GPU_VARIANTS, RepositoryOptions
 
 if TYPE_CHECKING:
     from tritonclient.grpc import model_config_pb2
@@ -39,8 +40,6 @@ DEFAULT_MODEL_FILENAME = "model.onnx"
 # Triton's --backend-config=default-max-batch-size: the max_batch_size auto-complete gives a model
 # whose signature batches (first dimension variable) when the configuration names none.
 TRITON_DEFAULT_MAX_BATCH_SIZE = 4
-CPU_VARIANTS = ("fp32", "int8")  # the exported ONNX files a CPU model can serve
-GPU_VARIANTS = ("fp32", "fp16")  # ... and a GPU model
 
 # onnx.TensorProto.DataType name -> Triton data type name (the onnxruntime backend's mapping).
 # Kept here because tritonclient maps numpy dtypes, not ONNX's, and onnx's own numpy mapping has
@@ -79,21 +78,10 @@ def _pb2():
 
 # --- generating a repository from a model card --------------------------------------------------
 
-@dataclass
-class RepositoryConfig:
-    """How the generated `<family>_cpu` and `<family>_gpu` models are batched, placed and threaded."""
-
-    max_batch_size: int = 64  # largest batch Triton's dynamic batcher may form (samples)
-    preferred_batch_sizes: tuple[int, ...] = ()  # () -> max/4, max/2, max
-    max_queue_delay_us: int = 1000  # how long a request may wait for a batch to fill (microseconds)
-    cpu_instances: int = 1  # model instances (onnxruntime sessions) on the CPU model
-    # model instances per GPU on the GPU model: two, so one copies its batch in and out while the other runs;
-    # with one the GPU idles during every host-device copy (docs/BENCHMARKS.md, embedded server on the GPU)
-    gpu_instances: int = 2
-    cpu_threads: int = 0  # onnxruntime intra-op threads per CPU instance; 0 -> the server's choice (cores // instances)
-    tensorrt: bool = False  # add the TensorRT execution accelerator (FP16) to the GPU model
-    cpu_variant: Literal["fp32", "int8"] = "fp32"  # which exported ONNX file the CPU model serves
-    gpu_variant: Literal["fp32", "fp16"] = "fp16"  # which exported ONNX file the GPU model serves
+@dataclass(kw_only=True)
+class RepositoryConfig(RepositoryOptions):
+    """How the generated `<family>_cpu` and `<family>_gpu` models are batched, placed and threaded:
+    RepositoryOptions (trainserve/core/options/serve.py, named as Triton's model_config) plus its checks."""
 
     def __post_init__(self) -> None:
         self.preferred_batch_sizes = tuple(int(b) for b in self.preferred_batch_sizes)
@@ -103,8 +91,9 @@ class RepositoryConfig:
         if bad:
             raise UserError(f"preferred_batch_sizes={list(self.preferred_batch_sizes)} is invalid; "
                             f"each must be between 1 and max_batch_size={self.max_batch_size}")
-        if not 0 <= self.max_queue_delay_us <= 10_000_000:
-            raise UserError(f"max_queue_delay_us={self.max_queue_delay_us} is invalid; allowed: 0..10000000 (10 s)")
+        if not 0 <= self.max_queue_delay_microseconds <= 10_000_000:
+            raise UserError(f"max_queue_delay_microseconds={self.max_queue_delay_microseconds} is invalid; allowed: "
+                            "0..10000000 (10 s)")
         for name in ("cpu_instances", "gpu_instances"):
             if not 1 <= getattr(self, name) <= 64:
                 raise UserError(f"{name}={getattr(self, name)} is invalid; allowed: 1..64")
@@ -143,7 +132,7 @@ def model_config_from_card(card: ModelCard, kind: Literal["cpu", "gpu"],
                             f"serve; allowed: {', '.join(_card_dtype_names())}")
         dest.add(name=spec.name, data_type=pb.DataType.Value(triton_type), dims=list(spec.shape))
     c.dynamic_batching.preferred_batch_size.extend(cfg.batch_sizes())
-    c.dynamic_batching.max_queue_delay_microseconds = cfg.max_queue_delay_us
+    c.dynamic_batching.max_queue_delay_microseconds = cfg.max_queue_delay_microseconds
     if kind == "cpu":
         c.instance_group.add(kind=pb.ModelInstanceGroup.KIND_CPU, count=cfg.cpu_instances)
         # Keys read by Triton's onnxruntime backend; inter-op 1 because execution is sequential. The intra-op

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from trainserve.core.errors import UserError
+from trainserve.core.options.serve import ServeOptions
 from trainserve.serve import heap
 from trainserve.serve.core import ServerCore
 
@@ -54,14 +55,14 @@ class FrontEnd(Protocol):
 class ServerOptions:
     """Where and how the front ends listen."""
 
-    host: str = "127.0.0.1"  # bind address; 0.0.0.0 only when asked
-    http_port: int = 8000  # 0 = ephemeral, -1 = off
-    grpc_port: int = 8001  # 0 = ephemeral, -1 = off
-    metrics_port: int = 8002  # 0 = ephemeral, -1 = off
-    max_body_bytes: int = 64 * 1024 * 1024  # largest request body a front end accepts, bytes
+    host: str = ServeOptions.host  # bind address; 0.0.0.0 only when asked
+    http_port: int = ServeOptions.http_port  # 0 = ephemeral, -1 = off
+    grpc_port: int = ServeOptions.grpc_port  # 0 = ephemeral, -1 = off
+    metrics_port: int = ServeOptions.metrics_port  # 0 = ephemeral, -1 = off
+    max_body_bytes: int = ServeOptions.max_body_bytes  # largest request body a front end accepts, bytes
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish, seconds
-    body_timeout_s: float = 30.0  # a request head or body not fully received this long after it began: 408, seconds
-    max_connections: int = 1024  # open HTTP connections at most; more are answered 503 and closed
+    body_timeout_s: float = ServeOptions.body_timeout_s  # a request head or body not fully received this long after it began: 408, seconds
+    max_connections: int = ServeOptions.max_connections  # open HTTP connections at most; more are answered 503 and closed
     reuse_port: bool = False  # bind with SO_REUSEPORT: several front-end processes share the ports (serve/engine.py)
 
     def __post_init__(self) -> None:

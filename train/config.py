@@ -7,11 +7,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.options.train import DEVICES, LR_SCALES, PLACEMENTS, PRECISIONS, TrainOptions
 
-DEVICES = ("cpu", "cuda", "auto")
-PRECISIONS = ("fp32", "bf16", "fp16")
-LR_SCALES = ("none", "linear")
-PLACEMENTS = ("auto", "host", "device")
+__all__ = ["DEVICES", "LR_SCALES", "PLACEMENTS", "PRECISIONS", "TrainConfig", "scaled_lr"]
+
 LR_REFERENCE_BATCH = 256  # linear scaling rule: lr * global batch / 256 (Goyal et al.)
 
 
@@ -29,37 +28,10 @@ def _check(cond: bool, field: str, value: Any, allowed: str) -> None:
         raise UserError(f"training option {field}={value!r} is invalid; allowed: {allowed}")
 
 
-@dataclass
-class TrainConfig:
-    """How to train: device, precision, batch, schedule, data and measurement settings."""
-
-    model: str = "cnn"  # zoo family (mlp | cnn | transformer), or a reference: file.py:build | package.module:build
-    preset: str = "tiny"  # size preset of a zoo family (a model of your own has none)
-    input_shape: tuple[int, ...] | None = None  # your own model: one sample's input, batch excluded, e.g. (3, 64, 64)
-    input_dtype: str = "float32"  # your own model: float32 | int64 (token ids)
-    vocab_size: int | None = None  # your own model with int64 inputs: ids are 0..vocab_size-1
-    num_classes: int | None = None  # your own model: K of its (batch, K) logits; None -> read from its output
-    device: str = "auto"  # cpu | cuda | auto (cuda when a GPU is visible)
-    precision: str = "fp32"  # fp32 | bf16 | fp16 (autocast; fp16 adds a GradScaler)
-    batch_size: int = 64  # samples per optimizer step (per process)
-    epochs: int = 3  # passes over the training split; with `steps` it is derived
-    steps: int | None = None  # total optimizer steps; overrides epochs when set
-    lr: float = 1e-3  # AdamW learning rate before scaling
-    lr_scale: str = "none"  # none | linear (lr * batch_size / 256)
-    weight_decay: float = 0.01
-    seed: int = 0  # model init, data generation and data order
-    workers: int | None = None  # DataLoader worker processes; None = 0 on CPU, up to 4 on CUDA
-    pin_memory: bool | None = None  # pinned host batches; None = on for CUDA
-    compile: bool = False  # torch.compile the model for training
-    dataset: str = "synthetic"  # synthetic | digits | path to an .npz with x, y
-    samples: int = 2048  # synthetic data: training rows (the test split is a quarter, >= 256)
-    eval_each_epoch: bool = True  # evaluate on the test split after every epoch
-    warmup_steps: int = 5  # first steps left out of step-time statistics (compile, cudnn autotune)
-    sync_timing: bool = False  # CUDA: synchronise after every step instead of timing with CUDA events
-    find_max_batch: bool = False  # CUDA: after training, search the largest train and inference batch
-    data_placement: str = "auto"  # auto | host (DataLoader, pinned, async copy) | device (split kept on the device)
-    telemetry: bool = True  # the background resource sampler (utilization, energy); off only to measure its cost
-    target_accuracy: float | None = None  # stop at the first end-of-epoch test accuracy >= this (0 < A <= 1)
+@dataclass(kw_only=True)
+class TrainConfig(TrainOptions):
+    """How to train: TrainOptions (trainserve/core/options/train.py: each field's default and meaning) plus
+    the checks that name the bad field."""
 
     def __post_init__(self) -> None:
         if self.input_shape is not None:
@@ -79,7 +51,8 @@ class TrainConfig:
         _check(self.lr_scale in LR_SCALES, "lr_scale", self.lr_scale, " | ".join(LR_SCALES))
         _check(self.weight_decay >= 0, "weight_decay", self.weight_decay, ">= 0")
         _check(self.seed >= 0, "seed", self.seed, "an integer >= 0")
-        _check(self.workers is None or 0 <= self.workers <= 64, "workers", self.workers, "0..64, or unset (auto)")
+        _check(self.num_workers is None or 0 <= self.num_workers <= 64, "num_workers", self.num_workers,
+               "0..64, or unset (auto)")
         _check(self.samples >= 16, "samples", self.samples, "an integer >= 16")
         _check(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "an integer >= 0")
         _check(self.data_placement in PLACEMENTS, "data_placement", self.data_placement, " | ".join(PLACEMENTS))
@@ -100,6 +73,8 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
+        if "workers" in data and "num_workers" not in data:  # a checkpoint written before torch's name
+            data = {**data, "num_workers": data["workers"]}
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def replace(self, **changes: Any) -> TrainConfig:

@@ -148,14 +148,14 @@ class _Training:
         self.channels_last = cfg.model == "cnn" and device == "cuda"
         self.batches = EpochBatches(len(splits.x_train), cfg.batch_size, cfg.seed, rank, world_size)
         data_bytes = splits.x_train.nbytes + splits.y_train.nbytes
-        self.placement = choose_placement(cfg.data_placement, device, data_bytes, cfg.workers is not None)
+        self.placement = choose_placement(cfg.data_placement, device, data_bytes, cfg.num_workers is not None)
         self.workers: int | None = None
         self.pin: bool | None = None
         self.resident: ResidentBatches | None = None
         if self.placement == "device":  # before the memory baseline: the resident split is not training memory
             self.resident = ResidentBatches(splits.x_train, splits.y_train, self.batches, device, self.channels_last)
         else:
-            self.workers = (cfg.workers if cfg.workers is not None
+            self.workers = (cfg.num_workers if cfg.num_workers is not None
                             else (min(4, usable_cpus() // 2) if device == "cuda" else 0))
             self.pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
 

@@ -12,11 +12,12 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Annotated, ParamSpec, TypeVar
+from typing import ParamSpec, TypeVar
 
 import typer
 
 from trainserve.commands import export as _export
+from trainserve.commands._typer import Args, options_of
 from trainserve.commands import limits as _limits
 from trainserve.commands import load as _load
 from trainserve.commands import plan as _plan
@@ -32,8 +33,7 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 app = typer.Typer(
-    name="trainserve",
-    help="Measure what a model costs to train and to serve, on CPU and GPU, side by side.",
+    name="trainserve",  # its help is _root's docstring
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
@@ -41,11 +41,10 @@ app = typer.Typer(
 
 
 @app.callback()
-def _root(
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log debug details.")] = False,
-) -> None:
+@options_of("trainserve")
+def _root(o: Args) -> None:
     """Measure what a model costs to train and to serve, on CPU and GPU, side by side."""
-    setup_logging(logging.DEBUG if verbose else logging.INFO)
+    setup_logging(logging.DEBUG if o.verbose else logging.INFO)
 
 
 def setup_logging(level: int = logging.INFO) -> None:

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
+from trainserve.core.options.run import RUN_DEVICES, RunOptions
+from trainserve.core.options.train import ModelOptions
 from trainserve.core.procs import (
     ChildFailed,
     Children,
@@ -45,7 +47,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODELS = FAMILIES
-DEVICES = ("auto", "cpu", "cuda")
+DEVICES = RUN_DEVICES
 SCENARIOS = ("ramp", "server", "batch1", "saturated")  # the load stages of each served device, in their order
 RUN_OPTIONS = "run.json"  # the options that decide a run's work (--resume checks them)
 STAGES = "stages.json"  # the stages that completed, with their seconds (--resume keeps them)
@@ -90,26 +92,14 @@ FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_s
               limits_budget_s=15.0, search_budget_s=40.0, search_probe_s=5.0, window_s=1.0, warmup_s=1.0)
 
 
-@dataclass
-class RunConfig:
-    """What `trainserve run` does."""
+@dataclass(kw_only=True)
+class RunConfig(RunOptions):
+    """What `trainserve run` does: RunOptions (trainserve/core/options/run.py: each option's default and
+    meaning), the model, and the cost options resolved."""
 
-    model: str = "cnn"  # zoo family, or your own: path/to/file.py:build (train/usermodel.py)
-    preset: str | None = None  # None: the budget's (tiny with --quick or without a GPU, else small)
-    device: str = "auto"  # auto: the CPU, plus the GPU when there is one; cpu: CPU only; cuda: require a GPU
-    quick: bool = False
-    run: str = ""  # "" -> run-YYYYmmdd-HHMMSS
-    runs_dir: Path | None = None
-    sweep: bool = True  # the training sweep on each device, instead of one fixed-point CPU-vs-GPU compare
-    sweep_budget_s: float | None = None  # seconds per device; None: the budget's (25 with --quick, else 60)
-    cost: CostOptions | None = None  # prices, SLO and target load of the report's cost section; None: defaults
-    dataset: str = "synthetic"  # training data: synthetic, digits, or an .npz path (trainserve train --dataset)
-    target_accuracy: float | None = None  # train until this held-out accuracy; the time and energy it took per device
-    seeds: int | None = None  # with target_accuracy: trainings per device (None: the train stage's default, 3)
+    model: str = ModelOptions.model  # zoo family, or your own: path/to/file.py:build (train/usermodel.py)
     user_model: dict[str, Any] = field(default_factory=dict)  # your own model: TrainConfig's input_shape, ...
-    onnx: Path | None = None  # a model trained elsewhere: serve, load, price and plan it; no training stages
-    repeats: int = 1  # each served operating point measured this many times (the report: mean and 95% CI)
-    resume: bool = False  # finish an earlier attempt of this run: its completed stages are kept (run.json, stages.json)
+    cost: CostOptions | None = None  # prices, SLO and target load of the report's cost section; None: defaults
 
     def __post_init__(self) -> None:
         if self.sweep_budget_s is not None and not self.sweep_budget_s > 0:

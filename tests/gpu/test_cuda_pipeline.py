@@ -10,7 +10,6 @@ whole device is the training process's memory plus a constant.
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
 import sys

@@ -43,7 +43,7 @@ def _card(family: str = "cnn") -> ModelCard:
 # --- generation ----------------------------------------------------------------------------------
 
 def test_cpu_config_from_card_round_trips_through_text_format() -> None:
-    cfg = RepositoryConfig(max_batch_size=32, preferred_batch_sizes=(4, 16), max_queue_delay_us=250,
+    cfg = RepositoryConfig(max_batch_size=32, preferred_batch_sizes=(4, 16), max_queue_delay_microseconds=250,
                            cpu_instances=2, cpu_threads=3)
     text = config_text(model_config_from_card(_card(), "cpu", cfg))
     c = text_format.Parse(text, pb.ModelConfig())
@@ -100,7 +100,7 @@ def test_card_dtype_triton_cannot_serve_is_a_user_error_listing_the_allowed(dtyp
 
 
 @pytest.mark.parametrize("kwargs", [{"max_batch_size": 0}, {"preferred_batch_sizes": (128,)},
-                                    {"cpu_instances": 0}, {"max_queue_delay_us": -1}, {"cpu_variant": "fp16"},
+                                    {"cpu_instances": 0}, {"max_queue_delay_microseconds": -1}, {"cpu_variant": "fp16"},
                                     {"gpu_variant": "int8"}])
 def test_repository_config_rejects_bad_values(kwargs: dict) -> None:
     with pytest.raises(UserError, match=next(iter(kwargs))):

@@ -5,7 +5,7 @@ from trainserve.core.errors import UserError
 
 
 @pytest.mark.parametrize("field,value", [("batch_size", 0), ("device", "tpu"), ("precision", "fp8"), ("epochs", 0),
-                                         ("lr", 0.0), ("lr_scale", "sqrt"), ("workers", -1), ("steps", 0),
+                                         ("lr", 0.0), ("lr_scale", "sqrt"), ("num_workers", -1), ("steps", 0),
                                          ("data_placement", "gpu")])
 def test_bad_values_name_the_field(field, value):
     with pytest.raises(UserError, match=field):

@@ -78,7 +78,7 @@ def test_fp16_and_bf16_autocast_train_on_cpu(tmp_path):
 
 def test_resume_is_exact_with_worker_processes(tmp_path):
     """The DataLoader path (worker processes) resumes exactly and trains exactly like the resident split."""
-    kw = {"model": "mlp", "workers": 1, "samples": 128}
+    kw = {"model": "mlp", "num_workers": 1, "samples": 128}
     straight = _fit(tmp_path, "straight", epochs=2, **kw)
     _fit(tmp_path, "split", epochs=1, **kw)
     _fit(tmp_path, "split", resume=True, epochs=2, **kw)

@@ -2,35 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from trainserve.commands._cost_options import (
-    CpuCoreHour,
-    GpuHour,
-    Headroom,
-    Kwh,
-    PricesFile,
-    ReportQps,
-    SloP99,
-    cost_options,
-)
-from trainserve.commands.choices import RunsDirOpt
-from trainserve.report.cost import DEFAULT_HEADROOM, DEFAULT_SLO_P99_MS
+from trainserve.commands._typer import Args, options_of
 
 
-def report(
-    run: Annotated[str, typer.Option("--run", help="Run whose profile records to report.")],
-    runs_dir: RunsDirOpt = None,
-    prices: PricesFile = None,
-    price_cpu_core_hour: CpuCoreHour = None,
-    price_gpu_hour: GpuHour = None,
-    price_kwh: Kwh = None,
-    slo_p99_ms: SloP99 = DEFAULT_SLO_P99_MS,
-    qps: ReportQps = None,
-    headroom: Headroom = DEFAULT_HEADROOM,
-) -> None:
+@options_of("report")
+def report(o: Args) -> None:
     """Write runs/RUN/report/: report.html (self-contained), report.md, summary.json and plots.
 
     Reads every profile record of the run (train/, compare/, load/) and sets training beside
@@ -40,8 +18,10 @@ def report(
     from trainserve.core.runs import existing_run_dir
     from trainserve.report import build_report, cost_lines_of
 
-    opts = cost_options(prices, price_cpu_core_hour, price_gpu_hour, price_kwh, slo_p99_ms, qps, headroom)
-    html = build_report(existing_run_dir(run, runs_dir), opts)
+    from trainserve.report.cost import CostOptions
+
+    opts = CostOptions.of(o)
+    html = build_report(existing_run_dir(o.run, o.runs_dir), opts)
     for line in cost_lines_of(html):
         typer.echo(line)
     typer.echo(f"report: {html}")

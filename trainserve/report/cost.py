@@ -19,8 +19,10 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.options.cost import CostFlags, SloOptions
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.breakeven import gpu_price_break_even
@@ -35,12 +37,12 @@ from trainserve.report.cost_sections import (
     TrainCost,
 )
 from trainserve.report.price_table import GpuPrice, gpu_pricing
-from trainserve.report.prices import Prices
+from trainserve.report.prices import Prices, resolve_prices
 from trainserve.report.sections import Column, ModelSection, OperatingPoint, Report
 
 SERVER = "Server scenario"  # a frontier point's kind: the open-loop capacity search's figure
-DEFAULT_SLO_P99_MS = 100.0  # a common interactive budget; the load ramp stops at the same p99 by default
-DEFAULT_HEADROOM = 0.2  # capacity kept free above the target load (bursts, a server lost), as a fraction
+DEFAULT_SLO_P99_MS = SloOptions.slo_p99_ms  # trainserve/core/options/cost.py says why and what
+DEFAULT_HEADROOM = CostFlags.headroom
 J_PER_KWH = 3.6e6
 MILLION = 1e6
 
@@ -54,9 +56,16 @@ class CostOptions:
     """The prices and targets the cost section and the capacity plan use."""
 
     prices: Prices = field(default_factory=Prices)
-    slo_p99_ms: float = DEFAULT_SLO_P99_MS  # the p99 latency a served load point must meet, ms
-    qps: float | None = None  # target load for the capacity plan, requests/s (None: no plan)
-    headroom: float = DEFAULT_HEADROOM  # extra capacity over qps, as a fraction (0.2 = 20%)
+    slo_p99_ms: float = DEFAULT_SLO_P99_MS  # CostFlags (trainserve/core/options/cost.py): each one's meaning
+    qps: float | None = CostFlags.qps
+    headroom: float = DEFAULT_HEADROOM
+
+    @classmethod
+    def of(cls, flags: Any) -> CostOptions:
+        """From a command's CostFlags values (an object with those attributes), prices resolved; a UserError
+        names a bad one."""
+        prices = resolve_prices(flags.prices, flags.price_cpu_core_hour, flags.price_gpu_hour, flags.price_kwh)
+        return cls(prices=prices, slo_p99_ms=flags.slo_p99_ms, qps=flags.qps, headroom=flags.headroom)
 
     def __post_init__(self) -> None:
         if not _positive(self.slo_p99_ms):
