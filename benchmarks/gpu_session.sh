@@ -89,14 +89,14 @@ perf23-switch)  # the GIL switch interval of the server's processes, Python's 5 
 search-split)  # issue 23: the Server search on the GPU server alone (--frontends auto, 8 Locust processes, SLO 20 ms),
   # the figure's latency split from the server's statistics of that rate (loadtest/search_shape.py): what bounds it
   perf23_repo
-  step search_split 240 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
+  step search_split 180 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
     --grpc-port 18001 --metrics-port 18002 > '$R/search_split_server.log' 2>&1 & s=\$!; \
     $py -c 'import time,urllib.request as u
 for _ in range(120):
     try: u.urlopen(\"http://127.0.0.1:18000/v2/health/ready\", timeout=1); break
     except Exception: time.sleep(0.5)'; \
     $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 8000 --slo-p99-ms 20 \
-    --duration 90s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run search-split --runs-dir '$R/runs'; \
+    --duration 60s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run search-split --runs-dir '$R/runs'; \
     rc=\$?; kill -TERM \$s; wait \$s; exit \$rc" ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
