@@ -28,6 +28,7 @@ from trainserve.serve.errors import Internal, ServeError, Unavailable
 from trainserve.serve.model import LoadedModel, config_param
 from trainserve.serve.stats import ModelStats
 from trainserve.core.errors import UserError
+from trainserve.core.options.serve import ServeOptions
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,9 @@ class BatchingConfig:
     dynamic: bool = False  # config.pbtxt has a dynamic_batching block: join requests of many clients
     preferred_batch_sizes: tuple[int, ...] = ()  # run as soon as one of these row counts is reached and nothing more waits
     max_queue_delay_microseconds: int = 0  # how long the first request of a batch may wait for company, microseconds
-    max_queue_size: int = 1024  # requests waiting per model; beyond it requests are refused (503)
-    max_queue_bytes: int = 256 << 20  # input bytes waiting per model; beyond it requests are refused (503)
-    queue_timeout_us: int = 10_000_000  # a request still queued after this is refused (503); 0 = never
+    max_queue_size: int = ServeOptions.max_queue_size  # requests waiting per model; beyond it requests are refused (503)
+    max_queue_bytes: int = ServeOptions.max_queue_bytes  # input bytes waiting per model; beyond it requests are refused (503)
+    queue_timeout_us: int = round(ServeOptions.queue_timeout_s * 1e6)  # a request still queued after this is refused (503); 0 = never
     inline_max_us: int = 200  # run a batch on the event loop itself when its size ran faster than this, microseconds
     idle_inline_max_us: int = 2000  # ... or faster than this while no other request waits, microseconds
 

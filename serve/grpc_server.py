@@ -26,6 +26,7 @@ from trainserve.serve.errors import ServeError
 from trainserve.serve.grpc_guard import CallGuard, guard_handler
 from trainserve.serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
 from trainserve.core.errors import UserError
+from trainserve.core.options.serve import ServeOptions
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +35,13 @@ log = logging.getLogger(__name__)
 class GrpcConfig:
     """Where the gRPC endpoint listens and how large a message it takes."""
 
-    host: str = "127.0.0.1"  # loopback unless the user says otherwise
+    host: str = ServeOptions.host  # loopback unless the user says otherwise
     port: int = 8001  # Triton's gRPC port; 0 = any free port (read back from GrpcServer.port)
     max_message_bytes: int = 64 << 20  # larger requests get RESOURCE_EXHAUSTED from gRPC itself, bytes
     grace_s: float = 5.0  # on stop, how long in-flight RPCs may take to finish, seconds
     reuse_port: bool = False  # share the port with the other front-end processes (SO_REUSEPORT)
-    body_timeout_s: float = 30.0  # a ModelInfer message not received this long after its call began: DEADLINE_EXCEEDED
-    max_connections: int = 1024  # client connections with calls in flight at most; a call from one more: UNAVAILABLE
+    body_timeout_s: float = ServeOptions.body_timeout_s  # a ModelInfer message not received this long after its call began: DEADLINE_EXCEEDED
+    max_connections: int = ServeOptions.max_connections  # client connections with calls in flight at most; a call from one more: UNAVAILABLE
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:

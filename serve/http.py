@@ -20,6 +20,7 @@ from trainserve.serve.core import ServerCore
 from trainserve.serve.errors import InvalidArgument, MethodNotAllowed, NotFound, RequestTimeout, ServeError, TooLarge, Unsupported
 from trainserve.serve.http_fast import KEEPALIVE_S, ConnectionTable, FastConnection
 from trainserve.serve.server import ServerOptions
+from trainserve.core.options.serve import ServeOptions
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,8 @@ class HttpFrontEnd:
     name = "http"
 
     def __init__(self, core: ServerCore, host: str, port: int, max_body_bytes: int, drain_timeout_s: float = 30.0,
-                 body_timeout_s: float = 30.0, max_connections: int = 1024, reuse_port: bool = False) -> None:
+                 body_timeout_s: float = ServeOptions.body_timeout_s, max_connections: int = ServeOptions.max_connections,
+                 reuse_port: bool = False) -> None:
         self.reuse_port = reuse_port  # share the port with the other front-end processes (SO_REUSEPORT)
         self.body_timeout_s = body_timeout_s  # a head or body still arriving this long after it began: 408
         self.core = core
