@@ -35,6 +35,7 @@ import numpy as np
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
+from trainserve.core.options.serve import LimitsJob
 from trainserve.core.procs import usable_cpus
 from trainserve.core.profile import (
     LatencyStats,
@@ -70,8 +71,8 @@ SUFFIX = {"cpu": "_cpu", "cuda": "_gpu"}  # `trainserve export` names the model 
 class LimitsConfig:
     """How the in-process limits of one device are measured."""
 
-    device: str = "cpu"  # "cpu" or "cuda"
-    budget_s: float = 10.0  # wall-clock seconds for the whole device (all its models), session builds included
+    device: str = LimitsJob.device  # "cpu" or "cuda"
+    budget_s: float = LimitsJob.budget_s  # wall-clock seconds for the whole device (all its models), session builds included
     max_threads: int = 0  # largest intra-op thread count tried; 0 = the cores this process may use
     seed: int = 0  # of the random inputs
 
