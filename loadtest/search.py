@@ -139,13 +139,24 @@ class RateSearch:
         self.best: Probe | None = None  # highest passing
         self.lowest_failed: Probe | None = None
         self.stop_reason: str | None = None
+        self._again: float | None = None  # a rate to probe once more before it counts as failed
 
     def record(self, probe: Probe) -> None:
         self.probes.append(probe)
         if probe.passed and (self.best is None or probe.rate > self.best.rate):
             self.best = probe
-        if not probe.passed and (self.lowest_failed is None or probe.rate < self.lowest_failed.rate):
+        elif not probe.passed and self._only_unsettled(probe) \
+                and sum(p.rate == probe.rate for p in self.probes) == 1:
+            # its windows met the SLO but did not agree: measured again, as perf_analyzer measures until it
+            # is stable, rather than let one noisy probe move the bracket down
+            self._again = probe.rate
+        elif not probe.passed and (self.lowest_failed is None or probe.rate < self.lowest_failed.rate):
             self.lowest_failed = probe
+
+    @staticmethod
+    def _only_unsettled(probe: Probe) -> bool:
+        """The probe failed for one reason alone: its windows did not stabilise (not the SLO, errors, the client)."""
+        return not probe.stability.stable and probe.reasons == [probe.stability.reason]
 
     def next_rate(self, elapsed_s: float) -> float | None:
         """The next rate to probe, or None when the search is over (`stop_reason` says why)."""
@@ -155,6 +166,9 @@ class RateSearch:
             return None
         if not self.probes:
             return c.start_rate
+        if self._again is not None:
+            rate, self._again = self._again, None
+            return rate
         lo = self.best.rate if self.best else None
         hi = self.lowest_failed.rate if self.lowest_failed else None
         if hi is None:  # everything passed so far: go up

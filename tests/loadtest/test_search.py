@@ -83,3 +83,22 @@ def test_a_busy_client_fails_its_rate_and_makes_the_capacity_a_lower_bound() -> 
     assert 200 <= result["capacity_req_s"] < 400
     assert result["client_limited"] and result["lower_bound"]
     assert any("load generator used" in r for p in result["probes"] for r in p["reasons"])
+
+
+def test_a_probe_that_only_did_not_stabilise_is_measured_once_more() -> None:
+    # one noisy probe (its windows within the SLO but not agreeing) below the capacity must not move the
+    # bracket down: the rate is probed again and counts by its second measurement
+    config = SearchConfig(slo_p99_ms=50.0, start_rate=100.0, budget_s=1000.0, warmup_s=0.0, max_probe_s=3.0,
+                          rule=StabilityRule(window_s=1.0))
+    search, rng, noisy_left = RateSearch(config), random.Random(3), 1
+    while (rate := search.next_rate(0.0)) is not None:
+        noisy = noisy_left > 0 and rate >= 800.0  # the first probe at or above 800 req/s is the noisy one
+        noisy_left -= noisy
+        search.record(evaluate(rate, simulated(rate, 1000.0, rng, unstable=noisy), config))
+    result = search.result()
+    assert 900 <= result["capacity_req_s"] <= 1000, result["probes"]
+    rates = [p["rate"] for p in result["probes"]]
+    again = [r for r in rates if rates.count(r) == 2]
+    assert len(again) == 2 and again[0] >= 800.0  # that one rate, measured twice
+    # a rate that missed the SLO is not measured again
+    assert all(rates.count(p["rate"]) == 1 for p in result["probes"] if any("SLO" in x for x in p["reasons"]))
