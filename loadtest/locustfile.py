@@ -6,7 +6,7 @@ checks each start). Users (pick in the class picker, or name them on the command
   TritonGrpcUser   closed loop over gRPC
   OpenLoopUser     open loop, Poisson arrivals at --rate, latency from the scheduled send time
 Shapes (class picker; headless: --load-shape NAME):
-  StepRamp         users up in steps until the latency SLO breaks or throughput stops growing
+  StepRamp         users up in steps until p99 passes the ramp's stop or throughput stops growing
   PoissonRate      open loop at --rate for --run-time
   ServerSearch     open loop: the highest rate whose p99 meets --slo-p99-ms (the Server scenario)
 

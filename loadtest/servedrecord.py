@@ -61,13 +61,14 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
     slo = slo_p99_ms if slo_p99_ms is not None else (record.settings.get("slo_p99_ms") or None)
     rows = record.extra.get("ramp") or []
     for row in rows:
-        broken = f"p99 {row['p99_ms']} ms > {slo:g} ms" if slo and row.get("p99_ms") is not None \
+        broken = f"the ramp's stop (--ramp-stop-p99-ms): p99 {row['p99_ms']} ms > {slo:g} ms" if slo \
+            and row.get("p99_ms") is not None \
             and row["p99_ms"] > slo else None
         row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
                                        row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent")))
     saturation = record.extra.get("saturation") or {}
     if rows and saturation and saturation.get("users") is None:
-        served.bound = Bound("slo", f"the latency SLO: no step met it ({saturation.get('reason') or 'from the first'})")
+        served.bound = Bound("slo", f"the ramp's stop (--ramp-stop-p99-ms): no step met it ({saturation.get('reason') or 'from the first'})")
         return
     if rows and saturation.get("users") is not None:
         i = next((k for k, r in enumerate(rows) if r.get("users") == saturation["users"]), None)
@@ -79,8 +80,8 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
                 served.bound = Bound(hit["kind"], hit["detail"])
                 return
         reason = saturation.get("reason") or ""
-        if "SLO" in reason:
-            served.bound = Bound("slo", f"the latency SLO: the next step had {reason}")
+        if "SLO" in reason or "ramp's stop" in reason:  # "SLO": records written before the two names
+            served.bound = Bound("slo", f"the ramp's stop (--ramp-stop-p99-ms): the next step had {reason}")
         elif "grew less" in reason:
             served.bound = Bound("plateau", f"a plateau: {reason}, while neither the device, the front end nor the "
                                             "client was measured saturated (a limit this run does not measure)")
@@ -100,7 +101,7 @@ def _search_broke(record: ProfileRecord) -> str | None:
         return None
     slo = search.get("slo_p99_ms")
     meet = f"p99 ≤ {slo:g} ms with ≤ {100 * (search.get('max_error_fraction') or 0.001):g}% errors" if slo else "the SLO"
-    return f"the next rate tried, {upper:,.0f} req/s, did not meet {meet}"
+    return f"the latency SLO: the next rate tried, {upper:,.0f} req/s, did not meet {meet}"
 
 
 def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, frontend_cores: float | None,

@@ -62,7 +62,8 @@ def test_a_ramp_with_no_step_inside_the_slo_is_bounded_by_it() -> None:
     r = _ramp_record()
     r.extra["saturation"] = {"users": None, "requests_s": None, "reason": "p99 25 ms > SLO 20.0 ms"}
     redecide(r)
-    assert r.served.bound.kind == "slo" and "no step met it (p99 25 ms > SLO 20.0 ms)" in r.served.bound.detail
+    assert r.served.bound.kind == "slo" and "the ramp's stop (--ramp-stop-p99-ms): no step met it (p99 25 ms > SLO 20.0 ms)" \
+        in r.served.bound.detail
 
 
 def _search_record(**search) -> ProfileRecord:

@@ -39,7 +39,7 @@ def test_a_gpu_servers_front_end_saturates_at_one_core_per_process() -> None:
 
 
 def test_the_slo_and_the_offered_load_come_last() -> None:
-    b = _bound(slo_broken="p99 40 ms > 20 ms")
+    b = _bound(slo_broken="the latency SLO: p99 40 ms > 20 ms")
     assert b.kind == "slo" and b.detail == "the latency SLO: p99 40 ms > 20 ms"
     assert _bound().kind == "load"
 

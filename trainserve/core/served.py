@@ -117,8 +117,8 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
     if device == "cuda" and frontend_cpu_cores is not None and frontend_cpu_cores >= BUSY_FRACTION * frontends:
         return Bound("frontend", f"the server's front end: CPU-bound at {frontend_cpu_cores:.2f} cores for "
                                  f"{frontends} front-end process{'es' if frontends != 1 else ''} (one core each)")
-    if slo_broken:
-        return Bound("slo", f"the latency SLO: {slo_broken}")
+    if slo_broken:  # the whole phrase: which limit (the SLO, or the ramp's stop) and how the next load broke it
+        return Bound("slo", slo_broken)
     return Bound("load", "the offered load: neither the device, the front end nor the client was saturated")
 
 
