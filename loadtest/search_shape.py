@@ -100,6 +100,7 @@ class ServerSearch(LoadTestShape):
             self.done = True
 
     def _probe(self, rate: float, config: SearchConfig, probes: Any, deadline: float) -> Probe:
+        assert self._stats is not None  # set by _search, the only caller
         # a window holds at least WINDOW_REQUESTS requests, or its median and count are mostly noise
         rule = dataclasses.replace(config.rule, window_s=max(config.rule.window_s, WINDOW_REQUESTS / rate))
         config = dataclasses.replace(config, rule=rule,
@@ -108,7 +109,7 @@ class ServerSearch(LoadTestShape):
         start = time.time()
         probe_log = probes.start(rate, start, config.warmup_s, rule.window_s)
         # the server's counters when the counted windows begin (the warm-up left out, as for the client)
-        before = gevent.spawn_later(config.warmup_s, self._stats.snapshot) if self._stats else None
+        before = gevent.spawn_later(config.warmup_s, self._stats.snapshot)
         windows, problems = [], []
         last = min(start + config.warmup_s + config.max_probe_s,  # the probe's windows end by here
                    time.time() + max(0.0, deadline - time.perf_counter()) - grace)
@@ -133,9 +134,8 @@ class ServerSearch(LoadTestShape):
         busy, per_process = probes.finish()  # cores of the busiest process that sent
         probe = evaluate(rate, windows, config, client_core_fraction=busy, problems=problems,
                          per_process=per_process)
-        if before is not None:
-            counted_from = start + config.warmup_s
-            probe.server = server_window(before.get(), self._stats.snapshot(), max(0.0, time.time() - counted_from))
+        probe.server = server_window(before.get(), self._stats.snapshot(),
+                                     max(0.0, time.time() - (start + config.warmup_s)))
         return probe
 
 

@@ -61,14 +61,14 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
     slo = slo_p99_ms if slo_p99_ms is not None else (record.settings.get("slo_p99_ms") or None)
     rows = record.extra.get("ramp") or []
     for row in rows:
-        broken = f"the ramp's stop (--ramp-stop-p99-ms): p99 {row['p99_ms']} ms > {slo:g} ms" if slo \
-            and row.get("p99_ms") is not None \
-            and row["p99_ms"] > slo else None
+        over = slo and row.get("p99_ms") is not None and row["p99_ms"] > slo
+        broken = f"the ramp's stop (--ramp-stop-p99-ms): p99 {row['p99_ms']} ms > {slo:g} ms" if over else None
         row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
                                        row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent")))
     saturation = record.extra.get("saturation") or {}
     if rows and saturation and saturation.get("users") is None:
-        served.bound = Bound("slo", f"the ramp's stop (--ramp-stop-p99-ms): no step met it ({saturation.get('reason') or 'from the first'})")
+        served.bound = Bound("slo", "the ramp's stop (--ramp-stop-p99-ms): no step met it "
+                                    f"({saturation.get('reason') or 'from the first'})")
         return
     if rows and saturation.get("users") is not None:
         i = next((k for k, r in enumerate(rows) if r.get("users") == saturation["users"]), None)
@@ -80,7 +80,7 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
                 served.bound = Bound(hit["kind"], hit["detail"])
                 return
         reason = saturation.get("reason") or ""
-        if "SLO" in reason or "ramp's stop" in reason:  # "SLO": records written before the two names
+        if reason.startswith("p99 "):  # "p99 X ms > Y ms" ("> SLO Y ms" in records written before the two names)
             served.bound = Bound("slo", f"the ramp's stop (--ramp-stop-p99-ms): the next step had {reason}")
         elif "grew less" in reason:
             served.bound = Bound("plateau", f"a plateau: {reason}, while neither the device, the front end nor the "

@@ -98,7 +98,7 @@ class StepRamp(LoadTestShape):
         log.info("ramp step: %d users, %.1f req/s, p99 %s ms", users, requests_s, summary["p99_ms"])
         reason = None
         if summary["p99_ms"] is not None and summary["p99_ms"] > opts.ramp_stop_p99_ms:
-            reason = f"p99 {summary['p99_ms']} ms > the ramp's stop, {opts.ramp_stop_p99_ms:g} ms"
+            reason = f"p99 {summary['p99_ms']} ms > {opts.ramp_stop_p99_ms:g} ms"
         elif len(steps) >= 2 and steps[-2]["requests_s"] > 0 and \
                 requests_s < steps[-2]["requests_s"] * (1 + opts.min_gain):
             reason = f"throughput grew less than {opts.min_gain:.0%}"

@@ -25,14 +25,14 @@ def _add_served(run: Path) -> Path:
     """Attribution on make_run's CPU batch-1 ramp and GPU batch-512 record (as a load run writes them)."""
     cpu = ProfileRecord.load(run / "load" / "embedded-cpu.json")
     cpu.served = Served(client=ClientCpu(per_process_core_fraction={"local": 0.4}, cores=1),
-                        bound=Bound("slo", "the ramp's stop (--ramp-stop-p99-ms): the next step had p99 31 ms > the ramp's stop, 20 ms"))
+                        bound=Bound("slo", "the ramp's stop (--ramp-stop-p99-ms): the next step had p99 31 ms > 20 ms"))
     cpu.settings["slo_p99_ms"] = 20.0
     cpu.extra["ramp"] = [
         {**p, "attribution": as_dict(_split(0.9 + 0.5 * i, 0.5 + 0.4 * i, 0.1 * i, 0.3, 0.05)),
          "bound": as_dict(Bound("load", "the offered load: nothing saturated"))}
         for i, p in enumerate(cpu.extra["ramp"])]
     cpu.extra["saturation"] = {"users": cpu.extra["ramp"][1]["users"], "requests_s": cpu.extra["ramp"][1]["requests_s"],
-                               "reason": "p99 31 ms > the ramp's stop, 20 ms"}
+                               "reason": "p99 31 ms > 20 ms"}
     cpu.save(run / "load" / "embedded-cpu.json")
     gpu = ProfileRecord.load(run / "load" / "embedded-gpu-b512.json")
     gpu.served = Served(client=ClientCpu(per_process_core_fraction={"local": 0.97}, cores=1, saturated=True,
@@ -65,7 +65,7 @@ def test_summary_carries_each_points_split_and_bound(report: Path) -> None:
     assert "the server adds 6.20 ms by its own statistics (queue 2.00 ms, compute 4.00 ms, front end 0.20 ms)" in text
     assert ("cnn on the CPU: the closed-loop ramp's highest load within its stop condition (p99 ≤ 20 ms) is 1,957 req/s "
             "at 2 users, bounded by the "
-            "ramp's stop (--ramp-stop-p99-ms): the next step had p99 31 ms > the ramp's stop, 20 ms.") in text
+            "ramp's stop (--ramp-stop-p99-ms): the next step had p99 31 ms > 20 ms.") in text
 
 
 def test_html_and_markdown_show_the_stacked_bars_and_the_bounds(report: Path) -> None:

@@ -54,9 +54,7 @@ def parameter(o: Option) -> inspect.Parameter:
         kind = enum | None if default is None else enum
         if default not in (REQUIRED, None):
             default = enum(default)
-    names = o.meta.names if (o.meta.flags or o.meta.aliases) else ()
-    if o.meta.aliases and not o.meta.flags:
-        names = (o.flag, *o.meta.aliases)
+    names = o.names if (o.meta.flags or o.meta.aliases) else ()  # none: typer derives --field-name
     info = typer.Option(*names, help=o.meta.help, metavar=_metavar(o))
     return inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, info],
                              default=inspect.Parameter.empty if default is REQUIRED else default)
@@ -84,8 +82,8 @@ def options_of(name: str | Command) -> Callable[[Callable[[Args], Any]], Callabl
             return fn(Args({k: v.value if isinstance(v, StrEnum) else v for k, v in values.items()}, given))
 
         context = inspect.Parameter("typer_context", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
-        command.__signature__ = signature(spec).replace(  # type: ignore[attr-defined]
-            parameters=[context, *signature(spec).parameters.values()])
+        sig = signature(spec)
+        command.__signature__ = sig.replace(parameters=[context, *sig.parameters.values()])  # type: ignore[attr-defined]
         command.__annotations__ = {}
         return command
 

@@ -57,6 +57,10 @@ class Shared(SloOptions):
                                web=True, label="Expected outputs (.npz)",
                                web_help="When responses are validated by value: the .npz file of the outputs "
                                         "recorded for the same inputs")
+    http_client: str = opt("prepared", "HTTP path: 'prepared' posts a request body built once by tritonclient; "
+                                       "'tritonclient' calls InferenceServerClient.infer each time.",
+                           choices=HTTP_CLIENTS)
+
     def shared_checks(self) -> list[tuple[str, object, bool, str]]:
         """(field, value, within range, what is allowed) of these fields: LoadConfig and LoadOptions raise
         their own error for the first one out of range."""
@@ -69,10 +73,6 @@ class Shared(SloOptions):
             ("search_probe_s", self.search_probe_s, self.search_probe_s >= 3 * self.window_s,
              ">= 3 windows (3 x window_s)"),
         ]
-
-    http_client: str = opt("prepared", "HTTP path: 'prepared' posts a request body built once by tritonclient; "
-                                       "'tritonclient' calls InferenceServerClient.infer each time.",
-                           choices=HTTP_CLIENTS)
 
 
 @dataclass(kw_only=True)
