@@ -122,7 +122,7 @@ class LoadJob(Shared, RunsDir):
                              unit="requests/s")
     duration_s: float = opt(30.0, "Run time, e.g. 30s, 2m or 1h30m (with --ramp: the upper bound; with --search: "
                                   "its budget).", unit="s", flags=("--duration",), cli_type=str)
-    batch: int = opt(1, "Rows per request.", unit="rows")
+    batch: int = like(LocustOptions, "batch_size", flags=("--batch",))
     processes: int = opt(0, "Locust processes on this machine (master + workers); 0: enough for the target within "
                             "the free cores.")
     ramp: bool = opt(False, "Step users up until a step's p99 exceeds --ramp-stop-p99-ms or throughput stops "
