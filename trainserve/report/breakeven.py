@@ -14,7 +14,8 @@ import math
 from trainserve.report.cost_sections import GpuPriceBreakEven
 
 
-def _servers(load: float, capacity: float) -> int:
+def servers_needed(load: float, capacity: float) -> int:
+    """Servers of `capacity` each that carry `load` (at least one)."""
     return max(1, math.ceil(load / capacity - 1e-9))  # k × capacity itself is k servers despite rounding
 
 
@@ -29,7 +30,7 @@ def gpu_price_break_even(cpu_capacity: float | None, cpu_usd_per_hour: float | N
                                  "not computed: no " + " and no ".join(missing) + " was measured or given")
     assert cpu_capacity and cpu_usd_per_hour and gpu_capacity  # none is missing
     load = planned_req_s if planned_req_s else gpu_capacity
-    n_cpu, n_gpu = _servers(load, cpu_capacity), _servers(load, gpu_capacity)
+    n_cpu, n_gpu = servers_needed(load, cpu_capacity), servers_needed(load, gpu_capacity)
     price = n_cpu * cpu_usd_per_hour / n_gpu
     return GpuPriceBreakEven(load_req_s=load, load_basis="plan" if planned_req_s else "one GPU's capacity",
                              cpu_servers=n_cpu, cpu_usd_per_hour=n_cpu * cpu_usd_per_hour, gpus=n_gpu,

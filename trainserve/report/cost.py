@@ -25,7 +25,7 @@ from trainserve.core.errors import UserError
 from trainserve.core.options.cost import CostFlags, SloOptions
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.breakeven import gpu_price_break_even
+from trainserve.report.breakeven import gpu_price_break_even, servers_needed
 from trainserve.report.cost_sections import (
     BreakEven,
     Costs,
@@ -334,11 +334,6 @@ def _slo_note(device: str, slo: float, floor: float | None) -> str:
 
 
 # --- break-even: the load from which GPUs cost less than CPU servers ----------------------------
-
-def servers_needed(load: float, capacity: float) -> int:
-    # the small tolerance keeps k × capacity itself at k servers despite rounding
-    return max(1, math.ceil(load / capacity - 1e-9))
-
 
 def break_even(cpu: tuple[float, float] | None, gpu: tuple[float, float] | None, max_load: float,
                why_not: str | None = None) -> BreakEven:

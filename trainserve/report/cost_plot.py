@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.cost import MILLION, frontier, servers_needed
+from trainserve.report.breakeven import servers_needed
+from trainserve.report.cost import MILLION, frontier
 from trainserve.report.cost_sections import ModelCosts
 from trainserve.report.sections import ModelSection, Report
 from trainserve.report.plots import (

@@ -12,6 +12,7 @@ import dataclasses
 
 from trainserve.core.errors import UserError
 from trainserve.report import units as u
+from trainserve.report.breakeven import servers_needed
 from trainserve.report.cost import (
     CostOptions,
     LoadPoint,
@@ -22,7 +23,6 @@ from trainserve.report.cost import (
     model_prices,
     SERVER,
     server_view,
-    servers_needed,
 )
 from trainserve.report.cost_sections import CapacityPoint, ClientBatched, DevicePlan, ModelPlan, Plan
 from trainserve.report.sections import ModelSection, Report
