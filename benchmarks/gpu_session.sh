@@ -14,6 +14,7 @@ export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
 py=${PYTHON:-python3}
 # wheels carried to the GPU machine (onnxruntime-gpu, tritonclient, locust) live in /tmp/site there
 [ -d /tmp/site ] && export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+[ -d /tmp/site/bin ] && export PATH="/tmp/site/bin:$PATH"
 step() { local name=$1 limit=$2; shift 2; echo "=== $name (limit ${limit}s)"; local t0=$SECONDS
   timeout "$limit" "$@" >"$R/$name.log" 2>&1; echo "rc=$? ${name} $((SECONDS-t0))s"; tail -n 4 "$R/$name.log"; }
 # the perf23 phases' repository: the zoo CNN (small) as `trainserve export` writes it; made again when a previous
@@ -81,11 +82,12 @@ perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/
     --server-cpus 0-9 --users 1 16 --before-env TRAINSERVE_SERVE_SPIN=0 --after-env TRAINSERVE_SERVE_SPIN=auto
   step perf23_cpu_ortspin 60 env OUT="$R/perf23-cpu-ortspin" $py benchmarks/serve_matrix.py --repository "$p23" \
     --device cpu --server-cpus 0-9 --users 1 16 --protocols http --after-args=--spin ;;
-perf23-switch)  # the GIL switch interval of the server's processes, Python's 5 ms vs 0.2 ms (TRAINSERVE_SERVE_SWITCH_US)
+perf23-switch)  # the GIL switch interval of the server's processes, Python's 5 ms (before) vs the server's default
+  # (serve/spin.py SWITCH_US), --frontends 4, HTTP and gRPC at 1/16/128 users, 2 rounds; servers on cores 0-9
   perf23_repo
-  step perf23_switch 130 env OUT="$R/perf23-switch" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
-    --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" \
-    --before-env TRAINSERVE_SERVE_SWITCH_US=5000 --after-env TRAINSERVE_SERVE_SWITCH_US=200 ;;
+  step perf23_switch 300 env OUT="$R/perf23-switch" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+    --server-cpus 0-9 --users 1 16 128 --rounds 2 --before-args="--frontends 4" --after-args="--frontends 4" \
+    --before-env TRAINSERVE_SERVE_SWITCH_US=5000 ;;
 search-split)  # issue 23: the Server search on the GPU server alone (--frontends auto, 8 Locust processes, SLO 20 ms),
   # the figure's latency split from the server's statistics of that rate (loadtest/search_shape.py): what bounds it
   perf23_repo
@@ -95,9 +97,13 @@ search-split)  # issue 23: the Server search on the GPU server alone (--frontend
 for _ in range(120):
     try: u.urlopen(\"http://127.0.0.1:18000/v2/health/ready\", timeout=1); break
     except Exception: time.sleep(0.5)'; \
-    $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 8000 --slo-p99-ms 20 \
+    $py benchmarks/thread_cpu.py --pid \$s --interval-s 5 --seconds 170 --out '$R/search_split_threads.json' \
+      > '$R/search_split_threads.log' 2>&1 & t=\$!; \
+    (sleep 30; command -v py-spy >/dev/null && py-spy record -p \$s --threads --idle --rate 200 --duration 10 \
+      --format raw -o '$R/search_split_pyspy.txt' > '$R/search_split_pyspy.log' 2>&1) & \
+    $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate ${RATE:-8000} --slo-p99-ms 20 \
     --duration 60s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run search-split --runs-dir '$R/runs'; \
-    rc=\$?; kill -TERM \$s; wait \$s; exit \$rc" ;;
+    rc=\$?; kill -TERM \$s; wait \$s; kill \$t 2>/dev/null; exit \$rc" ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)

@@ -8,6 +8,7 @@ with more, this process becomes the model process and starts the front-end proce
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,6 +20,8 @@ from trainserve.serve.core import CoreOptions, ServerCore
 from trainserve.serve.engine import run_engine
 from trainserve.serve.model import CudaUnavailable
 from trainserve.serve.server import Server, ServerOptions, StartError, ready_line, run_until_signalled
+
+log = logging.getLogger(__name__)
 
 MAX_FRONTENDS = 8
 
@@ -48,9 +51,10 @@ def run_server(o: ServeOptions, on_ready: Callable[[str], None] = print) -> None
     # no 2 MiB page zeroed inside a recv
     heap.no_huge_pages()
     try:
-        switch_interval()  # the front-end processes it starts inherit the variable and do the same
+        interval_s = switch_interval()  # the front-end processes it starts inherit the variable and do the same
     except ValueError as e:
         raise StartError(str(e)) from None
+    log.info("GIL switch interval %.0f us", interval_s * 1e6)
     frontends = frontends or default_frontends()
     try:
         core_options = CoreOptions(

@@ -23,9 +23,12 @@ many-core GPU host: benchmarks/gpu_session.sh perf23); `auto`, from the cores (`
 even on a small host (for measurements); `2`, as 1, and a front end polls for answers whatever the
 number of its requests in flight (a measured variant).
 
-`TRAINSERVE_SERVE_SWITCH_US` sets the interpreter's GIL switch interval in the server's processes
-(`switch_interval`): an instance thread whose session run has ended waits for the GIL while the event
-loop parses requests, up to that long (Python's default 5000 us) when the loop makes no system call.
+The server's processes run with a GIL switch interval of SWITCH_US (`switch_interval`) instead of
+Python's 5000 us: an instance thread whose session run has ended (onnxruntime runs without the GIL)
+waits for the GIL while the event loop parses requests, up to the switch interval when the loop makes no
+system call meanwhile. Under load the loop is always busy, so every run paid up to 5 ms: a CUDA run of
+0.6 ms took 3 ms served (docs/BENCHMARKS.md). `TRAINSERVE_SERVE_SWITCH_US` sets another interval
+(5000: Python's own).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from dataclasses import dataclass
 
 ENV = "TRAINSERVE_SERVE_SPIN"
 SWITCH_ENV = "TRAINSERVE_SERVE_SWITCH_US"
+SWITCH_US = 100  # the server's GIL switch interval, microseconds (Python's: 5000); see the module docstring
 AFTER_US = 1000  # poll this long after an answer, microseconds (--busy-poll-us's default)
 WAIT_US = 3000  # a front end polls at most this long for the model process's answer, microseconds
 SPARE_CORES_PER_POLLER = 2  # polling is on with at least this many usable cores per polling process
@@ -119,12 +123,12 @@ class Poller:
             self._polling = False
 
 
-def switch_interval(setting: str | None = None) -> float | None:
-    """Set the GIL switch interval from TRAINSERVE_SERVE_SWITCH_US (microseconds, 50..100000) when it is
-    set; the interval in force, s, or None when left as it was. A value out of range: ValueError naming it."""
+def switch_interval(setting: str | None = None) -> float:
+    """Set the GIL switch interval: TRAINSERVE_SERVE_SWITCH_US (microseconds, 50..100000) when it is set,
+    else SWITCH_US; the interval in force, s. A value out of range: ValueError naming it."""
     setting = os.environ.get(SWITCH_ENV, "") if setting is None else setting
     if not setting.strip():
-        return None
+        setting = str(SWITCH_US)
     try:
         us = int(setting)
     except ValueError:
