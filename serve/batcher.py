@@ -75,15 +75,17 @@ class BatchingConfig:
         if has_db and db.HasField("default_queue_policy") and policy.default_timeout_microseconds > 0 \
                 and policy.timeout_action == 0:  # REJECT; DELAY (1) keeps the request, as no timeout would
             queue_timeout_us = policy.default_timeout_microseconds
-        # this server's config.pbtxt parameter (Triton ignores it): how short a run may be to run on the
-        # event loop while the batcher is idle; 0 sends every run to the instance threads
+        # this server's config.pbtxt parameters (Triton ignores them): how short a run may be to run on the
+        # event loop (inline_max_us: a queued batch, one instance; idle_inline_max_us: while the batcher is
+        # idle); 0 sends every such run to the instance threads
         idle = {}
-        if (text := config_param(config, "idle_inline_max_us")) is not None:
-            try:
-                idle["idle_inline_max_us"] = int(text)
-            except ValueError:
-                raise ValueError(f"model '{config.name}': parameter idle_inline_max_us is {text!r}; "
-                                 "use a whole number of microseconds") from None
+        for key in ("inline_max_us", "idle_inline_max_us"):
+            if (text := config_param(config, key)) is not None:
+                try:
+                    idle[key] = int(text)
+                except ValueError:
+                    raise ValueError(f"model '{config.name}': parameter {key} is {text!r}; "
+                                     "use a whole number of microseconds") from None
         return cls(
             max_batch_size=config.max_batch_size,
             dynamic=has_db,
