@@ -145,8 +145,8 @@ def _where_runs(batcher) -> list[str]:
     import threading
 
     where: list[str] = []
-    execute = batcher._execute
-    batcher._execute = lambda *a: where.append(threading.current_thread().name) or execute(*a)
+    run = batcher._run  # the session run itself, wherever the batch was joined
+    batcher._run = lambda *a: where.append(threading.current_thread().name) or run(*a)
     batcher._inline_ns = 0  # only the lone-request rule may put a run on the loop
     return where
 
