@@ -19,6 +19,7 @@ then raises TimeoutError. A call therefore times out between timeout_s and timeo
 
 from __future__ import annotations
 
+from collections import deque
 import socket
 import time
 
@@ -178,7 +179,10 @@ class RawHttpClient:
         self.address = (host, port)
         self.timeout_s = timeout_s
         self.tick_s = min(1.0, max(0.05, timeout_s / 10))  # watchdog period, s
-        self.idle: list[_Connection] = []  # LIFO; list ops never yield to other greenlets
+        # FIFO, so requests spread over every open connection as independent clients' would: with a stack the
+        # top few carried most of them, and a server whose front-end processes share a port by connection
+        # (SO_REUSEPORT) saw one process at a core while others idled. deque ops never yield to other greenlets.
+        self.idle: deque[_Connection] = deque()
         self.conns: set[_Connection] = set()
         self.slots = gevent.lock.BoundedSemaphore(concurrency) if concurrency > 1 else None
         self._watchdog: gevent.Greenlet | None = None
@@ -204,7 +208,7 @@ class RawHttpClient:
     def _exchange(self, request: bytes) -> tuple[int, bytes, bytes]:
         idle = self.idle
         reused = bool(idle)
-        conn = idle.pop() if reused else self._connect()
+        conn = idle.popleft() if reused else self._connect()
         conn.deadline = time.monotonic() + self.timeout_s
         try:
             result = conn.roundtrip(request)
