@@ -217,6 +217,13 @@ class Batcher:
 
     async def submit(self, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
         """Queue one validated request (`rows` rows along dim 0) and wait for all model outputs (its rows only)."""
+        return await self.enqueue(inputs, rows)
+
+    def enqueue(self, inputs: dict[str, np.ndarray], rows: int) -> asyncio.Future:
+        """`submit` without a coroutine: the future of this request's outputs (already done when it ran at
+        once, on the loop); refusals (queue full, shutting down) raise here. The model process calls it
+        for every request: a task per request cost more than the rest of its work."""
+        loop = asyncio.get_running_loop()
         if self._queue.closed:
             raise Unavailable("server is shutting down")
         now = time.perf_counter_ns()
@@ -233,11 +240,16 @@ class Batcher:
             self._lone_credit = 0  # company: this request came while another waits or runs
         elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_microseconds * 1000) \
                 and self._on_loop(rows, 1, now, queued=False):
-            return self._run_direct(inputs, rows)
+            fut = loop.create_future()
+            try:
+                fut.set_result(self._run_direct(inputs, rows))
+            except ServeError as e:
+                fut.set_exception(e)
+            return fut
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
-        fut = asyncio.get_running_loop().create_future()
+        fut = loop.create_future()
         self._queue.put(_Request(inputs, rows, key, fut, nbytes=sum(a.nbytes for a in inputs.values())))
-        return await fut
+        return fut
 
     async def close(self) -> None:
         """Refuse new requests, finish every queued and running one, then stop the workers and threads."""

@@ -15,10 +15,11 @@ Internal 500); each carries `http_status` and `grpc_code` for the front end to a
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -282,18 +283,57 @@ class ServerCore:
         BYTES tensors are numpy object arrays of `bytes`. `parameters` are accepted and currently unused.
         """
         start = time.perf_counter_ns()
-        entry = self.entry(name, version)
-        model = entry.model
-        if model is None or entry.batcher is None:
-            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
-        if not self._accepting:
-            raise Unavailable("Server is not ready: it is shutting down")
+        entry = self._ready_entry(name, version)
         try:
-            rows = _validate(model, inputs, outputs)
+            rows = _validate(entry.model, inputs, outputs)
             result = await entry.batcher.submit(inputs, rows)
         except ServeError:
             entry.stats.record_failure(time.perf_counter_ns() - start)
             raise
+        return self._succeeded(entry, start, result, outputs)
+
+    def infer_then(self, name: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str] | None,
+                   done: Callable[[dict[str, np.ndarray] | None, Exception | None], None]) -> None:
+        """`infer` without a coroutine: `done(result, None)` or `done(None, error)` is called when the request
+        ends (at once, when it is refused or runs at once on the loop). The model process (serve/engine.py)
+        takes every request of its front ends this way: one callback instead of a task per request."""
+        start = time.perf_counter_ns()
+        try:
+            entry = self._ready_entry(name, version)
+        except ServeError as e:
+            done(None, e)
+            return
+        try:
+            rows = _validate(entry.model, inputs, outputs)
+            fut = entry.batcher.enqueue(inputs, rows)
+        except ServeError as e:
+            entry.stats.record_failure(time.perf_counter_ns() - start)
+            done(None, e)
+            return
+
+        def finished(f: asyncio.Future) -> None:
+            e = Unavailable("the request was cancelled") if f.cancelled() else f.exception()
+            if e is not None:
+                entry.stats.record_failure(time.perf_counter_ns() - start)
+                done(None, e)
+            else:
+                done(self._succeeded(entry, start, f.result(), outputs), None)
+
+        if fut.done():
+            finished(fut)
+        else:
+            fut.add_done_callback(finished)
+
+    def _ready_entry(self, name: str, version: str) -> ModelEntry:
+        entry = self.entry(name, version)
+        if entry.model is None or entry.batcher is None:
+            raise Unavailable(f"Request for unknown model: '{name}' version {entry.version} is not at ready state")
+        if not self._accepting:
+            raise Unavailable("Server is not ready: it is shutting down")
+        return entry
+
+    def _succeeded(self, entry: ModelEntry, start: int, result: dict[str, np.ndarray],
+                   outputs: list[str] | None) -> dict[str, np.ndarray]:
         end = time.perf_counter_ns()
         entry.stats.record_success(end - start)
         # Only after a request that took less than the window: for those a wake-up from sleep is a sizable

@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 
 from trainserve.core.procs import child_env
 from trainserve.serve import ipc, shm, spin
@@ -68,7 +68,6 @@ class FrontEndProcess:
     mm: mmap.mmap | None
     link: ipc.Link | None = None
     ready: asyncio.Future | None = None  # -> {"http": port, "grpc": port}
-    tasks: set[asyncio.Task] = field(default_factory=set)
 
 
 def reserve_port(host: str, port: int) -> socket.socket:
@@ -191,10 +190,12 @@ class Engine:
             except Exception as e:  # a malformed message: that request fails, the channel goes on
                 child.link.send(ipc.ERROR, rid, ipc.error_message(InvalidArgument(f"malformed request message: {e}")))
                 return
-            task = asyncio.get_running_loop().create_task(
-                self._infer(child, rid, model, version, inputs, outputs, out_offset, out_cap))
-            child.tasks.add(task)
-            task.add_done_callback(child.tasks.discard)
+            try:  # no task per request: the core calls back when the answer is there (or at once)
+                self.core.infer_then(model, version, inputs, None if outputs is None else list(outputs),
+                                     lambda result, error: self._answer(child, rid, result, error, out_offset, out_cap))
+            except Exception as e:  # not a ServeError (those come through the callback): a bug, logged
+                log.exception("inference failed unexpectedly")
+                child.link.send(ipc.ERROR, rid, ipc.error_message(e))
         elif kind == ipc.CALL:
             try:
                 method, *args = marshal.loads(body)
@@ -207,14 +208,13 @@ class Engine:
             if not child.ready.done():
                 child.ready.set_result(marshal.loads(body))
 
-    async def _infer(self, child: FrontEndProcess, rid: int, model: str, version: str, inputs: dict,
-                     outputs: tuple | None, out_offset: int, out_cap: int) -> None:
-        try:
-            result = await self.core.infer(model, version, inputs, None if outputs is None else list(outputs))
-        except Exception as e:
-            if not isinstance(e, ServeError):
-                log.exception("inference failed unexpectedly")
-            child.link.send(ipc.ERROR, rid, ipc.error_message(e))
+    def _answer(self, child: FrontEndProcess, rid: int, result: dict | None, error: Exception | None,
+                out_offset: int, out_cap: int) -> None:
+        """Send one request's answer (outputs into the front end's arena where they fit) or its error."""
+        if error is not None:
+            if not isinstance(error, ServeError):
+                log.error("inference failed unexpectedly: %s: %s", type(error).__name__, error)
+            child.link.send(ipc.ERROR, rid, ipc.error_message(error))
             return
         if child.link.closed:
             return  # the front end is gone: nobody waits for this answer

@@ -313,3 +313,35 @@ def test_queue_bounds_are_validated_with_the_field_named(tmp_path):
         CoreOptions(tmp_path, max_queue_bytes=0)
     with pytest.raises(ValueError, match="queue_timeout_s=-1"):
         CoreOptions(tmp_path, queue_timeout_s=-1)
+
+
+def test_infer_then_answers_through_its_callback_as_infer_does(tmp_path):
+    """The model process's path (no task per request): results batched like infer's, every refusal and error
+    through the callback (never raised), and the same statistics."""
+    from trainserve.serve.errors import InvalidArgument
+
+    repo = _repo(tmp_path, max_batch_size=8, delay_us=20_000, preferred=(4,))
+    xs = [np.random.default_rng(i).standard_normal((1, 4)).astype(np.float32) for i in range(4)]
+
+    async def go(core):
+        loop = asyncio.get_running_loop()
+        answers = []
+        for x in xs:  # four at once: one batch of 4
+            fut = loop.create_future()
+            core.infer_then("m", "", {"input": x}, ["logits"], lambda r, e, f=fut: f.set_result((r, e)))
+            answers.append(fut)
+        results = await asyncio.gather(*answers)
+        errors = []
+        core.infer_then("nope", "", {"input": xs[0]}, None, lambda r, e: errors.append((r, e)))
+        core.infer_then("m", "", {"wrong": xs[0]}, None, lambda r, e: errors.append((r, e)))
+        return results, errors
+
+    core, (results, errors) = asyncio.run(_with_core(repo, go))
+    for x, (result, error) in zip(xs, results):
+        assert error is None and list(result) == ["logits"]
+        np.testing.assert_allclose(result["logits"], expected_logits(x), rtol=1e-5, atol=1e-5)
+    assert [type(e) for _, e in errors] == [InvalidArgument, InvalidArgument] and all(r is None for r, _ in errors)
+    assert "unknown model" in errors[0][1].message and "unexpected inference input 'wrong'" in errors[1][1].message
+    stats = core.statistics("m")[0]
+    assert stats.execution_count == 1 and stats.inference_count == 4
+    assert stats.success.count == 4 and stats.fail.count == 1  # the unknown model is nobody's failure
