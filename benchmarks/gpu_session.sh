@@ -3,7 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
-#           search-split
+#           search-split engine capacity
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -104,6 +104,26 @@ for _ in range(120):
     $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate ${RATE:-8000} --slo-p99-ms 20 \
     --duration 60s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run search-split --runs-dir '$R/runs'; \
     rc=\$?; kill -TERM \$s; wait \$s; kill \$t 2>/dev/null; exit \$rc" ;;
+engine)  # issue 23, 2026-12-04: main at the session's start (BEFORE, default bench-before) against this tree: the Server
+  # search twice (benchmarks/engine_variants.sh: threads' CPU, the server's split per rate), then the GPU serve matrix
+  perf23_repo
+  step engine_variants 420 benchmarks/engine_variants.sh "$p23" "$R/engine" before=@tree=$PWD/${BEFORE:-bench-before} after= after2=
+  step engine_matrix 150 env OUT="$R/engine-matrix" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --repository "$p23" --device cuda --server-cpus 0-9 --users 16 128 --before-args="--frontends 4" --after-args="--frontends 4" ;;
+capacity)  # issue 23's target through the project's own load generator: closed loop at 128 and 192 users (8 Locust
+  # processes, the server unpinned, --frontends auto), the Server search after them
+  perf23_repo
+  step capacity 300 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
+    --grpc-port 18001 --metrics-port 18002 > '$R/capacity_server.log' 2>&1 & s=\$!; \
+    $py -c 'import time,urllib.request as u
+for _ in range(120):
+    try: u.urlopen(\"http://127.0.0.1:18000/v2/health/ready\", timeout=1); break
+    except Exception: time.sleep(0.5)'; \
+    for u in 128 192; do $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --users \$u --duration 12s \
+      --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run capacity --runs-dir '$R/runs'; done; \
+    $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 16000 --slo-p99-ms 20 --duration 60s \
+      --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run capacity-search --runs-dir '$R/runs'; \
+    rc=\$?; kill -TERM \$s; wait \$s; exit \$rc" ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)
