@@ -29,10 +29,7 @@ PY
   d="$out/$name"; mkdir -p "$d"
   (cd "$tree" && exec env "${envs[@]}" $py -m trainserve serve --model-repository "$r" --device "${DEVICE:-cuda}" --http-port 18000 --grpc-port 18001 \
     --metrics-port 18002) > "$d/server.log" 2>&1 & s=$!
-  $py -c 'import time,urllib.request as u
-for _ in range(120):
-    try: u.urlopen("http://127.0.0.1:18000/v2/health/ready", timeout=1); break
-    except Exception: time.sleep(0.5)'
+  $py benchmarks/wait_ready.py
   $py benchmarks/thread_cpu.py --pid $s --interval-s 5 --seconds 200 --out "$d/threads.json" > "$d/threads.log" 2>&1 & t=$!
   common=(--model "${MODEL:-cnn_gpu}" --metrics-url http://127.0.0.1:18002/metrics --runs-dir "$d/runs")
   (cd "$tree" && timeout 90 $py -m trainserve load --url 127.0.0.1:18000 "${common[@]}" --search --rate "${RATE:-12000}" --slo-p99-ms 20 --duration 60s \

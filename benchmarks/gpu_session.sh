@@ -93,10 +93,7 @@ search-split)  # issue 23: the Server search on the GPU server alone (--frontend
   perf23_repo
   step search_split 180 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
     --grpc-port 18001 --metrics-port 18002 > '$R/search_split_server.log' 2>&1 & s=\$!; \
-    $py -c 'import time,urllib.request as u
-for _ in range(120):
-    try: u.urlopen(\"http://127.0.0.1:18000/v2/health/ready\", timeout=1); break
-    except Exception: time.sleep(0.5)'; \
+    $py benchmarks/wait_ready.py; \
     $py benchmarks/thread_cpu.py --pid \$s --interval-s 5 --seconds 170 --out '$R/search_split_threads.json' \
       > '$R/search_split_threads.log' 2>&1 & t=\$!; \
     (sleep 30; command -v py-spy >/dev/null && py-spy record -p \$s --threads --idle --rate 200 --duration 10 \
@@ -115,10 +112,7 @@ capacity)  # issue 23's target through the project's own load generator: closed 
   perf23_repo
   step capacity 300 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
     --grpc-port 18001 --metrics-port 18002 > '$R/capacity_server.log' 2>&1 & s=\$!; \
-    $py -c 'import time,urllib.request as u
-for _ in range(120):
-    try: u.urlopen(\"http://127.0.0.1:18000/v2/health/ready\", timeout=1); break
-    except Exception: time.sleep(0.5)'; \
+    $py benchmarks/wait_ready.py; \
     for u in 128 192; do $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --users \$u --duration 12s \
       --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run capacity --runs-dir '$R/runs'; done; \
     $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 16000 --slo-p99-ms 20 --duration 60s \
