@@ -222,7 +222,7 @@ class Batcher:
     def enqueue(self, inputs: dict[str, np.ndarray], rows: int) -> asyncio.Future:
         """`submit` without a coroutine: the future of this request's outputs (already done when it ran at
         once, on the loop); refusals (queue full, shutting down) raise here. The model process calls it
-        for every request: a task per request cost more than the rest of its work."""
+        for every request of its front ends (ServerCore.infer_then), with no task per request."""
         loop = asyncio.get_running_loop()
         if self._queue.closed:
             raise Unavailable("server is shutting down")
