@@ -449,7 +449,7 @@ class Batcher:
     def _run(self, instance: int, feed: dict[str, np.ndarray], rows: int) -> tuple[list[np.ndarray], int]:
         """session.run of a joined, padded batch (on the instance's thread, or the loop); (outputs, ns)."""
         t0 = time.perf_counter_ns()
-        outs = self.model.run(instance, feed, self.model.output_names, rows, padded=True)
+        outs = self.model.run(instance, feed, self.model.output_names, rows)
         return outs, time.perf_counter_ns() - t0
 
     def _split(self, batch: list[_Request], outs: list[np.ndarray]) -> tuple[list[dict[str, np.ndarray]], int]:

@@ -315,16 +315,15 @@ class LoadedModel:
         """The batch size a run of `rows` rows is padded to (rows itself without buckets)."""
         return bucket_for(self.buckets, rows) if self.buckets and rows is not None else rows
 
-    def run(self, instance: int, feed: dict[str, np.ndarray], outputs: list[str], rows: int | None = None,
-            padded: bool = False) -> list[np.ndarray]:
+    def run(self, instance: int, feed: dict[str, np.ndarray], outputs: list[str], rows: int | None = None) -> list[np.ndarray]:
         """session.run on one instance's session (its single-threaded twin for `rows` <= small_batch_rows),
-        the batch padded to its bucket when the model has buckets (`padded`: the caller did, e.g. the batcher
-        while joining the requests); BYTES tensors are converted bytes <-> str."""
+        the batch padded to its bucket when the model has buckets (a feed already that long, as the batcher
+        joins it, is not copied); BYTES tensors are converted bytes <-> str."""
         if self.string_inputs:
             feed = {k: (_to_str(v) if k in self.string_inputs else v) for k, v in feed.items()}
         size = self.bucket(rows)
-        if size != rows and not padded:
-            feed = {k: pad_rows(v, size) for k, v in feed.items()}
+        if size != rows:
+            feed = {k: pad_rows(v, size) for k, v in feed.items()}  # pad_rows returns a full-length array itself
         result = self._session(instance, rows, size).run(outputs, feed)
         if size != rows:
             result = [r[:rows] for r in result]  # the padding's rows are dropped here, never returned
