@@ -17,6 +17,8 @@ from trainserve.loadtest.clientcpu import from_results
 from trainserve.loadtest.model_info import ModelInfo
 from trainserve.loadtest.serverstats import StatsReader, busy_fraction, window
 
+RAMP_STOP = "the ramp's stop (--ramp-stop-p99-ms)"  # how a bound names the limit a ramp stopped at
+
 log = logging.getLogger(__name__)
 
 
@@ -62,13 +64,12 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
     rows = record.extra.get("ramp") or []
     for row in rows:
         over = slo and row.get("p99_ms") is not None and row["p99_ms"] > slo
-        broken = f"the ramp's stop (--ramp-stop-p99-ms): p99 {row['p99_ms']} ms > {slo:g} ms" if over else None
+        broken = f"{RAMP_STOP}: p99 {row['p99_ms']} ms > {slo:g} ms" if over else None
         row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
                                        row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent")))
     saturation = record.extra.get("saturation") or {}
     if rows and saturation and saturation.get("users") is None:
-        served.bound = Bound("slo", "the ramp's stop (--ramp-stop-p99-ms): no step met it "
-                                    f"({saturation.get('reason') or 'from the first'})")
+        served.bound = Bound("slo", f"{RAMP_STOP}: no step met it ({saturation.get('reason') or 'from the first'})")
         return
     if rows and saturation.get("users") is not None:
         i = next((k for k, r in enumerate(rows) if r.get("users") == saturation["users"]), None)
@@ -81,7 +82,7 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
                 return
         reason = saturation.get("reason") or ""
         if reason.startswith("p99 "):  # "p99 X ms > Y ms" ("> SLO Y ms" in records written before the two names)
-            served.bound = Bound("slo", f"the ramp's stop (--ramp-stop-p99-ms): the next step had {reason}")
+            served.bound = Bound("slo", f"{RAMP_STOP}: the next step had {reason}")
         elif "grew less" in reason:
             served.bound = Bound("plateau", f"a plateau: {reason}, while neither the device, the front end nor the "
                                             "client was measured saturated (a limit this run does not measure)")
