@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from trainserve.core.errors import UserError
+from trainserve.core.options.serve import SERVE_DEVICES
 from trainserve.core.procs import usable_cpus
 from trainserve.serve import tuning
 from trainserve.serve.buckets import bucket_for, pad_rows, parse_buckets
@@ -23,7 +24,7 @@ from trainserve.serve.tuning import ThreadChoice
 
 log = logging.getLogger(__name__)
 
-DEVICES = ("cpu", "cuda")
+DEVICES = SERVE_DEVICES  # the option tree's choices of --device
 
 
 class LoadError(ServeError):

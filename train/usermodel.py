@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.options.train import INPUT_DTYPES  # int64: token ids, drawn below --vocab-size
 
 FAMILY = "user"
-INPUT_DTYPES = ("float32", "int64")  # int64: token ids, drawn below --vocab-size
 MIN_VOCAB = 10  # loadtest/model_info.py and serve/tuning.py send random token ids 0..9
 
 

@@ -114,3 +114,13 @@ def signature_of(fn) -> list[str]:
     import inspect
 
     return list(inspect.signature(fn).parameters)
+
+
+def test_the_trees_choices_are_what_the_library_builds():
+    """--model's families and --preset's sizes are written in the option tree (no torch at start-up); the zoo
+    that builds them must offer exactly those."""
+    from trainserve.core.options import train as tree
+    from trainserve.train import models
+
+    assert models.FAMILIES == tree.FAMILIES
+    assert all(tuple(models.PRESETS[f]) == tree.PRESETS for f in models.FAMILIES)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.train.models import FAMILIES
+from trainserve.core.options.train import FAMILIES
 from trainserve.train.usermodel import is_reference, parse_shape
 
 
