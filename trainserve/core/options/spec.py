@@ -10,7 +10,7 @@ Light by design: no typer, torch or numpy here, so every command and Locust work
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,16 +35,9 @@ class Opt:
     label: str = ""
     web_help: str = ""
 
-    @property
-    def names(self) -> tuple[str, ...]:
-        return self.flags + self.aliases
 
-
-def opt(default: Any = REQUIRED, help: str = "", *, default_factory: Callable[[], Any] | None = None,
-        **meta: Any) -> Any:
+def opt(default: Any = REQUIRED, help: str = "", **meta: Any) -> Any:
     """A dataclass field that is also an option (see Opt for `meta`)."""
-    if default_factory is not None:
-        return field(default_factory=default_factory, metadata={"option": Opt(help=help, **meta)})
     return field(default=default, metadata={"option": Opt(help=help, **meta)})
 
 
@@ -54,10 +47,7 @@ def like(cls: type, name: str, default: Any = REQUIRED, **changes: Any) -> Any:
     meta = dataclasses.replace(f.metadata["option"], **changes)
     if default is REQUIRED:
         default = f.default
-    metadata = {"option": meta, "like": f"{cls.__name__}.{name}"}
-    if default is REQUIRED and f.default_factory is not dataclasses.MISSING:
-        return field(default_factory=f.default_factory, metadata=metadata)
-    return field(default=default, metadata=metadata)
+    return field(default=default, metadata={"option": meta, "like": f"{cls.__name__}.{name}"})
 
 
 @dataclass(frozen=True)
@@ -87,13 +77,8 @@ def options(cls: type, *, cli_only: bool = True) -> Iterator[Option]:
         meta = f.metadata.get("option")
         if meta is None or (cli_only and not meta.cli):
             continue
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = REQUIRED
-        yield Option(f.name, hints[f.name], REQUIRED if meta.required else default, meta)
+        # every option has a default on its field (opt, like): REQUIRED when the command line must give it
+        yield Option(f.name, hints[f.name], REQUIRED if meta.required else f.default, meta)
 
 
 def option_of(cls: type, name: str) -> Option:
