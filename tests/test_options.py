@@ -99,6 +99,14 @@ def test_locusts_parser_has_each_load_option():
             assert a.default == o.default, o.name
     parsed = parser.parse_args(["--model-name", "m_cpu"])
     assert locust_options.LoadOptions.from_parsed(parsed) == locust_options.LoadOptions(model_name="m_cpu")
+    # what the parser makes of text: numbers as the field's type, a choice outside the list refused
+    for o in fields:
+        if isinstance(o.default, (int, float)) and not isinstance(o.default, bool):
+            value = getattr(parser.parse_args([o.flag, "7"]), o.name)
+            assert value == 7 and type(value) is type(o.default), o.name
+        if o.meta.choices:
+            with pytest.raises(SystemExit):
+                parser.parse_args([o.flag, "not-a-choice"])
     shapes = next(n.value for n in ast.walk(ast.parse((REPO_ROOT / "loadtest" / "locustfile.py").read_text()))
                   if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "_SHAPES")
     assert sorted(k.value for k in shapes.keys) == sorted(option_of(LocustOptions, "load_shape").meta.choices)
