@@ -35,7 +35,7 @@ from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
 from trainserve.loadtest.clientcpu import process_cap
 from trainserve.loadtest.servedrecord import add_server_cpu
-from trainserve.report import build_report
+from trainserve.report import write_report
 from trainserve.report.cost import DEFAULT_SLO_P99_MS
 from trainserve.train.models import FAMILIES
 from trainserve.train.onnx_only import card_from_onnx, onnx_model_name
@@ -166,6 +166,7 @@ class Pipeline:
         self.logs = self.root / "logs"
         self.env = _child_env()
         self.name = self.cfg.model  # the served model's name; run() checks a model of the user's own first
+        self.cost_lines: list[str] = []  # the report's cost and plan lines, for the CLI (set by the report stage)
 
     # --- the job ------------------------------------------------------------------------------
 
@@ -327,7 +328,7 @@ class Pipeline:
         t0 = time.monotonic()
         self.progress(StageEvent("report", "start", "HTML, Markdown, summary.json"))
 
-        html = build_report(self.root, self.cfg.cost)
+        html, self.cost_lines = write_report(self.root, self.cfg.cost)
         self.progress(StageEvent("report", "done", str(html), time.monotonic() - t0))
         return html
 

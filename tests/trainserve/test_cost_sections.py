@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainserve import test_cost, test_report, test_report_verdict
-from trainserve.report import build_report, cost_lines_of
+from trainserve.report import write_report
 from trainserve.report.analysis import analyse
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
@@ -64,10 +64,13 @@ def test_the_cases_cover_every_optional_shape(tmp_path):
                       "client batched", "INVALID capacity"}
 
 
-def test_the_cli_reads_the_same_cost_lines_back_from_summary_json(tmp_path):
+def test_the_cli_prints_the_cost_lines_of_the_sections_the_report_wrote(tmp_path):
     make, opts = RUNS["INVALID Server capacity"]
     run = make(tmp_path)
     report = analyse(collect(run))
     direct = cost_lines(cost_section(report, opts), capacity_plan(report, opts))
     assert any(line.startswith("plan ") for line in direct) and any("INVALID" in line for line in direct)
-    assert cost_lines_of(build_report(run, opts)) == direct
+    html, lines = write_report(run, opts)
+    assert lines == direct
+    summary = json.loads((html.parent / "summary.json").read_text())
+    assert cost_lines(from_json(Costs, summary["costs"]), from_json(Plan, summary["plan"])) == direct

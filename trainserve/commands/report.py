@@ -16,12 +16,12 @@ def report(o: Args) -> None:
     speedups, what it costs at the given prices, and conclusions drawn from the numbers.
     """
     from trainserve.core.runs import existing_run_dir
-    from trainserve.report import build_report, cost_lines_of
+    from trainserve.report import write_report
 
     from trainserve.report.cost import CostOptions
 
     opts = CostOptions.of(o)
-    html = build_report(existing_run_dir(o.run, o.runs_dir), opts)
-    for line in cost_lines_of(html):
+    html, lines = write_report(existing_run_dir(o.run, o.runs_dir), opts)
+    for line in lines:
         typer.echo(line)
     typer.echo(f"report: {html}")

@@ -43,7 +43,8 @@ def run(o: Args) -> None:
             else:
                 typer.echo(f"✓ {event.stage}: {event.detail} ({event.seconds:.1f} s)")
 
-        html = _run(Pipeline(cfg, progress=line))
+        pipeline = Pipeline(cfg, progress=line)
+        html = _run(pipeline)
     else:
         with Progress(SpinnerColumn(finished_text="[green]✓"), TextColumn("[bold]{task.fields[stage]:<22}"),
                       TextColumn("{task.description}"), TimeElapsedColumn(), console=console) as bar:
@@ -58,11 +59,10 @@ def run(o: Args) -> None:
                     bar.update(tasks[event.stage], completed=1,
                                description=f"{event.detail} [dim]({event.seconds:.1f} s)")
 
-            html = _run(Pipeline(cfg, progress=show), stop=bar.stop)
+            pipeline = Pipeline(cfg, progress=show)
+            html = _run(pipeline, stop=bar.stop)
     console.print(f"run [bold]{cfg.run}[/] done in {time.monotonic() - started:.0f} s")
-    from trainserve.report import cost_lines_of
-
-    for text in cost_lines_of(html):
+    for text in pipeline.cost_lines:
         typer.echo(text)
     typer.echo(f"report: {html}")  # one unwrapped line, for people and scripts alike
 

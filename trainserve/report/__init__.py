@@ -2,7 +2,7 @@
 
 `build_report(run_dir)` writes `<run>/report/{report.html, report.md, summary.json, *.png,
 perf_analyzer/*.csv}` in one step (a staged folder renamed into place), so a failed report never
-replaces a good one.
+replaces a good one; `write_report` does the same and also gives the cost and plan lines the CLI prints.
 """
 
 from __future__ import annotations
@@ -18,12 +18,11 @@ from trainserve.report.attribution_plot import attribution_figures
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
 from trainserve.report.cost_plot import cost_figures
-from trainserve.report.cost_sections import Costs, Plan
 from trainserve.report.sentences import cost_lines
 from trainserve.report.plan import capacity_plan
 from trainserve.report.plots import model_figures
 from trainserve.report.render import html_report, markdown_report
-from trainserve.report.typed import from_json, to_json
+from trainserve.report.typed import to_json
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +32,11 @@ def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
 
     `cost`: the prices, SLO and (optional) target load of the "What it costs" section; None: the defaults.
     """
+    return write_report(run_dir, cost)[0]
+
+
+def write_report(run_dir: Path, cost: CostOptions | None = None) -> tuple[Path, list[str]]:
+    """`build_report`, and the cost and plan lines for the CLI to print (from the sections just computed)."""
 
     collection = collect(run_dir)
     if not collection.entries:
@@ -59,16 +63,5 @@ def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
         write_text_atomic(tmp / "report.md", markdown_report(report, figures))
         write_text_atomic(tmp / "report.html", html_report(report, figures))
     log.debug("report of %d records written to %s", len(collection.entries), final)
-    return final / "report.html"
+    return final / "report.html", cost_lines(report.costs, report.plan)
 
-
-def cost_lines_of(html: Path) -> list[str]:
-    """The cost and plan lines of a written report (its summary.json), for the CLI to print."""
-    import json
-
-    try:
-        summary = json.loads((html.parent / "summary.json").read_text())
-    except (OSError, ValueError):
-        return []
-    # the summary this code just wrote: a section of another shape is a bug, and from_json raises
-    return cost_lines(from_json(Costs | None, summary.get("costs")), from_json(Plan | None, summary.get("plan")))

@@ -1,5 +1,5 @@
 """The report's sections as JSON and back: `to_json` writes a section as summary.json has it, `from_json` reads
-it back into the same dataclasses (the CLI's cost lines read a written summary.json this way).
+it back into the same dataclasses (a reader of summary.json; the tests hold that nothing is lost on the way).
 
 A section is a dataclass; its fields are written in field order. A field that is None is written as null
 ("not measured"), except one whose metadata is `OPTIONAL`, which summary.json leaves out when it does not apply.
