@@ -221,6 +221,10 @@ class LoadPoint:
     valid: bool = True  # the verdict's judgement of the Server figure
     reasons: list[str] = field(default_factory=list)  # why it is not valid
 
+    def meets(self, slo_p99_ms: float) -> bool:
+        """Within the SLO: a p99 at or under it, and no failed request."""
+        return self.p99_ms is not None and self.p99_ms <= slo_p99_ms and not self.failures
+
 
 def frontier(section: ModelSection, device: str) -> list[LoadPoint]:
     """Every served load point of a device (its preferred backend): ramp steps and plain measurements."""
@@ -257,8 +261,7 @@ def best_within_slo(points: list[LoadPoint], slo_p99_ms: float) -> LoadPoint | N
     rows, so their requests/s is not the load a plan in requests/s asks about."""
     if any(p.kind == SERVER for p in points):
         points = [p for p in points if p.kind == SERVER]
-    ok = [p for p in points if p.batch_size == 1 and p.p99_ms is not None and p.p99_ms <= slo_p99_ms
-          and not p.failures]
+    ok = [p for p in points if p.batch_size == 1 and p.meets(slo_p99_ms)]
     return max(ok, key=lambda p: p.throughput_samples_s) if ok else None
 
 

@@ -54,7 +54,7 @@ def cost_chart(name: str, section: ModelSection, costs: ModelCosts, slo_p99_ms: 
     for d in devices:
         color, per_hour = COLORS[d], infer[d].usd_per_hour
         for p in points[d]:
-            ok = p.p99_ms is not None and p.p99_ms <= slo_p99_ms and not p.failures
+            ok = p.meets(slo_p99_ms)
             ax.plot(p.throughput_samples_s, per_hour / (p.throughput_samples_s * 3600) * MILLION, "o",
                     color=color, markerfacecolor=color if ok else "white", markersize=5, zorder=3)
         cap = caps.get(d)

@@ -61,8 +61,7 @@ def _device_plan(section: ModelSection, device: str, points: list[LoadPoint], ta
                      capacity_req_s=None, capacity_point=None, servers=None, units=None, usd_per_hour=None,
                      extrapolation_factor=None, extrapolated=False, capacity_lower_bound=False,
                      meets_slo=best is not None)
-    batched = [p for p in points if p.batch_size > 1 and p.p99_ms is not None
-               and p.p99_ms <= opts.slo_p99_ms and not p.failures]
+    batched = [p for p in points if p.batch_size > 1 and p.meets(opts.slo_p99_ms)]
     if batched:  # the same server when clients put many rows in one request: inferences/s, not requests/s
         b = max(batched, key=lambda p: p.throughput_samples_s)
         nb = servers_needed(target, b.throughput_samples_s)
@@ -95,8 +94,7 @@ def _unsaturated(points: list[LoadPoint], capacity: float, slo_p99_ms: float) ->
     if len(one_row) < 2:
         return False
     heaviest, lighter = one_row[-1], one_row[-2]
-    return (heaviest.p99_ms is not None and heaviest.p99_ms <= slo_p99_ms and not heaviest.failures
-            and heaviest.throughput_samples_s >= capacity
+    return (heaviest.meets(slo_p99_ms) and heaviest.throughput_samples_s >= capacity
             and heaviest.throughput_samples_s >= 1.05 * lighter.throughput_samples_s)
 
 
