@@ -133,10 +133,15 @@ class PerMillion:
     usd: float | None  # hardware + energy (energy 0 where not measured); None: no price
 
 
+def hardware_usd_per_million(usd_per_hour: float, throughput_s: float) -> float:
+    """What one million samples or inferences cost in hardware time at `throughput_s` per second."""
+    return usd_per_hour / (throughput_s * 3600.0) * MILLION
+
+
 def per_million(usd_per_hour: float | None, throughput_s: float | None, energy_per_sample_j: float | None,
                 prices: Prices) -> PerMillion:
     """Hardware and energy cost of one million samples or inferences at `throughput_s` per second."""
-    hardware = (usd_per_hour / (throughput_s * 3600.0) * MILLION
+    hardware = (hardware_usd_per_million(usd_per_hour, throughput_s)
                 if usd_per_hour is not None and throughput_s else None)
     kwh = energy_per_sample_j * MILLION / J_PER_KWH if energy_per_sample_j is not None else None
     energy_usd = kwh * prices.kwh_usd if kwh is not None else None

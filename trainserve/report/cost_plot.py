@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.breakeven import servers_needed
-from trainserve.report.cost import MILLION, frontier
+from trainserve.report.cost import frontier, hardware_usd_per_million
 from trainserve.report.cost_sections import ModelCosts
 from trainserve.report.sections import ModelSection, Report
 from trainserve.report.plots import (
@@ -47,7 +47,7 @@ def cost_chart(name: str, section: ModelSection, costs: ModelCosts, slo_p99_ms: 
     if not loads:
         return None
     lo = max(min(loads) / 2, 1e-3)
-    hi = max(be.max_load_req_s or 0, max(loads) * 2)
+    hi = max(be.max_load_req_s, max(loads) * 2)
     fig = _figure(7.6, 4.2)
     ax = fig.add_subplot()
     xs = np.geomspace(lo, hi, 600)
@@ -55,12 +55,12 @@ def cost_chart(name: str, section: ModelSection, costs: ModelCosts, slo_p99_ms: 
         color, per_hour = COLORS[d], infer[d].usd_per_hour
         for p in points[d]:
             ok = p.meets(slo_p99_ms)
-            ax.plot(p.throughput_samples_s, per_hour / (p.throughput_samples_s * 3600) * MILLION, "o",
+            ax.plot(p.throughput_samples_s, hardware_usd_per_million(per_hour, p.throughput_samples_s), "o",
                     color=color, markerfacecolor=color if ok else "white", markersize=5, zorder=3)
         cap = caps.get(d)
         if not cap:
             continue
-        ys = [servers_needed(x, cap) * per_hour / (x * 3600) * MILLION for x in xs]
+        ys = [hardware_usd_per_million(servers_needed(x, cap) * per_hour, x) for x in xs]
         inside = xs <= cap
         unit = "server" if d == "cpu" else "GPU"
         ax.plot(xs[inside], np.array(ys)[inside], "-", color=color, linewidth=1.6,
