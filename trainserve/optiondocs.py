@@ -45,10 +45,7 @@ search); `--ramp-stop-p99-ms` is when `trainserve load --ramp` stops stepping up
 
 
 def flags_of(o: Option) -> str:
-    names = list(o.names)
-    if o.type is bool and not o.meta.flags:  # typer's own pair
-        names[0] = f"{names[0]}/--no-{names[0][2:]}"
-    return ", ".join(f"`{n}`" for n in names)
+    return ", ".join(f"`{n}`" for n in o.cli_names)
 
 
 def shown(value: Any) -> str:

@@ -54,10 +54,8 @@ def parameter(o: Option) -> inspect.Parameter:
         kind = enum | None if default is None else enum
         if default not in (REQUIRED, None):
             default = enum(default)
-    # none for a plain switch: typer derives --field/--no-field. Others name themselves: typer 0.27 derived
-    # `--USERS` for a field `users` whose metavar is USERS
-    names = o.names if (o.meta.flags or o.meta.aliases or o.type is not bool) else ()
-    info = typer.Option(*names, help=o.meta.help, metavar=_metavar(o))
+    # every option names itself (typer 0.27 derived `--USERS` for a field `users` whose metavar is USERS)
+    info = typer.Option(*o.cli_names, help=o.meta.help, metavar=_metavar(o))
     return inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, info],
                              default=inspect.Parameter.empty if default is REQUIRED else default)
 

@@ -67,6 +67,13 @@ class Option:
     def names(self) -> tuple[str, ...]:
         return (self.meta.flags or (self.flag,)) + self.meta.aliases
 
+    @property
+    def cli_names(self) -> tuple[str, ...]:
+        """The command line's declarations: a switch without flags of its own is typer's pair --x/--no-x."""
+        if self.type is bool and not self.meta.flags:
+            return (f"{self.flag}/--no-{self.flag[2:]}",) + self.meta.aliases
+        return self.names
+
 
 def options(cls: type, *, cli_only: bool = True) -> Iterator[Option]:
     """The options of a dataclass tree, in field order (with `cli_only`, those on a command line)."""
