@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODELS = FAMILIES
-DEVICES = RUN_DEVICES
 SCENARIOS = ("ramp", "server", "batch1", "saturated")  # the load stages of each served device, in their order
 RUN_OPTIONS = "run.json"  # the options that decide a run's work (--resume checks them)
 STAGES = "stages.json"  # the stages that completed, with their seconds (--resume keeps them)
@@ -121,8 +120,8 @@ class RunConfig(RunOptions):
             self.model = onnx_model_name(self.onnx)
         elif self.model not in MODELS and ":" not in self.model:  # ":": path/to/file.py:build (train/usermodel.py)
             raise UserError(f"--model {self.model!r} is invalid; choose one of {', '.join(MODELS)}")
-        if self.device not in DEVICES:
-            raise UserError(f"--device {self.device!r} is invalid; choose one of {', '.join(DEVICES)}")
+        if self.device not in RUN_DEVICES:
+            raise UserError(f"--device {self.device!r} is invalid; choose one of {', '.join(RUN_DEVICES)}")
         if not self.run:
             self.run = "run-" + _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
 

@@ -22,7 +22,7 @@ import typer
 from trainserve.core.options.commands import COMMANDS
 from trainserve.core.options.spec import REQUIRED, Command, Option
 
-_METAVARS = {"s": "SECONDS", "ms": "MS", "µs": "MICROSECONDS", "USD": "USD"}
+_METAVARS = {"s": "SECONDS", "ms": "MS", "µs": "MICROSECONDS"}  # others: the unit upper-cased
 
 
 class Args:
