@@ -42,7 +42,6 @@ from trainserve.report.sections import Column, ModelSection, OperatingPoint, Rep
 
 SERVER = "Server scenario"  # a frontier point's kind: the open-loop capacity search's figure
 DEFAULT_SLO_P99_MS = SloOptions.slo_p99_ms  # trainserve/core/options/cost.py says why and what
-DEFAULT_HEADROOM = CostFlags.headroom
 J_PER_KWH = 3.6e6
 MILLION = 1e6
 
@@ -58,7 +57,7 @@ class CostOptions:
     prices: Prices = field(default_factory=Prices)
     slo_p99_ms: float = DEFAULT_SLO_P99_MS  # CostFlags (trainserve/core/options/cost.py): each one's meaning
     qps: float | None = CostFlags.qps
-    headroom: float = DEFAULT_HEADROOM
+    headroom: float = CostFlags.headroom
 
     @classmethod
     def of(cls, flags: Any) -> CostOptions:
