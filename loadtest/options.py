@@ -11,17 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trainserve.core.options.load import (
-    FORM_GROUPS,
-    HTTP_CLIENTS,
-    LOAD_SHAPES,
-    PROTOCOLS,
-    VALIDATIONS,
-    LocustOptions,
-)
+from trainserve.core.options.load import FORM_GROUPS, LOAD_SHAPES, LocustOptions
 from trainserve.core.options.spec import REQUIRED, options
 
-__all__ = ["FORM_GROUPS", "HTTP_CLIENTS", "PROTOCOLS", "VALIDATIONS", "LoadOptions", "OptionError", "register"]
+__all__ = ["FORM_GROUPS", "LoadOptions", "OptionError", "register"]
 
 # The web form: each custom field's label and help, from the tree (Locust would title-case the option's name:
 # "Slo P9 9Ms")
@@ -64,9 +57,7 @@ class LoadOptions(LocustOptions):
         checks = [
             ("server_url", ":" in self.server_url, "HOST:PORT"),
             ("model_name", bool(self.model_name), "a served model's name"),
-            ("protocol", self.protocol in PROTOCOLS, " or ".join(PROTOCOLS)),
             ("batch_size", self.batch_size >= 1, ">= 1"),
-            ("validate", self.validate in VALIDATIONS, ", ".join(VALIDATIONS)),
             ("expected_output", self.validate != "values" or bool(self.expected_output),
              "an .npz path when validate is 'values'"),
             ("rate", self.rate > 0, "> 0 per second"),
@@ -79,7 +70,6 @@ class LoadOptions(LocustOptions):
             ("min_gain", 0 <= self.min_gain < 1, "0 <= x < 1"),
             ("warmup_s", self.warmup_s >= 0, ">= 0 s"),
             ("search_budget_s", self.search_budget_s > 0, "> 0 s"),
-            ("http_client", self.http_client in HTTP_CLIENTS, ", ".join(HTTP_CLIENTS)),
             ("abort_after_s", self.abort_after_s >= 0, ">= 0 s"),
             ("load_shape", self.load_shape in LOAD_SHAPES, ", ".join(LOAD_SHAPES)),
         ]

@@ -33,7 +33,7 @@ from trainserve.loadtest.search import highest_rate
 from trainserve.loadtest.servedrecord import ServedWindow, instances_of
 from trainserve.loadtest.windows import percentiles_short
 from trainserve.core.errors import UserError
-from trainserve.core.options.load import PROTOCOLS, LoadJob
+from trainserve.core.options.load import LoadJob
 from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 from trainserve.core.runs import run_dir
@@ -53,8 +53,6 @@ class LoadConfig(LoadJob):
         host, _, port = self.url.rpartition(":")
         if not host or not port.isdigit():
             raise UserError(f"--url {self.url!r} is not HOST:PORT; pass e.g. 127.0.0.1:8000 (gRPC: 8001)")
-        if self.protocol not in PROTOCOLS:
-            raise UserError(f"--protocol {self.protocol!r} is unknown; use {' or '.join(PROTOCOLS)}")
         if self.users is not None and self.rate is not None:
             raise UserError("--users and --rate exclude each other: --users for closed loop, --rate for open loop")
         if self.ramp and self.rate is not None:

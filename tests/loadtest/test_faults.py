@@ -46,3 +46,18 @@ def test_server_errors_mid_run_write_partial_results(tmp_path: Path) -> None:
     assert rec["extra"]["failures"] > 0
     assert any("failures only" in w for w in rec["validity"]["warnings"])  # stopped early, not after 10 s
     assert rec["validity"]["window_s"] < 8
+
+
+def test_a_shared_setting_out_of_its_choices_is_refused_by_both_readers() -> None:
+    """`trainserve load` (LoadConfig) and Locust (LoadOptions) check the settings they share in one place."""
+    import pytest
+
+    from trainserve.core.errors import UserError
+    from trainserve.loadtest.options import LoadOptions, OptionError
+    from trainserve.loadtest.runner import LoadConfig
+
+    for field, bad in (("protocol", "ftp"), ("validate", "maybe"), ("http_client", "curl")):
+        with pytest.raises(UserError, match=f"--{field.replace('_', '-')} '{bad}' is invalid; allowed: "):
+            LoadConfig(url="127.0.0.1:8000", model="m", **{field: bad})
+        with pytest.raises(OptionError, match=f"load option {field}='{bad}' is invalid"):
+            LoadOptions(model_name="m", **{field: bad})

@@ -65,6 +65,9 @@ class Shared(SloOptions):
         """(field, value, within range, what is allowed) of these fields: LoadConfig and LoadOptions raise
         their own error for the first one out of range."""
         return [
+            ("protocol", self.protocol, self.protocol in PROTOCOLS, " or ".join(PROTOCOLS)),
+            ("validate", self.validate, self.validate in VALIDATIONS, ", ".join(VALIDATIONS)),
+            ("http_client", self.http_client, self.http_client in HTTP_CLIENTS, ", ".join(HTTP_CLIENTS)),
             ("slo_p99_ms", self.slo_p99_ms, self.slo_p99_ms > 0, "> 0 ms"),
             ("ramp_stop_p99_ms", self.ramp_stop_p99_ms, self.ramp_stop_p99_ms > 0, "> 0 ms"),
             ("ramp_step_s", self.ramp_step_s, self.ramp_step_s > 0, "> 0 s"),
