@@ -60,7 +60,8 @@ async def direct(core: ServerCore, model: str, inputs: dict, requests: int, burs
     return (time.process_time() - t0) / requests * 1e6
 
 
-async def through_channel(core: ServerCore, model: str, inputs: dict, requests: int, burst: int) -> tuple[float, float]:
+async def through_channel(core: ServerCore, model: str, inputs: dict, requests: int, burst: int,
+                          merge: bool = True) -> tuple[float, float, float]:
     engine = Engine(core, ServerOptions(), 2)
     arena = shm.Arena(shm.create_arena_fd("frontends-ipc", 1 << 26), 1 << 26)
     child = FrontEndProcess(0, None, arena.mm)  # type: ignore[arg-type]
@@ -76,12 +77,21 @@ async def through_channel(core: ServerCore, model: str, inputs: dict, requests: 
 
     child.link.send = counted
     remote = RemoteCore(registry_snapshot(core), arena, lambda: None)
+    remote._merge = merge
     remote.link = ipc.Link(remote.on_message, lambda: None)
+    sent = [0]
+    remote_send = remote.link.send
+
+    def counted_sent(kind: int, rid: int, body: bytes) -> None:
+        sent[0] += 1
+        remote_send(kind, rid, body)
+
+    remote.link.send = counted_sent
     to_engine = Captured()
     remote.link.connection_made(to_engine)
     await remote.start()
     frontend_s = engine_s = 0.0
-    for done in range(0, requests - burst + 1, burst):
+    for _ in range(0, requests - burst + 1, burst):
         a = time.process_time()
         waiting = [asyncio.ensure_future(remote.infer(model, "", inputs)) for _ in range(burst)]
         for _ in range(3):  # the requests are built and their messages written
@@ -89,7 +99,7 @@ async def through_channel(core: ServerCore, model: str, inputs: dict, requests: 
         data = to_engine.take()
         b = time.process_time()
         child.link.data_received(data)
-        while replies[0] < done + burst:
+        while replies[0] < sent[0]:
             await asyncio.sleep(0)
         await asyncio.sleep(0)  # the replies of the last turn are flushed
         data = to_frontend.take()
@@ -98,7 +108,7 @@ async def through_channel(core: ServerCore, model: str, inputs: dict, requests: 
         await asyncio.gather(*waiting)
         frontend_s += (b - a) + (time.process_time() - c)
         engine_s += c - b
-    return engine_s / requests * 1e6, frontend_s / requests * 1e6
+    return engine_s / requests * 1e6, frontend_s / requests * 1e6, sent[0] / requests
 
 
 async def measure(args: argparse.Namespace) -> dict:
@@ -110,8 +120,13 @@ async def measure(args: argparse.Namespace) -> dict:
     rounds = []
     for _ in range(args.rounds):  # alternating, so the machine's drift hits both alike
         d = await direct(core, args.model, inputs, args.requests, args.burst)
-        e, f = await through_channel(core, args.model, inputs, args.requests, args.burst)
-        rounds.append({"core_infer_us": round(d, 1), "model_process_us": round(e, 1), "front_end_us": round(f, 1)})
+        row = {"core_infer_us": round(d, 1)}
+        for merge in (False, True):
+            e, f, m = await through_channel(core, args.model, inputs, args.requests, args.burst, merge)
+            tag = "merged" if merge else "one_by_one"
+            row |= {f"model_process_us_{tag}": round(e, 1), f"front_end_us_{tag}": round(f, 1),
+                    f"messages_per_request_{tag}": round(m, 3)}
+        rounds.append(row)
     await core.stop()
     return {"model": args.model, "burst": args.burst, "requests": args.requests, "rounds": rounds}
 

@@ -107,6 +107,7 @@ class _Request:
     future: asyncio.Future | None  # None for a request run directly, without the queue
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
     nbytes: int = 0  # input bytes, counted against the queue's byte bound
+    requests: int = 1  # clients' requests it holds (a front end's merged requests: serve/remote_core.py)
 
 
 NEARLY_FRACTION = 4  # a batch is "nearly" a preferred size when at most 1/4 of that size is missing
@@ -219,10 +220,11 @@ class Batcher:
         """Queue one validated request (`rows` rows along dim 0) and wait for all model outputs (its rows only)."""
         return await self.enqueue(inputs, rows)
 
-    def enqueue(self, inputs: dict[str, np.ndarray], rows: int) -> asyncio.Future:
+    def enqueue(self, inputs: dict[str, np.ndarray], rows: int, requests: int = 1) -> asyncio.Future:
         """`submit` without a coroutine: the future of this request's outputs (already done when it ran at
         once, on the loop); refusals (queue full, shutting down) raise here. The model process calls it
-        for every request of its front ends (ServerCore.infer_then), with no task per request."""
+        for every request of its front ends (ServerCore.infer_then), with no task per request; `requests`:
+        how many clients' requests a front end merged into this one (counted so in the statistics)."""
         loop = asyncio.get_running_loop()
         if self._queue.closed:
             raise Unavailable("server is shutting down")
@@ -242,13 +244,14 @@ class Batcher:
                 and self._on_loop(rows, 1, now, queued=False):
             fut = loop.create_future()
             try:
-                fut.set_result(self._run_direct(inputs, rows))
+                fut.set_result(self._run_direct(inputs, rows, requests))
             except ServeError as e:
                 fut.set_exception(e)
             return fut
         key = tuple((n, a.shape[1:]) for n, a in inputs.items()) if self.config.max_batch_size else ()
         fut = loop.create_future()
-        self._queue.put(_Request(inputs, rows, key, fut, nbytes=sum(a.nbytes for a in inputs.values())))
+        self._queue.put(_Request(inputs, rows, key, fut, nbytes=sum(a.nbytes for a in inputs.values()),
+                                 requests=requests))
         return fut
 
     async def close(self) -> None:
@@ -325,9 +328,9 @@ class Batcher:
             finally:
                 self._ran()
             self._note_run(rows, infer_ns)
-            self.stats.record_execution(
-                rows, len(batch), sum(start - r.enqueued_ns for r in batch), input_ns, infer_ns, output_ns
-            )
+            self.stats.record_execution(rows, sum(r.requests for r in batch),
+                                        sum((start - r.enqueued_ns) * r.requests for r in batch),
+                                        input_ns, infer_ns, output_ns)
             for r, res in zip(batch, results):
                 if not r.future.done():  # the client may have gone away
                     r.future.set_result(res)
@@ -393,7 +396,7 @@ class Batcher:
         arrivals = -(-(target - rows) // max(rows_per_request, 1))  # requests still needed, rounded up
         return arrivals * self._gap_ns <= remaining_ns
 
-    def _run_direct(self, inputs: dict[str, np.ndarray], rows: int) -> dict[str, np.ndarray]:
+    def _run_direct(self, inputs: dict[str, np.ndarray], rows: int, requests: int = 1) -> dict[str, np.ndarray]:
         """One request on the loop, now, on instance 0 (every instance is idle): what _worker would do with it."""
         self._busy += 1
         try:
@@ -405,7 +408,7 @@ class Batcher:
         finally:
             self._ran()
         self._note_run(rows, infer_ns)
-        self.stats.record_execution(rows, 1, 0, input_ns, infer_ns, output_ns)
+        self.stats.record_execution(rows, requests, 0, input_ns, infer_ns, output_ns)
         return result
 
     def _model_failed(self, e: Exception) -> Internal:

@@ -293,10 +293,13 @@ class ServerCore:
         return self._succeeded(entry, start, result, outputs)
 
     def infer_then(self, name: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str] | None,
-                   done: Callable[[dict[str, np.ndarray] | None, Exception | None], None]) -> None:
+                   done: Callable[[dict[str, np.ndarray] | None, Exception | None], None],
+                   requests: int = 1) -> None:
         """`infer` without a coroutine: `done(result, None)` or `done(None, error)` is called when the request
         ends (at once, when it is refused or runs at once on the loop). The model process (serve/engine.py)
-        takes every request of its front ends this way: one callback instead of a task per request."""
+        takes every request of its front ends this way: one callback instead of a task per request.
+        `requests`: how many clients' requests a front end merged into this one (serve/remote_core.py); the
+        statistics count each of them."""
         start = time.perf_counter_ns()
         try:
             entry = self._ready_entry(name, version)
@@ -305,19 +308,19 @@ class ServerCore:
             return
         try:
             rows = _validate(entry.model, inputs, outputs)
-            fut = entry.batcher.enqueue(inputs, rows)
+            fut = entry.batcher.enqueue(inputs, rows, requests)
         except ServeError as e:
-            entry.stats.record_failure(time.perf_counter_ns() - start)
+            entry.stats.record_failure(time.perf_counter_ns() - start, requests)
             done(None, e)
             return
 
         def finished(f: asyncio.Future) -> None:
             e = Unavailable("the request was cancelled") if f.cancelled() else f.exception()
             if e is not None:
-                entry.stats.record_failure(time.perf_counter_ns() - start)
+                entry.stats.record_failure(time.perf_counter_ns() - start, requests)
                 done(None, e)
             else:
-                done(self._succeeded(entry, start, f.result(), outputs), None)
+                done(self._succeeded(entry, start, f.result(), outputs, requests), None)
 
         if fut.done():
             finished(fut)
@@ -333,9 +336,9 @@ class ServerCore:
         return entry
 
     def _succeeded(self, entry: ModelEntry, start: int, result: dict[str, np.ndarray],
-                   outputs: list[str] | None) -> dict[str, np.ndarray]:
+                   outputs: list[str] | None, requests: int = 1) -> dict[str, np.ndarray]:
         end = time.perf_counter_ns()
-        entry.stats.record_success(end - start)
+        entry.stats.record_success(end - start, requests)
         # Only after a request that took less than the window: for those a wake-up from sleep is a sizable
         # part of the latency; longer ones (queued, large batches) would only lose CPU to the polling.
         if end - start < self._poll_ns:

@@ -181,7 +181,7 @@ class Engine:
     def _on_message(self, child: FrontEndProcess, kind: int, rid: int, body: bytes) -> None:
         if kind == ipc.INFER:
             try:
-                model, version, tensors, outputs, out_offset, out_cap = marshal.loads(body)
+                model, version, tensors, outputs, out_offset, out_cap, requests = marshal.loads(body)
                 # copied out of the arena at once (one memcpy; a batch of several requests is concatenated
                 # anyway): nothing this process keeps, in a queue or a worker's last batch, then points
                 # into a front end's arena, so a dead front end's arena is unmapped as soon as it dies
@@ -192,7 +192,8 @@ class Engine:
                 return
             try:  # no task per request: the core calls back when the answer is there (or at once)
                 self.core.infer_then(model, version, inputs, None if outputs is None else list(outputs),
-                                     lambda result, error: self._answer(child, rid, result, error, out_offset, out_cap))
+                                     lambda result, error: self._answer(child, rid, result, error, out_offset, out_cap),
+                                     requests)
             except Exception as e:  # not a ServeError (those come through the callback): a bug, logged
                 log.exception("inference failed unexpectedly")
                 child.link.send(ipc.ERROR, rid, ipc.error_message(e))

@@ -12,7 +12,9 @@ described by (name, numpy dtype string, shape, arena offset, None), or, when it 
 strings, (name, dtype, shape, -1, its bytes or a tuple of its elements).
 
 Kinds (-> the model process, <- the front end):
-    INFER  ->  (model, version, tensors, output names or None, output offset, output capacity)
+    INFER  ->  (model, version, tensors, output names or None, output offset, output capacity, requests):
+               requests > 1 when the front end merged that many clients' requests into this one (their rows
+               in order along dim 0; serve/remote_core.py)
     CALL   ->  (method, *args): a registry call whose answer changes while serving (statistics)
     READY  ->  {"http": port, "grpc": port}: the front end listens
     OK     <-  tensors of the answer

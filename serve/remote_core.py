@@ -5,6 +5,17 @@ RemoteCore. The registry cannot change while serving (no model load/unload), so 
 the index and readiness are answered from the snapshot the model process sends once at start; only
 `infer` and the statistics go to the model process (serve/engine.py), over the control channel
 (serve/ipc.py) with tensors in the shared arena (serve/shm.py).
+
+Requests merged (`MERGE_ENV`, on by default). Under load a front end's loop takes many requests in one
+turn, and the model process's one loop pays tens of microseconds of Python for each message (parse,
+validate, queue, answer): on the H200 host that loop, at ~0.9 of a core, bounded the GPU's batch-1
+capacity. So the first request of a loop turn goes at once (a lone request waits for nothing), and the
+ones after it in the same turn that could share a batch (same model, version, outputs, dtypes and
+non-batch shapes, valid for the model) are joined along dim 0 and sent at the start of the next turn as
+one request of their rows, at most the model's max_batch_size; the answer is split back by rows. The
+model process counts each of them in its statistics (ipc.INFER's `requests`), so requests, queue and
+compute per request stay the clients' figures. A request that is not valid for the model is never
+merged: it goes alone and gets its own error.
 """
 
 from __future__ import annotations
@@ -13,6 +24,7 @@ import asyncio
 import logging
 import marshal
 import math
+import os
 import pickle
 from collections.abc import Callable
 
@@ -23,6 +35,20 @@ from trainserve.serve.core import ModelEntry, ModelMetadata, ServerCore
 from trainserve.serve.errors import ServeError, Unavailable
 
 log = logging.getLogger(__name__)
+
+MERGE_ENV = "TRAINSERVE_SERVE_MERGE"  # "0": every request its own message (for measurements); else merged
+MERGE_KEYS_MAX = 4096  # request signatures whose mergeability is remembered
+
+
+class _Group:
+    """Requests of one loop turn that go to the model process as one: (inputs, rows, future) each."""
+
+    __slots__ = ("name", "version", "outputs", "max_rows", "members", "rows")
+
+    def __init__(self, name: str, version: str, outputs: list[str] | None, max_rows: int) -> None:
+        self.name, self.version, self.outputs, self.max_rows = name, version, outputs, max_rows
+        self.members: list[tuple[dict[str, np.ndarray], int, asyncio.Future]] = []
+        self.rows = 0
 
 
 def registry_snapshot(core: ServerCore) -> dict:
@@ -80,6 +106,10 @@ class RemoteCore:
         self._after_ns, self._wait_ns = plan.after_us * 1000, plan.wait_us * 1000
         self._wait_any = plan.any_in_flight  # poll for answers however many requests are in flight
         self.poller = spin.Poller(lambda: not self.live)
+        self._merge = os.environ.get(MERGE_ENV, "1").strip() != "0"
+        self._turn = False  # a request left this loop turn: the next ones of the turn may be merged
+        self._groups: dict[tuple, _Group] = {}
+        self._merge_rows: dict[tuple, int] = {}  # signature -> the model's max_batch_size, 0 when not mergeable
 
     # ---------------------------------------------------------------- lifecycle (serve/server.py's Server calls these)
     async def start(self) -> None:
@@ -113,13 +143,123 @@ class RemoteCore:
 
     # ---------------------------------------------------------------- through the model process
     async def statistics_dicts(self, name: str = "", version: str = "") -> list[dict]:
-        return await self._request(ipc.CALL, marshal.dumps(("statistics", name, version)), None)
+        return await self._send(ipc.CALL, marshal.dumps(("statistics", name, version)), None)
 
     async def infer(self, name: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
                     parameters: dict | None = None) -> dict[str, np.ndarray]:
-        """ServerCore.infer, run by the model process: the inputs are written into this front end's arena."""
+        """ServerCore.infer, run by the model process: the inputs are written into this front end's arena;
+        merged with others of this loop turn when it is not the turn's first (see the module docstring)."""
         if not self._accepting:
             raise Unavailable("Server is not ready: it is shutting down")
+        if self._merge:
+            if self._turn:
+                group = self._group_for(name, version, inputs, outputs)
+                if group is not None:
+                    fut = asyncio.get_running_loop().create_future()
+                    group.members.append((inputs, next(iter(inputs.values())).shape[0], fut))
+                    return await fut
+            else:
+                self._turn = True
+                asyncio.get_running_loop().call_soon(self._end_turn)
+        return await self._submit(name, version, inputs, outputs, 1)
+
+    def _group_for(self, name: str, version: str, inputs: dict[str, np.ndarray],
+                   outputs: list[str] | None) -> _Group | None:
+        """The open group this request joins (a full one is sent first), or None when it cannot be merged."""
+        key = (name, version, None if outputs is None else tuple(outputs),
+               tuple((n, a.dtype.str, a.shape[1:]) for n, a in inputs.items()))
+        max_rows = self._merge_rows.get(key)
+        if max_rows is None:
+            max_rows = self._mergeable(name, version, inputs, outputs) if len(self._merge_rows) < MERGE_KEYS_MAX else 0
+            self._merge_rows[key] = max_rows
+        if not max_rows:
+            return None
+        rows = -1
+        for a in inputs.values():
+            if rows < 0:
+                rows = a.shape[0]
+            elif a.shape[0] != rows:
+                return None  # the model process says what is wrong
+        if not 1 <= rows <= max_rows:
+            return None
+        group = self._groups.get(key)
+        if group is not None and group.rows + rows > max_rows:
+            del self._groups[key]
+            self._send_group(group)
+            group = None
+        if group is None:
+            group = self._groups[key] = _Group(name, version, outputs, max_rows)
+        group.rows += rows
+        return group
+
+    def _mergeable(self, name: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str] | None) -> int:
+        """The model's max_batch_size when requests of this signature are valid for it and can be joined
+        along dim 0 (numbers only, a batching model), else 0."""
+        try:
+            key = self._ready_key(name, version)
+        except ServeError:
+            return 0
+        max_batch = self._outputs.get(key, (0, []))[0]
+        meta = self._metadata[key]
+        specs = {t.name: t for t in meta.inputs}
+        if max_batch <= 0 or set(inputs) != set(specs) or len(inputs) != len(specs):
+            return 0
+        for n, a in inputs.items():
+            spec = specs[n]
+            if spec.datatype == "BYTES" or a.dtype == object or a.dtype != spec.dtype or a.ndim != len(spec.shape):
+                return 0
+            if any(d != s and s != -1 for d, s in zip(a.shape[1:], spec.shape[1:])):
+                return 0
+        names = {t.name for t in meta.outputs}
+        if outputs is not None and any(o not in names for o in outputs):
+            return 0
+        return max_batch
+
+    def _end_turn(self) -> None:
+        """The next loop turn began: send this turn's groups."""
+        self._turn = False
+        groups, self._groups = self._groups, {}
+        for group in groups.values():
+            self._send_group(group)
+
+    def _send_group(self, group: _Group) -> None:
+        """One message for the group's requests (their rows joined), the answer split back into their futures."""
+        members = group.members
+        try:
+            if len(members) == 1:
+                inputs = members[0][0]
+            else:
+                inputs = {n: np.concatenate([m[0][n] for m in members]) for n in members[0][0]}
+            fut = self._submit(group.name, group.version, inputs, group.outputs, len(members))
+        except Exception as e:  # the model process is gone, or a bug: each request fails with it
+            for _, _, f in members:
+                if not f.done():
+                    f.set_exception(e)
+            return
+
+        def split(done: asyncio.Future) -> None:
+            error = Unavailable("the request was cancelled") if done.cancelled() else done.exception()
+            if error is not None:
+                for _, _, f in members:
+                    if not f.done():
+                        f.set_exception(error)
+                return
+            result = done.result()
+            if len(members) == 1:
+                if not members[0][2].done():
+                    members[0][2].set_result(result)
+                return
+            start = 0
+            for _, rows, f in members:
+                if not f.done():  # the client may have gone away
+                    f.set_result({n: a[start:start + rows] for n, a in result.items()})
+                start += rows
+
+        fut.add_done_callback(split)
+
+    def _submit(self, name: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str] | None,
+                requests: int) -> asyncio.Future:
+        """Write the inputs into the arena and send the request (`requests` clients' requests); its future."""
         sizes = [shm.aligned(a.nbytes) if a.dtype != object else 0 for a in inputs.values()]
         in_bytes = sum(sizes)
         need = in_bytes + self._output_bytes(name, version, inputs)
@@ -140,10 +280,11 @@ class RemoteCore:
                 pos += size
             out_offset, out_cap = pos, block[0] + block[1] - pos
         body = marshal.dumps((name, version, tuple(tensors), None if outputs is None else tuple(outputs),
-                              out_offset, out_cap))
-        return await self._request(ipc.INFER, body, block)
+                              out_offset, out_cap, requests))
+        return self._send(ipc.INFER, body, block)
 
-    async def _request(self, kind: int, body: bytes, block: tuple[int, int] | None):
+    def _send(self, kind: int, body: bytes, block: tuple[int, int] | None) -> asyncio.Future:
+        """Send one message; the future of its answer (Unavailable at once when the model process is gone)."""
         if self.link is None or self.link.closed:
             if block is not None:
                 self.arena.free(block)
@@ -162,7 +303,7 @@ class RemoteCore:
             # a lone request: poll for its answer rather than sleep (with more in flight the loop has work,
             # unless TRAINSERVE_SERVE_SPIN=2 asks to poll anyway)
             self.poller.extend(self._wait_ns)
-        return await fut
+        return fut
 
     def _output_bytes(self, name: str, version: str, inputs: dict[str, np.ndarray]) -> int:
         """Room to leave for the outputs (0: unknown sizes, or none; they then come in the reply), bytes."""

@@ -54,18 +54,21 @@ class ModelStats:
     compute_output: Duration = field(default_factory=Duration)
     batches: dict[int, BatchStats] = field(default_factory=dict)
 
-    def record_success(self, request_ns: int) -> None:
-        self.success.add(request_ns)
+    def record_success(self, request_ns: int, requests: int = 1) -> None:
+        """A request that took `request_ns`; `requests` > 1: that many clients' requests a front end merged
+        into this one (serve/remote_core.py), each counted with the same duration."""
+        self.success.add(request_ns * requests, requests)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
-    def record_failure(self, request_ns: int) -> None:
-        self.fail.add(request_ns)
+    def record_failure(self, request_ns: int, requests: int = 1) -> None:
+        self.fail.add(request_ns * requests, requests)
         self.last_inference_ms = time.time_ns() // 1_000_000
 
     def record_execution(
         self, rows: int, requests: int, queue_ns_total: int, input_ns: int, infer_ns: int, output_ns: int
     ) -> None:
-        """One session run of `rows` rows gathered from `requests` requests."""
+        """One session run of `rows` rows gathered from `requests` requests (clients' requests: a merged
+        one counts as many as it holds); `queue_ns_total` sums their queue times."""
         self.execution_count += 1
         self.inference_count += rows
         self.queue.add(queue_ns_total, requests)

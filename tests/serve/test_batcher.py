@@ -108,7 +108,7 @@ def test_a_request_that_finds_the_batcher_idle_runs_at_once_and_is_counted(tmp_p
         await asyncio.sleep(0.01)  # requests further apart than a run takes
         submit = batcher.submit
         direct = []
-        batcher._run_direct = lambda inputs, rows, run=batcher._run_direct: direct.append(rows) or run(inputs, rows)
+        batcher._run_direct = lambda inputs, rows, requests=1, run=batcher._run_direct: direct.append(rows) or run(inputs, rows, requests)
         second = await submit({"input": x}, 1)
         return first, second, direct
 
@@ -129,7 +129,7 @@ def test_idle_inline_zero_sends_every_run_to_the_instance_threads(tmp_path):
         batcher = core.entry("m").batcher
         assert batcher.config.idle_inline_max_us == 0
         direct = []
-        batcher._run_direct = lambda inputs, rows, run=batcher._run_direct: direct.append(rows) or run(inputs, rows)
+        batcher._run_direct = lambda inputs, rows, requests=1, run=batcher._run_direct: direct.append(rows) or run(inputs, rows, requests)
         for _ in range(3):
             await core.infer("m", "", {"input": x})
             await asyncio.sleep(0.01)  # far apart: with the default, the 2nd and 3rd would run on the loop

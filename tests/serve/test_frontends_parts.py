@@ -146,3 +146,74 @@ def test_a_freed_large_block_gives_its_memory_back():
     shm.view(arena.mm, block[0], "|u1", (block[1],))[...] = 1
     arena.free(block)
     assert shm.view(arena.mm, block[0], "|u1", (block[1],)).max() == 0  # the pages were dropped, not kept
+
+
+class _Wire:
+    """A transport that hands what is written to the other side's Link on the next loop turn."""
+
+    def __init__(self, to: ipc.Link, messages: list | None = None) -> None:
+        self.to, self.messages = to, messages
+
+    def write(self, data: bytes) -> None:
+        if self.messages is not None:  # the INFER messages written, by their requests' count
+            pos = 0
+            while pos < len(data):
+                length, kind, _ = ipc.HEADER.unpack_from(data, pos)
+                if kind == ipc.INFER:
+                    self.messages.append(marshal.loads(data[pos + 9 : pos + 9 + length])[6])
+                pos += 9 + length
+        asyncio.get_running_loop().call_soon(self.to.data_received, data)
+
+    def set_write_buffer_limits(self, high: int) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_front_end_merges_one_turn_of_requests_and_each_gets_its_own_rows_errors_and_counts(model_repo):
+    """Requests that arrive together go to the model process as one message per batch (at most
+    max_batch_size rows, 8 here), the first of the turn alone; each client gets its own rows back; a request
+    the model refuses is not merged and gets its own error; the statistics count every client's request."""
+    from trainserve.serve.engine import Engine, FrontEndProcess
+    from trainserve.serve.server import ServerOptions
+    from tests.serve.tiny_models import expected_logits
+
+    async def main() -> None:
+        core = ServerCore(CoreOptions(model_repo, intra_op_threads=1, busy_poll_us=0))
+        core.load()
+        await core.start()
+        arena = shm.Arena(shm.create_arena_fd("test-merge", 1 << 20), 1 << 20)
+        engine = Engine(core, ServerOptions(), 2)
+        child = FrontEndProcess(0, None, arena.mm)  # type: ignore[arg-type]
+        remote = RemoteCore(registry_snapshot(core), arena, lambda: None)
+        child.link = ipc.Link(lambda k, r, b: engine._on_message(child, k, r, b), lambda: None)
+        remote.link = ipc.Link(remote.on_message, lambda: None)
+        messages: list[int] = []
+        child.link.connection_made(_Wire(remote.link))
+        remote.link.connection_made(_Wire(child.link, messages))
+        await remote.start()
+        before = core.statistics("classifier", "2")[0].to_dict()
+        xs = [np.full((1, 4), i, np.float32) for i in range(11)] + [np.arange(8, dtype=np.float32).reshape(2, 4)]
+        calls = [remote.infer("classifier", "", {"input": x}) for x in xs]
+        calls.insert(5, remote.infer("classifier", "", {"input": np.ones((1, 5), np.float32)}))  # a wrong shape
+        calls.insert(7, remote.infer("classifier", "", {"input": xs[3]}, ["probs"]))  # other outputs: a group of its own
+        got = await asyncio.gather(*calls, return_exceptions=True)
+        await core.stop()
+        bad, probs_only = got.pop(5), got.pop(6)
+        assert isinstance(bad, InvalidArgument) and "Expected [-1,4], got [1,5]" in bad.message
+        assert list(probs_only) == ["probs"] and probs_only["probs"].shape == (1, 3)
+        for x, result in zip(xs, got):
+            assert result["logits"].shape == (len(x), 3)
+            np.testing.assert_allclose(result["logits"], expected_logits(x), rtol=1e-5)
+        # the first alone; the other 10 batch-1 requests and the 2-row one (12 rows) in groups of at most 8
+        # rows (8 requests, then 3); the refused one alone; the probs-only one alone (a group of one)
+        assert sorted(messages) == [1, 1, 1, 3, 8], messages
+        after = core.statistics("classifier", "2")[0].to_dict()
+        s0, s1 = before["inference_stats"], after["inference_stats"]
+        assert s1["success"]["count"] - s0["success"]["count"] == 13
+        assert s1["fail"]["count"] - s0["fail"]["count"] == 1
+        assert after["inference_count"] - before["inference_count"] == 14  # rows: 11 + 2 + 1
+        assert s1["queue"]["count"] - s0["queue"]["count"] == 13
+
+    asyncio.run(main())
