@@ -3,7 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
-#           search-split engine capacity
+#           search-split engine capacity merge merge-search
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -118,6 +118,33 @@ capacity)  # issue 23's target through the project's own load generator: closed 
     $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 16000 --slo-p99-ms 20 --duration 60s \
       --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run capacity-search --runs-dir '$R/runs'; \
     rc=\$?; kill -TERM \$s; wait \$s; exit \$rc" ;;
+merge)  # issue 23, 2026-12-05: main at the session's start (BEFORE, default bench-before) against this tree (front ends
+  # merge one loop turn's requests; CPU sessions spin inside runs only): onnxruntime's spinning in process (the CPU
+  # target's in-process best), the serve matrix on CPU (default front ends) and GPU (--frontends 4), HTTP and gRPC,
+  # servers on cores 0-9; then merging alone on the GPU (TRAINSERVE_SERVE_MERGE=0 before), one tree
+  perf23_repo
+  step ort_spin 100 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 --rounds 2
+  step merge_cpu 150 env OUT="$R/merge-cpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 --rounds 2
+  step merge_gpu 200 env OUT="$R/merge-gpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --repository "$p23" --device cuda --server-cpus 0-9 --users 1 16 128 --rounds 2 --before-args="--frontends 4" \
+    --after-args="--frontends 4"
+  step merge_alone 110 env OUT="$R/merge-alone" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+    --server-cpus 0-9 --users 16 128 --before-env TRAINSERVE_SERVE_MERGE=0 --before-args="--frontends 4" \
+    --after-args="--frontends 4" ;;
+merge-search)  # issue 23's open-loop target on this tree: the Server search (--frontends auto, 8 Locust processes, SLO
+  # 20 ms, first rate 16k, 90 s budget), every thread's CPU meanwhile and 10 s of py-spy: what bounds it now
+  perf23_repo
+  step merge_search 200 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
+    --grpc-port 18001 --metrics-port 18002 > '$R/merge_search_server.log' 2>&1 & s=\$!; \
+    $py benchmarks/wait_ready.py; \
+    $py benchmarks/thread_cpu.py --pid \$s --interval-s 5 --seconds 150 --out '$R/merge_search_threads.json' \
+      > '$R/merge_search_threads.log' 2>&1 & t=\$!; \
+    (sleep 40; command -v py-spy >/dev/null && py-spy record -p \$s --threads --idle --rate 200 --duration 10 \
+      --format raw -o '$R/merge_search_pyspy.txt' > '$R/merge_search_pyspy.log' 2>&1) & \
+    $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 16000 --slo-p99-ms 20 \
+    --duration 90s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run merge-search --runs-dir '$R/runs'; \
+    rc=\$?; kill -TERM \$s; wait \$s; kill \$t 2>/dev/null; exit \$rc" ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)

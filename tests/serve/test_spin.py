@@ -112,7 +112,7 @@ def test_a_lone_request_polls_while_it_waits_and_after_its_answer():
 
     async def main() -> None:
         core = await _remote(spin.SpinPlan(after_us=50_000, wait_us=200_000), ours)
-        call = asyncio.ensure_future(core._request(ipc.CALL, b"x", None))
+        call = asyncio.ensure_future(core._send(ipc.CALL, b"x", None))
         await asyncio.sleep(0.02)
         assert core.poller.polling  # waiting for the answer: the loop does not sleep
         kind, rid, body = await asyncio.to_thread(_frame, engine)
@@ -135,12 +135,12 @@ def test_a_cpu_model_front_end_stops_polling_when_its_request_goes_to_the_model_
 
     async def main() -> None:
         core = await _remote(spin.SpinPlan(after_us=10_000_000, wait_us=0), ours)  # the plan on a CPU host
-        first = asyncio.ensure_future(core._request(ipc.CALL, b"x", None))
+        first = asyncio.ensure_future(core._send(ipc.CALL, b"x", None))
         _, rid, _ = await asyncio.to_thread(_frame, engine)
         engine.sendall(ipc.HEADER.pack(len(b"\x80\x04K*."), ipc.RESULT, rid) + b"\x80\x04K*.")
         assert await first == 42
         assert core.poller.polling  # after the answer: waiting for the client's next request
-        second = asyncio.ensure_future(core._request(ipc.CALL, b"y", None))
+        second = asyncio.ensure_future(core._send(ipc.CALL, b"y", None))
         await asyncio.sleep(0.01)
         assert not core.poller.polling  # it came: the session's threads need the cores now
         second.cancel()
@@ -158,10 +158,10 @@ def test_with_two_requests_in_flight_a_front_end_polls_only_when_asked_to(any_in
 
     async def main() -> None:
         core = await _remote(spin.SpinPlan(after_us=30_000, wait_us=30_000, any_in_flight=any_in_flight), ours)
-        first = asyncio.ensure_future(core._request(ipc.CALL, b"x", None))
+        first = asyncio.ensure_future(core._send(ipc.CALL, b"x", None))
         await asyncio.sleep(0.1)  # its 30 ms window is over
         assert not core.poller.polling
-        second = asyncio.ensure_future(core._request(ipc.CALL, b"y", None))
+        second = asyncio.ensure_future(core._send(ipc.CALL, b"y", None))
         await asyncio.sleep(0.005)
         assert core.poller.polling == any_in_flight
         await asyncio.sleep(0.1)
@@ -183,7 +183,7 @@ def test_no_polling_without_a_plan():
 
     async def main() -> None:
         core = await _remote(spin.SpinPlan(), ours)
-        call = asyncio.ensure_future(core._request(ipc.CALL, b"x", None))
+        call = asyncio.ensure_future(core._send(ipc.CALL, b"x", None))
         await asyncio.sleep(0.02)
         assert not core.poller.polling
         call.cancel()
@@ -200,7 +200,7 @@ def test_the_model_process_gone_mid_poll_fails_the_request_at_once_and_ends_the_
 
     async def main() -> None:
         core = await _remote(spin.SpinPlan(after_us=10_000_000, wait_us=10_000_000), ours)  # 10 s windows
-        call = asyncio.ensure_future(core._request(ipc.CALL, b"x", None))
+        call = asyncio.ensure_future(core._send(ipc.CALL, b"x", None))
         await asyncio.sleep(0.02)
         assert core.poller.polling
         t0 = time.monotonic()
@@ -252,3 +252,22 @@ def test_a_killed_model_process_leaves_no_polling_front_end_and_no_request_hangi
     finally:
         with_group_killed(srv.proc.pid)
         srv.proc.wait(10)
+
+
+def test_cpu_sessions_of_several_threads_spin_inside_runs_only_unless_told_off(tmp_path):
+    from tests.serve.tiny_models import classifier_config, classifier_onnx
+    from trainserve.serve.core import CoreOptions, ServerCore
+    from trainserve.serve.model import spin_in_run
+
+    assert spin_in_run("cpu", 4, "") and spin_in_run("cpu", 2, "run")
+    assert not spin_in_run("cpu", 1, "")  # no pool threads to spin
+    assert not spin_in_run("cuda", 4, "")  # the GPU's runs: pool threads spinning would take the loop's cores
+    assert not spin_in_run("cpu", 4, " OFF ")
+    classifier_onnx(tmp_path / "c" / "1" / "model.onnx")
+    (tmp_path / "c" / "config.pbtxt").write_text(classifier_config("c").replace('"intra_op_thread_count"', '"unused"'))
+    seen = {}
+    for spin in (False, True):
+        core = ServerCore(CoreOptions(tmp_path, intra_op_threads=2, allow_spinning=spin))
+        core.load()
+        seen[spin] = core.model_config("c").parameters["intra_op_spinning"].string_value
+    assert seen == {False: "inside runs", True: "always"}
