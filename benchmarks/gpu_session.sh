@@ -3,7 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
-#           search-split engine capacity merge merge-search
+#           search-split engine capacity merge merge-alone merge-search
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -121,14 +121,16 @@ capacity)  # issue 23's target through the project's own load generator: closed 
 merge)  # issue 23, 2026-12-05: main at the session's start (BEFORE, default bench-before) against this tree (front ends
   # merge one loop turn's requests; CPU sessions spin inside runs only): onnxruntime's spinning in process (the CPU
   # target's in-process best), the serve matrix on CPU (default front ends) and GPU (--frontends 4), HTTP and gRPC,
-  # servers on cores 0-9; then merging alone on the GPU (TRAINSERVE_SERVE_MERGE=0 before), one tree
+  # servers on cores 0-9
   perf23_repo
   step ort_spin 100 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 --rounds 2
   step merge_cpu 150 env OUT="$R/merge-cpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
     --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 --rounds 2
   step merge_gpu 200 env OUT="$R/merge-gpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
     --repository "$p23" --device cuda --server-cpus 0-9 --users 1 16 128 --rounds 2 --before-args="--frontends 4" \
-    --after-args="--frontends 4"
+    --after-args="--frontends 4" ;;
+merge-alone)  # merging alone on the GPU: TRAINSERVE_SERVE_MERGE=0 before, one tree
+  perf23_repo
   step merge_alone 110 env OUT="$R/merge-alone" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
     --server-cpus 0-9 --users 16 128 --before-env TRAINSERVE_SERVE_MERGE=0 --before-args="--frontends 4" \
     --after-args="--frontends 4" ;;
