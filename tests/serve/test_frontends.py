@@ -61,7 +61,19 @@ class Served:
         return " ".join("".join(self.output).split())
 
     def frontend_pids(self) -> list[int]:
-        return sorted(c.pid for c in psutil.Process(self.proc.pid).children() if c.status() != psutil.STATUS_ZOMBIE)
+        """The live front ends (a child that exits while it is looked at is not one; the server gone: none)."""
+        pids = []
+        try:
+            children = psutil.Process(self.proc.pid).children()
+        except psutil.NoSuchProcess:
+            return []
+        for c in children:
+            try:
+                if c.status() != psutil.STATUS_ZOMBIE:
+                    pids.append(c.pid)
+            except psutil.NoSuchProcess:
+                pass
+        return sorted(pids)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
