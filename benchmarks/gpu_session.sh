@@ -123,7 +123,7 @@ merge)  # issue 23, 2026-12-05: main at the session's start (BEFORE, default ben
   # target's in-process best), the serve matrix on CPU (default front ends) and GPU (--frontends 4), HTTP and gRPC,
   # servers on cores 0-9
   perf23_repo
-  step ort_spin 100 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 --rounds 2
+  step ort_spin 100 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 --rounds 1
   step merge_cpu 150 env OUT="$R/merge-cpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
     --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 --rounds 2
   step merge_gpu 200 env OUT="$R/merge-gpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
