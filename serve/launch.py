@@ -18,7 +18,7 @@ from trainserve.serve import heap
 from trainserve.serve.spin import switch_interval
 from trainserve.serve.core import CoreOptions, ServerCore
 from trainserve.serve.engine import run_engine
-from trainserve.serve.model import CudaUnavailable
+from trainserve.serve.model import CudaUnavailable, spin_in_run
 from trainserve.serve.server import Server, ServerOptions, StartError, ready_line, run_until_signalled
 
 log = logging.getLogger(__name__)
@@ -52,6 +52,7 @@ def run_server(o: ServeOptions, on_ready: Callable[[str], None] = print) -> None
     heap.no_huge_pages()
     try:
         interval_s = switch_interval()  # the front-end processes it starts inherit the variable and do the same
+        spin_in_run("cpu", 2)  # TRAINSERVE_SERVE_ORT_SPIN checked before anything starts
     except ValueError as e:
         raise StartError(str(e)) from None
     log.info("GIL switch interval %.0f us", interval_s * 1e6)

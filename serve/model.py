@@ -93,7 +93,7 @@ SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
 # session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
-ORT_SPIN_ENV = "TRAINSERVE_SERVE_ORT_SPIN"  # "off": no spinning inside runs either (spin_in_run); for measurements
+ORT_SPIN_ENV = "TRAINSERVE_SERVE_ORT_SPIN"  # "run": CPU sessions spin inside runs (spin_in_run); for measurements
 BUCKET_SESSIONS_MAX_BYTES = 4 * 2**30  # ... but by default only while the buckets' copies of the weights fit in this
 
 
@@ -374,13 +374,20 @@ def _preload_cuda_libraries(ort) -> None:
 def spin_in_run(device: str, intra: int, setting: str | None = None) -> bool:
     """Whether a session without --spin spins its intra-op threads inside a run only (onnxruntime's
     allow_spinning with session.force_spinning_stop: the pool busy-waits for the run's pieces of work and
-    sleeps once the run returns): CPU sessions of more than one thread, unless ORT_SPIN_ENV is "off".
+    sleeps once the run returns): only when asked, ORT_SPIN_ENV=run, and only CPU sessions of several threads.
 
-    Why: with spinning off, every parallel piece of a run wakes sleeping threads; on the H200 host's CPU a
-    batch-1 run served took 2.29 ms where the same model in process took 1.33. Spinning after runs too
-    (--spin) takes the cores the event loop needs between requests."""
-    setting = os.environ.get(ORT_SPIN_ENV, "") if setting is None else setting
-    return device == "cpu" and intra > 1 and setting.strip().lower() != "off"
+    Why not by default: alone on its cores it helps a lone request (on the H100 host's CPU, served batch-1
+    HTTP p50 2.86 -> 2.50 ms, 1 user), but threads that busy-wait for each other lose their cores to
+    anything beside them: in the example run on that host (server, front ends and clients on 16 cores) the
+    CPU's Server capacity was 128 req/s (518 on the H200 host without it) and its batch-1 run did not stabilise; on
+    the 2-core VM every open-loop rate's p99 grew 1.3-1.9x (docs/BENCHMARKS.md, 2026-12-05). Spinning after
+    runs too (--spin) also takes the cores the event loop needs between requests. Raises ValueError for a
+    value other than "", "off" and "run"."""
+    setting = (os.environ.get(ORT_SPIN_ENV, "") if setting is None else setting).strip().lower()
+    if setting not in ("", "off", "run"):
+        raise ValueError(f"{ORT_SPIN_ENV}={setting!r} must be 'run' (CPU sessions spin inside runs) or 'off' "
+                         "(the default)")
+    return setting == "run" and device == "cpu" and intra > 1
 
 
 def _make_session(path: Path, device: str, intra: int, inter: int, device_id: int = 0, spin: bool = False,

@@ -254,20 +254,37 @@ def test_a_killed_model_process_leaves_no_polling_front_end_and_no_request_hangi
         srv.proc.wait(10)
 
 
-def test_cpu_sessions_of_several_threads_spin_inside_runs_only_unless_told_off(tmp_path):
+def test_cpu_sessions_spin_inside_runs_only_when_asked(tmp_path, monkeypatch):
     from tests.serve.tiny_models import classifier_config, classifier_onnx
     from trainserve.serve.core import CoreOptions, ServerCore
-    from trainserve.serve.model import spin_in_run
+    from trainserve.serve.model import ORT_SPIN_ENV, spin_in_run
 
-    assert spin_in_run("cpu", 4, "") and spin_in_run("cpu", 2, "run")
-    assert not spin_in_run("cpu", 1, "")  # no pool threads to spin
-    assert not spin_in_run("cuda", 4, "")  # the GPU's runs: pool threads spinning would take the loop's cores
-    assert not spin_in_run("cpu", 4, " OFF ")
+    assert not spin_in_run("cpu", 4, "")  # the default: threads that busy-wait lose their cores to clients beside them
+    assert spin_in_run("cpu", 2, " RUN ") and not spin_in_run("cpu", 4, "off")
+    assert not spin_in_run("cpu", 1, "run")  # no pool threads to spin
+    assert not spin_in_run("cuda", 4, "run")  # the GPU's runs: pool threads spinning would take the loop's cores
+    with pytest.raises(ValueError, match=f"{ORT_SPIN_ENV}='yes' must be 'run'"):
+        spin_in_run("cpu", 4, "yes")
     classifier_onnx(tmp_path / "c" / "1" / "model.onnx")
     (tmp_path / "c" / "config.pbtxt").write_text(classifier_config("c").replace('"intra_op_thread_count"', '"unused"'))
     seen = {}
-    for spin in (False, True):
+    for setting, spin in (("", False), ("run", False), ("", True)):
+        monkeypatch.setenv(ORT_SPIN_ENV, setting)
         core = ServerCore(CoreOptions(tmp_path, intra_op_threads=2, allow_spinning=spin))
         core.load()
-        seen[spin] = core.model_config("c").parameters["intra_op_spinning"].string_value
-    assert seen == {False: "inside runs", True: "always"}
+        seen[setting, spin] = core.model_config("c").parameters["intra_op_spinning"].string_value
+    assert seen == {("", False): "off", ("run", False): "inside runs", ("", True): "always"}
+
+
+def test_a_bad_spinning_setting_stops_the_server_with_one_line(tmp_path):
+    import subprocess
+
+    from trainserve.serve.model import ORT_SPIN_ENV
+
+    env = {**os.environ, ORT_SPIN_ENV: "sometimes"}
+    p = subprocess.run([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(tmp_path),
+                        "--http-port", "0", "--grpc-port", "0", "--metrics-port", "0"],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode != 0
+    assert f"{ORT_SPIN_ENV}='sometimes' must be 'run'" in p.stderr + p.stdout
+    assert "Traceback" not in p.stderr
