@@ -376,13 +376,14 @@ def spin_in_run(device: str, intra: int, setting: str | None = None) -> bool:
     allow_spinning with session.force_spinning_stop: the pool busy-waits for the run's pieces of work and
     sleeps once the run returns): only when asked, ORT_SPIN_ENV=run, and only CPU sessions of several threads.
 
-    Why not by default: alone on its cores it helps a lone request (on the H100 host's CPU, served batch-1
-    HTTP p50 2.86 -> 2.50 ms, 1 user), but threads that busy-wait for each other lose their cores to
-    anything beside them: in the example run on that host (server, front ends and clients on 16 cores) the
-    CPU's Server capacity was 128 req/s (518 on the H200 host without it) and its batch-1 run did not stabilise; on
-    the 2-core VM every open-loop rate's p99 grew 1.3-1.9x (docs/BENCHMARKS.md, 2026-12-05). Spinning after
-    runs too (--spin) also takes the cores the event loop needs between requests. Raises ValueError for a
-    value other than "", "off" and "run"."""
+    Why not by default: it helps a lone request (on the H100 host's CPU, server on 10 cores and clients on
+    the rest, served batch-1 HTTP 1.14x req/s, p50 2.86 -> 2.50 ms) but costs a third more server CPU per
+    request (12.96 -> 17.24 ms) and, at 16 users, 3-5% of throughput and p99 30 -> 42 ms; and in the one
+    example run made with it (server and clients on the same 16 cores) the CPU's Server capacity was
+    128 ± 174 req/s against 518 ± 110 in the H200 example without it, its batch-1 point unstable. On the
+    2-core VM it was better at a fixed 100 req/s (p99 46-93 vs 166-204 ms over 3 rounds). docs/BENCHMARKS.md,
+    2026-12-05. Spinning after runs too (--spin) also takes the cores the event loop needs between requests.
+    Raises ValueError for a value other than "", "off" and "run"."""
     setting = (os.environ.get(ORT_SPIN_ENV, "") if setting is None else setting).strip().lower()
     if setting not in ("", "off", "run"):
         raise ValueError(f"{ORT_SPIN_ENV}={setting!r} must be 'run' (CPU sessions spin inside runs) or 'off' "
