@@ -66,7 +66,8 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
         over = slo and row.get("p99_ms") is not None and row["p99_ms"] > slo
         broken = f"{RAMP_STOP}: p99 {row['p99_ms']} ms > {slo:g} ms" if over else None
         row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
-                                       row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent")))
+                                       row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent"),
+                                       row.get("server_cpu_cores")))
     saturation = record.extra.get("saturation") or {}
     if rows and saturation and saturation.get("users") is None:
         served.bound = Bound("slo", f"{RAMP_STOP}: no step met it ({saturation.get('reason') or 'from the first'})")
@@ -106,7 +107,7 @@ def _search_broke(record: ProfileRecord) -> str | None:
 
 
 def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, frontend_cores: float | None,
-            broken: str | None, step_system_cpu: float | None = None) -> Bound:
+            broken: str | None, step_system_cpu: float | None = None, step_server_cores: float | None = None) -> Bound:
     served = record.served
     assert served is not None
     # the whole run's means describe a plain record; a ramp's steps have only what was sampled in their window
@@ -115,7 +116,8 @@ def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, fronte
                         gpu_util_percent=record.utilization.gpu_util_mean_percent if whole else None,
                         system_cpu_percent=record.utilization.cpu_system_mean_percent if whole else step_system_cpu,
                         frontends=served.frontends, device=record.device, slo_broken=broken,
-                        server_cpu_cores_available=(record.host or {}).get("logical_cpus"))
+                        server_cpu_cores_available=(record.host or {}).get("logical_cpus"),
+                        server_cpu_cores=served.server_cpu_cores if whole else step_server_cores)
 
 
 def _client(d: dict[str, Any] | None) -> ClientCpu:
@@ -123,24 +125,42 @@ def _client(d: dict[str, Any] | None) -> ClientCpu:
 
 
 def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], started_wall: float,
-                   mean_percent: float | None) -> None:
-    """The server process's CPU (100 = one core) and the host's, per record and ramp step; then the bounds again."""
-    if record.served is None:
+                   mean_percent: float | None, own_timeline: list[dict[str, Any]] | None = None,
+                   own_mean_percent: float | None = None) -> None:
+    """The server's CPU (100 = one core) and the host's, per record and ramp step; then the bounds again.
+
+    `timeline` / `mean_percent`: the server's pid with its children; `own_*`: the pid alone. A server of several
+    front ends is a model process (the pid) that starts them (its children), so their CPU is the difference;
+    a server of one process is its own front end."""
+    served = record.served
+    if served is None:
         return
+    several = served.frontends > 1 and own_timeline is not None
+
+    def front(total: float, own: float | None) -> float:
+        return max(0.0, total - own) if several and own is not None else total
+
     if mean_percent is not None:
-        record.served.frontend_cpu_cores = round(mean_percent / 100, 3)
+        served.server_cpu_cores = round(mean_percent / 100, 3)
+        served.frontend_cpu_cores = round(front(mean_percent, own_mean_percent) / 100, 3)
     for row in record.extra.get("ramp") or []:
         t0, t1 = row.get("wall_start"), row.get("wall_end")
         if t0 is None or t1 is None:
             continue
-        inside = [p for p in timeline if t0 <= started_wall + p["t_s"] <= t1]
-        process = [p["cpu_process_percent"] for p in inside if p.get("cpu_process_percent") is not None]
-        system = [p["cpu_system_percent"] for p in inside if p.get("cpu_system_percent") is not None]
-        if process:
-            row["frontend_cpu_cores"] = round(sum(process) / len(process) / 100, 3)
-        if system:
-            row["system_cpu_percent"] = round(sum(system) / len(system), 2)
+        process = _mean_in(timeline, "cpu_process_percent", started_wall, t0, t1)
+        own = _mean_in(own_timeline or [], "cpu_process_percent", started_wall, t0, t1)
+        system = _mean_in(timeline, "cpu_system_percent", started_wall, t0, t1)
+        if process is not None:
+            row["server_cpu_cores"] = round(process / 100, 3)
+            row["frontend_cpu_cores"] = round(front(process, own) / 100, 3)
+        if system is not None:
+            row["system_cpu_percent"] = round(system, 2)
     redecide(record)
+
+
+def _mean_in(timeline: list[dict[str, Any]], key: str, started_wall: float, t0: float, t1: float) -> float | None:
+    values = [p[key] for p in timeline if t0 <= started_wall + p["t_s"] <= t1 and p.get(key) is not None]
+    return sum(values) / len(values) if values else None
 
 
 class ServedWindow:

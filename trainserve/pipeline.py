@@ -465,14 +465,18 @@ class _ServerWatch:
 
     def __init__(self, pid: int) -> None:
         self.sampler = Sampler(interval_s=0.2, pid=pid)
+        # the pid alone: with several front ends it is the model process, and they are its children
+        self.own = Sampler(interval_s=0.2, pid=pid, include_children=False)
 
     def __enter__(self) -> _ServerWatch:
         self.started_wall = time.time()  # the ramp's steps carry wall times; the sampler's timeline is relative
         self.sampler.start()
+        self.own.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.sampler.stop()
+        self.own.stop()
 
     def annotate(self, path: Path) -> None:
         """Fill what the load record left empty; never overwrite what the load stage measured."""
@@ -490,7 +494,9 @@ class _ServerWatch:
             u.cpu_process_max_percent = s["cpu_process_max_percent"]
         record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
             "sampled_by": "trainserve run (the server's pid and its children)"}
-        add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"])  # front end's share
+        own = self.own.summary()
+        add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"],
+                       own["timeline"], own["cpu_process_mean_percent"])
         record.save(path)
 
 

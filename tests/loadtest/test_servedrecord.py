@@ -41,6 +41,36 @@ def test_a_front_end_at_its_core_in_the_next_step_bounds_the_capacity() -> None:
     assert r.served.bound.kind == "frontend" and "0.97 cores for 1 front-end process" in r.served.bound.detail
 
 
+def test_with_several_front_ends_the_model_process_is_not_counted_as_front_end() -> None:
+    # the GPU example of 2026-12-05: the server (model process and 4 front ends) at 3.69 cores was read as 4 front
+    # ends saturated; the model process's own ~0.9 core is not front end
+    r = _ramp_record()
+    r.served.frontends = 4
+    timeline = [{"t_s": t, "cpu_process_percent": 369.0 if t < 10 else 460.0} for t in (1.0, 5.0, 11.0, 15.0, 19.0)]
+    own = [{"t_s": t, "cpu_process_percent": 90.0} for t in (1.0, 5.0, 11.0, 15.0, 19.0)]
+    add_server_cpu(r, timeline, started_wall=1000.0, mean_percent=369.0, own_timeline=own, own_mean_percent=90.0)
+    assert r.served.server_cpu_cores == 3.69 and r.served.frontend_cpu_cores == 2.79
+    steps = r.extra["ramp"]
+    assert [s["frontend_cpu_cores"] for s in steps] == [2.79, 3.7]
+    assert [s["server_cpu_cores"] for s in steps] == [3.69, 4.6]
+    assert [s["bound"]["kind"] for s in steps] == ["load", "frontend"]  # 3.7 of 4 front-end cores: saturated
+    # one process is its own front end, whatever the pid alone used
+    r1 = _ramp_record()
+    add_server_cpu(r1, timeline, started_wall=1000.0, mean_percent=369.0, own_timeline=own, own_mean_percent=90.0)
+    assert r1.served.frontend_cpu_cores == 3.69
+
+
+def test_a_cpu_server_is_busy_by_the_whole_servers_cpu() -> None:
+    r = _ramp_record()
+    r.device, r.served.frontends, r.host = "cpu", 2, {"logical_cpus": 4}
+    timeline = [{"t_s": t, "cpu_process_percent": 380.0} for t in (1.0, 5.0, 11.0, 15.0)]
+    own = [{"t_s": t, "cpu_process_percent": 300.0} for t in (1.0, 5.0, 11.0, 15.0)]
+    add_server_cpu(r, timeline, started_wall=1000.0, mean_percent=380.0, own_timeline=own, own_mean_percent=300.0)
+    assert r.served.frontend_cpu_cores == 0.8
+    assert [s["bound"]["kind"] for s in r.extra["ramp"]] == ["device", "device"]
+    assert "3.8 of 4 cores" in r.extra["ramp"][0]["bound"]["detail"]
+
+
 def test_a_cpu_servers_step_with_the_host_busy_is_bounded_by_the_device() -> None:
     r = _ramp_record()
     r.device = "cpu"

@@ -36,6 +36,9 @@ def test_a_gpu_servers_front_end_saturates_at_one_core_per_process() -> None:
     assert _bound(frontend_cpu_cores=0.95, frontends=4).kind == "load"  # four processes: four cores
     assert _bound(frontend_cpu_cores=3.7, frontends=4).kind == "frontend"
     assert _bound(device="cpu", frontend_cpu_cores=0.95).kind == "load"  # on a CPU server that is the device's share
+    # a CPU server's device is the whole server's CPU, front ends and model process alike
+    assert _bound(device="cpu", frontend_cpu_cores=1.0, server_cpu_cores=15.0, server_cpu_cores_available=16).kind \
+        == "device"
 
 
 def test_the_slo_and_the_offered_load_come_last() -> None:

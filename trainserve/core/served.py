@@ -9,8 +9,8 @@
   whatever the server's own timer does not cover. "The server adds X" is `server_ms`, the server's
   own figure (queue + compute + its front end), never client latency minus an in-process latency.
 - `Bound`: what limited a capacity figure: "device" (the model's executions keep it busy >= 90%, or
-  GPU utilization >= 90%), "frontend" (the server process's CPU near one core per front-end
-  process), "client", "slo" (the next load broke the latency SLO), "plateau" (throughput stopped
+  GPU utilization >= 90%), "frontend" (the front-end processes' CPU near one core each; with
+  several, the model process that starts them is not counted), "client", "slo" (the next load broke the latency SLO), "plateau" (throughput stopped
   growing with nothing measured saturated), or "load" (nothing saturated: the offered load itself).
 
 `decide_bound` is the one rule; the load runner applies it when it writes a record, and `trainserve
@@ -84,8 +84,9 @@ class Served:
     attribution: Attribution | None = None
     bound: Bound | None = None
     device_busy_fraction: float | None = None  # model executions' time / window / instances (server stats)
-    frontend_cpu_cores: float | None = None  # server process CPU, cores (null when not sampled)
+    frontend_cpu_cores: float | None = None  # the front-end processes' CPU, cores; one process: the whole server's
     frontends: int = 1  # front-end processes of the server (one core each at most)
+    server_cpu_cores: float | None = None  # the whole server's CPU (model process and front ends), cores
 
 
 NESTED: dict[tuple[str, str], type] = {
@@ -97,8 +98,13 @@ NESTED: dict[tuple[str, str], type] = {
 
 def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_percent: float | None,
                  frontend_cpu_cores: float | None, frontends: int, device: str, slo_broken: str | None,
-                 server_cpu_cores_available: int | None = None, system_cpu_percent: float | None = None) -> Bound:
-    """The one rule: the client first (its figure is not the server's), then the device, the front end, the SLO."""
+                 server_cpu_cores_available: int | None = None, system_cpu_percent: float | None = None,
+                 server_cpu_cores: float | None = None) -> Bound:
+    """The one rule: the client first (its figure is not the server's), then the device, the front end, the SLO.
+
+    `frontend_cpu_cores` is the front-end processes' CPU; `server_cpu_cores` the whole server's (the same with
+    one process, and taken as the same where not given): a CPU server's device is every core it uses."""
+    whole = server_cpu_cores if server_cpu_cores is not None else frontend_cpu_cores
     if client.saturated:
         return Bound("client", f"the client: the load generator was saturated ({client.note}), so this is the "
                                "client's limit, not the server's; add --processes")
@@ -106,9 +112,9 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
         if device_busy is not None and device_busy >= BUSY_FRACTION else []
     if device == "cuda" and gpu_util_percent is not None and gpu_util_percent >= BUSY_FRACTION * 100:
         busy.append(f"GPU utilization {gpu_util_percent:.0f}%")
-    if device == "cpu" and frontend_cpu_cores is not None and server_cpu_cores_available \
-            and frontend_cpu_cores >= BUSY_FRACTION * server_cpu_cores_available:
-        busy.append(f"the server used {frontend_cpu_cores:.1f} of {server_cpu_cores_available} cores")
+    if device == "cpu" and whole is not None and server_cpu_cores_available \
+            and whole >= BUSY_FRACTION * server_cpu_cores_available:
+        busy.append(f"the server used {whole:.1f} of {server_cpu_cores_available} cores")
     if device == "cpu" and system_cpu_percent is not None and system_cpu_percent >= BUSY_FRACTION * 100:
         # a server on loopback shares the host's cores with its client: together they can fill them
         busy.append(f"the host's CPUs were {system_cpu_percent:.0f}% busy (the server, its client and anything else)")
