@@ -76,6 +76,7 @@ class Probe:
     per_process: dict[str, float] | None = None  # each sending process's share of a core (workers by id)
     client_problem: bool = False  # a worker's windows did not arrive: the client failed this rate, not the server
     server: dict[str, Any] | None = None  # the server's statistics over this rate's counted windows (serverstats.window)
+    wall: tuple[float, float] | None = None  # the counted windows' start and end, wall-clock (time.time())
 
     @property
     def client_saturated(self) -> bool:
@@ -93,7 +94,8 @@ class Probe:
                 "window_s": round(self.figure.length_s, 3), **{k: v for k, v in s.items() if k != "count"},
                 "requests": self.figure.requests, "failures": self.figure.failures, "late": self.figure.late,
                 "client_core_fraction": self.client_core_fraction, "per_process_core_fraction": self.per_process,
-                "stability": self.stability.to_dict(), "server": self.server}
+                "stability": self.stability.to_dict(), "server": self.server,
+                **({"wall_start": round(self.wall[0], 3), "wall_end": round(self.wall[1], 3)} if self.wall else {})}
 
 
 def evaluate(rate: float, windows: list[Window], config: SearchConfig, client_core_fraction: float | None = None,

@@ -134,8 +134,9 @@ class ServerSearch(LoadTestShape):
         busy, per_process = probes.finish()  # cores of the busiest process that sent
         probe = evaluate(rate, windows, config, client_core_fraction=busy, problems=problems,
                          per_process=per_process)
-        probe.server = server_window(before.get(), self._stats.snapshot(),
-                                     max(0.0, time.time() - (start + config.warmup_s)))
+        now = time.time()
+        probe.server = server_window(before.get(), self._stats.snapshot(), max(0.0, now - (start + config.warmup_s)))
+        probe.wall = (start + config.warmup_s, now)  # for the server's CPU over this rate (trainserve run)
         return probe
 
 

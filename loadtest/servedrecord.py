@@ -90,8 +90,22 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
         else:
             served.bound = Bound("load", f"the offered load: {reason or 'the ramp reached its user or time limit'}")
         return
-    served.bound = _decide(record, served.client, served.device_busy_fraction, served.frontend_cpu_cores,
-                           _search_broke(record))
+    front, whole = _near_capacity(record)
+    served.bound = _decide(record, served.client, served.device_busy_fraction,
+                           front if front is not None else served.frontend_cpu_cores, _search_broke(record),
+                           step_server_cores=whole)
+
+
+def _near_capacity(record: ProfileRecord) -> tuple[float | None, float | None]:
+    """A Server search's front-end and whole-server CPU at its capacity rate and the next rate it tried (the
+    busier of the two, as a ramp's best step and the next): the stage's mean covers every rate and repeat."""
+    search = record.extra.get("search") or {}
+    marks = [r for r in (search.get("capacity_req_s"), search.get("upper_req_s")) if r]
+    near = [p for p in search.get("probes") or []
+            if p.get("frontend_cpu_cores") is not None and any(abs(p.get("rate", 0) - r) < 1e-3 for r in marks)]
+    if not near:
+        return None, None
+    return max(p["frontend_cpu_cores"] for p in near), max(p.get("server_cpu_cores") or 0.0 for p in near)
 
 
 def _search_broke(record: ProfileRecord) -> str | None:
@@ -117,7 +131,8 @@ def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, fronte
                         system_cpu_percent=record.utilization.cpu_system_mean_percent if whole else step_system_cpu,
                         frontends=served.frontends, device=record.device, slo_broken=broken,
                         server_cpu_cores_available=(record.host or {}).get("logical_cpus"),
-                        server_cpu_cores=served.server_cpu_cores if whole else step_server_cores)
+                        server_cpu_cores=step_server_cores if step_server_cores is not None
+                        else served.server_cpu_cores if whole else None)
 
 
 def _client(d: dict[str, Any] | None) -> ClientCpu:
@@ -143,7 +158,8 @@ def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], starte
     if mean_percent is not None:
         served.server_cpu_cores = round(mean_percent / 100, 3)
         served.frontend_cpu_cores = round(front(mean_percent, own_mean_percent) / 100, 3)
-    for row in record.extra.get("ramp") or []:
+    # a ramp's steps, and a search's rates: each row's own share of the timelines
+    for row in [*(record.extra.get("ramp") or []), *((record.extra.get("search") or {}).get("probes") or [])]:
         t0, t1 = row.get("wall_start"), row.get("wall_end")
         if t0 is None or t1 is None:
             continue

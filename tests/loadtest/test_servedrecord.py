@@ -118,3 +118,33 @@ def test_a_bracketed_server_search_is_bounded_by_the_slo_at_the_next_rate() -> N
     low = _search_record(lower_bound=True)
     redecide(low)
     assert low.served.bound.kind == "load"
+
+
+def _probed_search() -> ProfileRecord:
+    r = ProfileRecord(phase="infer", model="cnn_gpu", backend="onnxruntime", device="cuda", batch_size=1)
+    r.served = Served(client=ClientCpu(), frontends=4)
+    probes = [(8000.0, True, 1000.0), (16000.0, False, 1010.0), (12000.0, True, 1020.0), (14000.0, False, 1030.0)]
+    r.extra["search"] = {"capacity_req_s": 12000.0, "upper_req_s": 14000.0, "lower_bound": False,
+                         "slo_p99_ms": 20.0, "max_error_fraction": 0.001,
+                         "probes": [{"rate": rate, "passed": ok, "wall_start": t0, "wall_end": t0 + 8.0}
+                                    for rate, ok, t0 in probes]}
+    return r
+
+
+def _timeline(percent_at: dict[float, float]) -> list[dict[str, float]]:
+    """Two samples in each probe's window (started at wall 1000, probes 10 s apart), the percent given per probe."""
+    return [{"t_s": t + dt, "cpu_process_percent": pct} for t, pct in percent_at.items() for dt in (2.0, 6.0)]
+
+
+def test_a_searchs_bound_reads_the_servers_cpu_at_its_capacity_and_the_next_rate_not_the_stage_mean() -> None:
+    own = _timeline({0.0: 50.0, 10.0: 90.0, 20.0: 80.0, 30.0: 85.0})
+    # the front ends saturated only at 16,000 req/s, a rate far above the capacity: the SLO bounds the figure
+    r = _probed_search()
+    add_server_cpu(r, _timeline({0.0: 200.0, 10.0: 480.0, 20.0: 300.0, 30.0: 330.0}), 1000.0, 460.0, own, 75.0)
+    assert [p["frontend_cpu_cores"] for p in r.extra["search"]["probes"]] == [1.5, 3.9, 2.2, 2.45]
+    assert r.served.frontend_cpu_cores == 3.85  # the stage's mean: saturated by its reading, not at the capacity
+    assert r.served.bound.kind == "slo" and "14,000 req/s" in r.served.bound.detail
+    # saturated at the next rate tried: that is why it failed
+    r = _probed_search()
+    add_server_cpu(r, _timeline({0.0: 200.0, 10.0: 480.0, 20.0: 300.0, 30.0: 455.0}), 1000.0, 360.0, own, 75.0)
+    assert r.served.bound.kind == "frontend" and "3.70 cores for 4 front-end processes" in r.served.bound.detail
