@@ -56,6 +56,11 @@ def test_run_quick_end_to_end(tmp_path):
     limit = cnn["limits"]["cpu"]  # trainserve limits ran in process before the server
     assert 0 < limit["batch1_p50_ms"] and limit["best_throughput_samples_s"] > 0 and limit["best_batch"] >= 1
     assert cpu["saturated"]["source"].startswith("load/")  # never the in-process record
+    # the server's CPU, sampled by the run, per record and per rate its Server search tried (for the bounds)
+    search = json.loads((runs / "e2e" / "load" / "embedded-cpu-server.json").read_text())
+    assert search["served"]["server_cpu_cores"] > 0
+    assert search["extra"]["search"]["probes"]
+    assert all(p["server_cpu_cores"] > 0 and p["frontend_cpu_cores"] > 0 for p in search["extra"]["search"]["probes"])
     assert any("GPU not measured" in c for c in s["conclusions"])
     ratio = cnn["train_vs_infer"]["cpu"]["throughput_ratio"]
     assert ratio == pytest.approx(cpu["saturated"]["throughput_samples_s"] / train["throughput_samples_s"])
