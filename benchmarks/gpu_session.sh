@@ -119,7 +119,7 @@ capacity)  # issue 23's target through the project's own load generator: closed 
       --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run capacity-search --runs-dir '$R/runs'; \
     rc=\$?; kill -TERM \$s; wait \$s; exit \$rc" ;;
 merge)  # issue 23, 2026-12-05: main at the session's start (BEFORE, default bench-before) against this tree (front ends
-  # merge one loop turn's requests; CPU sessions spin inside runs only): onnxruntime's spinning in process (the CPU
+  # merge one loop turn's requests; CPU sessions spun inside runs then, off by default since): onnxruntime's spinning in process (the CPU
   # target's in-process best), the serve matrix on CPU (default front ends) and GPU (--frontends 4), HTTP and gRPC,
   # servers on cores 0-9
   perf23_repo
