@@ -3,7 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
-#           search-split engine capacity merge merge-alone merge-search
+#           search-split engine capacity merge merge-alone merge-search cpu-frontends
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -134,6 +134,16 @@ merge-alone)  # merging alone on the GPU: TRAINSERVE_SERVE_MERGE=0 before, one t
   step merge_alone 110 env OUT="$R/merge-alone" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
     --server-cpus 0-9 --users 16 128 --before-env TRAINSERVE_SERVE_MERGE=0 --before-args="--frontends 4" \
     --after-args="--frontends 4" ;;
+cpu-frontends)  # issue 23's CPU target (batch-1 p50 <= in-process best + 0.4 ms): a CPU model behind the default front
+  # ends (2 on 10 cores: each request crosses to the model process) vs one process (no crossing), and the same with
+  # onnxruntime spinning inside runs (TRAINSERVE_SERVE_ORT_SPIN=run); servers on cores 0-9; in process beside them
+  perf23_repo
+  step ort_spin_cpu 100 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 --rounds 2
+  step cpu_frontends 150 env OUT="$R/cpu-frontends" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
+    --server-cpus 0-9 --users 1 16 --rounds 2 --before-args="--frontends 2" --after-args="--frontends 1"
+  step cpu_frontends_spin 150 env OUT="$R/cpu-frontends-spin" $py benchmarks/serve_matrix.py --repository "$p23" \
+    --device cpu --server-cpus 0-9 --users 1 16 --rounds 2 --before-args="--frontends 1" --after-args="--frontends 1" \
+    --after-env TRAINSERVE_SERVE_ORT_SPIN=run ;;
 merge-search)  # issue 23's open-loop target on this tree: the Server search (--frontends auto, 8 Locust processes, SLO
   # 20 ms, first rate 16k, 90 s budget), every thread's CPU meanwhile and 10 s of py-spy: what bounds it now
   perf23_repo
