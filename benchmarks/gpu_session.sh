@@ -143,7 +143,16 @@ cpu-frontends)  # issue 23's CPU target (batch-1 p50 <= in-process best + 0.4 ms
     --server-cpus 0-9 --users 1 16 --rounds 2 --before-args="--frontends 2" --after-args="--frontends 1"
   step cpu_frontends_spin 150 env OUT="$R/cpu-frontends-spin" $py benchmarks/serve_matrix.py --repository "$p23" \
     --device cpu --server-cpus 0-9 --users 1 16 --rounds 2 --before-args="--frontends 1" --after-args="--frontends 1" \
-    --after-env TRAINSERVE_SERVE_ORT_SPIN=run ;;
+    --after-env TRAINSERVE_SERVE_ORT_SPIN=run
+  # what the example run does to a CPU server: unpinned, clients on the same cores, the Server search (SLO 20 ms),
+  # spinning inside runs off (the default) and on, one after the other
+  for sp in off run; do
+    step cpu_search_$sp 120 bash -c "TRAINSERVE_SERVE_ORT_SPIN=$sp $py -m trainserve serve --model-repository '$p23' \
+      --device cpu --http-port 18000 --grpc-port 18001 --metrics-port 18002 > '$R/cpu_search_${sp}_server.log' 2>&1 & \
+      s=\$!; $py benchmarks/wait_ready.py; $py -m trainserve load --url 127.0.0.1:18000 --model cnn_cpu --search \
+      --rate 400 --slo-p99-ms 20 --duration 60s --processes 2 --metrics-url http://127.0.0.1:18002/metrics \
+      --run cpu-search-$sp --runs-dir '$R/runs'; rc=\$?; kill -TERM \$s; wait \$s; exit \$rc"
+  done ;;
 merge-search)  # issue 23's open-loop target on this tree: the Server search (--frontends auto, 8 Locust processes, SLO
   # 20 ms, first rate 16k, 90 s budget), every thread's CPU meanwhile and 10 s of py-spy: what bounds it now
   perf23_repo
