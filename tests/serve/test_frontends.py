@@ -171,26 +171,34 @@ def test_strings_and_tensors_larger_than_a_read_cross_between_the_processes(serv
 
 def test_batches_requests_of_both_front_ends_together(served):
     h = httpclient.InferenceServerClient(served.http)
-    before = h.get_inference_statistics("slow")["model_stats"][0]
     users, each = 16, 12
-    clients = [httpclient.InferenceServerClient(served.http, network_timeout=30) if u % 2 else
-               grpcclient.InferenceServerClient(served.grpc) for u in range(users)]
+    port = {int(served.http.rsplit(":", 1)[1]), int(served.grpc.rsplit(":", 1)[1])}
 
-    def user(u: int) -> None:
+    def user(u: int, clients: list) -> None:
         x = np.full((1, 4), float(u), np.float32)
         for _ in range(each):
             out = http_infer(served.http, x, clients[u]) if u % 2 else grpc_infer(clients[u], x)
             assert np.allclose(out, expected_logits(x), atol=1e-5)
 
-    with ThreadPoolExecutor(users) as pool:
-        list(pool.map(user, range(users)))
-    # every client's connection is still open: the kernel spread them over both front ends
-    port = {int(served.http.rsplit(":", 1)[1]), int(served.grpc.rsplit(":", 1)[1])}
-    holding = [sum(1 for c in psutil.Process(pid).net_connections("tcp")
-                   if c.status == psutil.CONN_ESTABLISHED and c.laddr.port in port)
-               for pid in served.frontend_pids()]
-    assert all(n > 0 for n in holding), holding
-    after = h.get_inference_statistics("slow")["model_stats"][0]
+    # the kernel spreads connections over both front ends by a hash of their addresses: with ~16 connections
+    # all of them on one front end is rare but possible (it happened once in CI), so such a round is run again
+    # with new connections; the statistics are read around the round that spanned both
+    for _ in range(3):
+        before = h.get_inference_statistics("slow")["model_stats"][0]
+        clients = [httpclient.InferenceServerClient(served.http, network_timeout=30) if u % 2 else
+                   grpcclient.InferenceServerClient(served.grpc) for u in range(users)]
+        with ThreadPoolExecutor(users) as pool:
+            list(pool.map(lambda u: user(u, clients), range(users)))
+        # every client's connection is still open: which front end holds each
+        holding = [sum(1 for c in psutil.Process(pid).net_connections("tcp")
+                       if c.status == psutil.CONN_ESTABLISHED and c.laddr.port in port)
+                   for pid in served.frontend_pids()]
+        after = h.get_inference_statistics("slow")["model_stats"][0]
+        for c in clients:
+            c.close()
+        if len(holding) == 2 and all(n > 0 for n in holding):
+            break
+    assert len(holding) == 2 and all(n > 0 for n in holding), holding
     requests = users * each
     assert after["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == requests
     assert after["inference_count"] - before["inference_count"] == requests
