@@ -3,7 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
-#           search-split engine capacity merge merge-alone merge-search cpu-frontends
+#           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -153,6 +153,24 @@ cpu-frontends)  # issue 23's CPU target (batch-1 p50 <= in-process best + 0.4 ms
       --rate 400 --slo-p99-ms 20 --duration 60s --processes 2 --metrics-url http://127.0.0.1:18002/metrics \
       --run cpu-search-$sp --runs-dir '$R/runs'; rc=\$?; kill -TERM \$s; wait \$s; exit \$rc"
   done ;;
+cpu-lone)  # issue 23's CPU target (batch-1 p50 <= in-process best + 0.4 ms) on this tree: a CPU server in one process
+  # by default, a lone request run on the loop, polling after an answer that left the batcher idle. Servers and the
+  # in-process limits on cores 0-9, clients on the rest. BEFORE (default bench-before) is main before the change.
+  perf23_repo
+  step limits_cpu 90 taskset -c 0-9 $py -m trainserve limits --run perf23 --runs-dir "$R/runs" --device cpu --model cnn_cpu --budget-s 40
+  step ort_spin_cpu 60 taskset -c 0-9 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 --rounds 1
+  step lone_default 170 env OUT="$R/lone-default" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 --rounds 2 --before-args="--frontends 2"
+  step lone_fe1 90 env OUT="$R/lone-fe1" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --repository "$p23" --device cpu --server-cpus 0-9 --users 1 --rounds 2 --before-args="--frontends 1"
+  step lone_spin 170 env OUT="$R/lone-spin" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
+    --server-cpus 0-9 --users 1 16 --rounds 2 --after-env TRAINSERVE_SERVE_ORT_SPIN=run ;;
+lone-gpu)  # the cpu-lone change where it also reaches: a GPU server's model process now polls after any answer that
+  # left its batcher idle; main before it (BEFORE) vs this tree, --frontends 4, HTTP and gRPC, servers on cores 0-9
+  perf23_repo
+  step lone_gpu 200 env OUT="$R/lone-gpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --repository "$p23" --device cuda --server-cpus 0-9 --users 1 16 128 --rounds 2 --before-args="--frontends 4" \
+    --after-args="--frontends 4" ;;
 merge-search)  # issue 23's open-loop target on this tree: the Server search (--frontends auto, 8 Locust processes, SLO
   # 20 ms, first rate 16k, 90 s budget), every thread's CPU meanwhile and 10 s of py-spy: what bounds it now
   perf23_repo

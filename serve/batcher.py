@@ -32,6 +32,14 @@ from trainserve.core.errors import UserError
 from trainserve.core.options.serve import ServeOptions
 
 
+# A lone request to a CPU model runs on the event loop if its size ran faster than this (a GPU model's:
+# BatchingConfig.idle_inline_max_us). On a CPU the session's intra-op threads take every core while it runs, so
+# the loop could do little meanwhile, and the hand-off to the instance's thread and back costs two thread
+# wake-ups per request (0.2 ms of batch-1 p50 on the 2-core VM). Lone runs cannot hold the loop under load:
+# Batcher._on_loop. The bound keeps /metrics and health answering within a model's longest lone run.
+CPU_IDLE_INLINE_MAX_US = 50_000
+
+
 @dataclass(frozen=True)
 class BatchingConfig:
     """How one model's requests are batched (from its config.pbtxt, plus the server's queue bound)."""
@@ -45,6 +53,7 @@ class BatchingConfig:
     queue_timeout_us: int = round(ServeOptions.queue_timeout_s * 1e6)  # a request still queued after this is refused (503); 0 = never
     inline_max_us: int = 200  # run a batch on the event loop itself when its size ran faster than this, microseconds
     idle_inline_max_us: int = 2000  # ... or faster than this while no other request waits, microseconds
+    # (CPU_IDLE_INLINE_MAX_US for a CPU model: from_model_config)
 
     def __post_init__(self) -> None:
         if self.max_batch_size < 0:
@@ -67,9 +76,10 @@ class BatchingConfig:
 
     @classmethod
     def from_model_config(cls, config, max_queue_size: int, max_queue_bytes: int = 256 << 20,
-                          queue_timeout_us: int = 10_000_000) -> BatchingConfig:
+                          queue_timeout_us: int = 10_000_000, device: str = "cuda") -> BatchingConfig:
         """From config.pbtxt and the server's queue bounds; dynamic_batching's default_queue_policy (Triton's
-        REJECT action with default_timeout_microseconds) sets the model's own queue timeout."""
+        REJECT action with default_timeout_microseconds) sets the model's own queue timeout. On `device`
+        "cpu" a lone request runs on the loop up to CPU_IDLE_INLINE_MAX_US unless the config says otherwise."""
         db = config.dynamic_batching
         has_db = config.HasField("dynamic_batching") and config.max_batch_size > 0
         policy = db.default_queue_policy
@@ -79,7 +89,7 @@ class BatchingConfig:
         # this server's config.pbtxt parameters (Triton ignores them): how short a run may be to run on the
         # event loop (inline_max_us: a queued batch, one instance; idle_inline_max_us: while the batcher is
         # idle); 0 sends every such run to the instance threads
-        idle = {}
+        idle = {"idle_inline_max_us": CPU_IDLE_INLINE_MAX_US} if device == "cpu" else {}
         for key in ("inline_max_us", "idle_inline_max_us"):
             if (text := config_param(config, key)) is not None:
                 try:

@@ -159,7 +159,7 @@ class ServerCore:
                         entry.model = LoadedModel(name, v, model_dir, config, session_options)
                         batching = BatchingConfig.from_model_config(
                             config, self.options.max_queue_size, self.options.max_queue_bytes,
-                            round(self.options.queue_timeout_s * 1e6))
+                            round(self.options.queue_timeout_s * 1e6), device=self.options.device)
                         entry.batcher = Batcher(entry.model, entry.stats, batching)
                         entry.state = "READY"
                     except (ServeError, ValueError) as e:
@@ -339,9 +339,11 @@ class ServerCore:
                    outputs: list[str] | None, requests: int = 1) -> dict[str, np.ndarray]:
         end = time.perf_counter_ns()
         entry.stats.record_success(end - start, requests)
-        # Only after a request that took less than the window: for those a wake-up from sleep is a sizable
-        # part of the latency; longer ones (queued, large batches) would only lose CPU to the polling.
-        if end - start < self._poll_ns:
+        # After a request that took less than the window (a wake-up from sleep is a sizable part of its
+        # latency), or one that left its batcher idle however long it ran (a lone user's next request comes
+        # within the client's own time; a CPU model's batch-1 run is milliseconds). Not after the answers
+        # of a batcher with work left: the loop has work, and polling then would only take CPU.
+        if self._poll_ns and (end - start < self._poll_ns or (requests == 1 and entry.batcher.idle)):
             self.poller.extend(self._poll_ns)
         if outputs is None:
             return result

@@ -1,6 +1,6 @@
 """`trainserve serve`'s entry: load the repository, then serve it in one process or through front-end processes.
 
-With one front end (the default below 8 cores) everything runs on one event loop (serve/server.py);
+With one front end (the default below 8 cores and for a CPU server) everything runs on one event loop (serve/server.py);
 with more, this process becomes the model process and starts the front-end processes
 (serve/engine.py). Either way the same checks run first and fail with one sentence.
 """
@@ -26,14 +26,22 @@ log = logging.getLogger(__name__)
 MAX_FRONTENDS = 8
 
 
-def default_frontends(cores: int | None = None) -> int:
-    """Front-end processes for `--frontends 0` (auto): 1 below 8 usable cores, else a quarter of them, at most 8.
+def default_frontends(cores: int | None = None, device: str = "cuda") -> int:
+    """Front-end processes for `--frontends 0` (auto): 1 for a CPU server or below 8 usable cores, else a quarter
+    of the cores, at most 8.
 
     Why: one front-end process parses about 5k batch-1 requests/s on one core; the model process needs a
     core for its event loop plus the onnxruntime or CUDA threads of its sessions, and the load generator
     on the same host needs cores too. Below 8 cores a second process would take a core the sessions use
-    (and on a 2-core CI machine only add start-up time), so the single-process server stays.
+    (and on a 2-core CI machine only add start-up time), so the single-process server stays. A CPU
+    server's sessions use every core for each batch (a CPU model serves far below what one front end
+    parses), so front-end processes only add two crossings between processes to every request and take
+    cores from the sessions: on a 16-core host (H100 machine), with the changes of the same day, batch-1
+    p50 2.98 -> 2.38 ms over HTTP at one user and 16 users within noise (docs/BENCHMARKS.md, 2026-12-05);
+    `--frontends N` still asks for N.
     """
+    if device == "cpu":
+        return 1
     cores = usable_cpus() if cores is None else cores
     return 1 if cores < 8 else min(MAX_FRONTENDS, cores // 4)
 
@@ -56,7 +64,7 @@ def run_server(o: ServeOptions, on_ready: Callable[[str], None] = print) -> None
     except ValueError as e:
         raise StartError(str(e)) from None
     log.info("GIL switch interval %.0f us", interval_s * 1e6)
-    frontends = frontends or default_frontends()
+    frontends = frontends or default_frontends(device=o.device)
     try:
         core_options = CoreOptions(
             Path(model_repository), o.device, o.threads, 1, o.max_queue_size, o.max_queue_bytes, o.queue_timeout_s,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import numpy as np
 import pytest
@@ -345,3 +346,35 @@ def test_infer_then_answers_through_its_callback_as_infer_does(tmp_path):
     stats = core.statistics("m")[0]
     assert stats.execution_count == 1 and stats.inference_count == 4
     assert stats.success.count == 4 and stats.fail.count == 1  # the unknown model is nobody's failure
+
+
+def test_a_lone_request_to_a_cpu_model_runs_on_the_loop_for_longer_than_a_gpu_models(tmp_path):
+    """A CPU model's lone run goes on the event loop up to CPU_IDLE_INLINE_MAX_US (its threads take every core
+    anyway; the hand-off costs two wake-ups), a GPU model's up to 2 ms; config.pbtxt's parameter wins on both."""
+    from google.protobuf import text_format
+    from trainserve.serve.batcher import CPU_IDLE_INLINE_MAX_US
+    from tritonclient.grpc import model_config_pb2
+
+    def config(extra: str = ""):
+        return text_format.Parse(classifier_config("m") + extra, model_config_pb2.ModelConfig())
+
+    assert CPU_IDLE_INLINE_MAX_US > BatchingConfig().idle_inline_max_us == 2000
+    assert BatchingConfig.from_model_config(config(), 10, device="cpu").idle_inline_max_us == CPU_IDLE_INLINE_MAX_US
+    assert BatchingConfig.from_model_config(config(), 10, device="cuda").idle_inline_max_us == 2000
+    given = 'parameters { key: "idle_inline_max_us" value: { string_value: "300" } }\n'
+    assert BatchingConfig.from_model_config(config(given), 10, device="cpu").idle_inline_max_us == 300
+    # and the server's CPU core builds its batchers so: a lone request of a ~7 ms model runs on the loop
+    repo = _slow_repo(tmp_path, 8000)
+
+    async def go(core):
+        seen = []
+        b = core.entry("slow", "1").batcher
+        run = b._run_direct
+        b._run_direct = lambda *a, **k: seen.append(threading.current_thread().name) or run(*a, **k)
+        for _ in range(3):
+            await core.infer("slow", "", {"input": np.ones((1, 4), np.float32)})
+            await asyncio.sleep(0.02)  # lone: the batcher has been idle for longer than a run
+        return seen
+
+    _, seen = asyncio.run(_with_core(repo, go))
+    assert seen and set(seen) == {threading.main_thread().name}  # 2.0 ms before: every run on the thread

@@ -18,6 +18,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.grpc.aio as aioclient
 import tritonclient.http as httpclient
 
+from tritonclient.utils import InferenceServerException
+
 from tests.conftest import stop_process
 from tests.serve.test_server import READY, _start
 from tests.serve.tiny_models import make_repository
@@ -274,11 +276,22 @@ def test_a_stalled_grpc_message_is_ended_by_the_deadline_and_the_cap_refuses_one
             other.infer("classifier", [x])
         assert _ends_stream_1(stalled, 10), "the stalled call was not ended by the deadline"
         stalled.close()
-        assert other.infer("classifier", [x]).as_numpy("logits").shape == (1, 3)  # the cap has room again
+        # the cap has room again once the server has seen the stalled connection close (asynchronously to the
+        # client's close: once in a full run here the next call still found it held)
+        deadline, early = time.monotonic() + 5, 0
+        while True:
+            try:
+                assert other.infer("classifier", [x]).as_numpy("logits").shape == (1, 3)
+                break
+            except InferenceServerException as e:
+                if "limit of 1 connections" not in str(e) or time.monotonic() > deadline:
+                    raise
+                early += 1  # refused and counted as such: still a correct answer of the cap
+                time.sleep(0.05)
         other.close()
         counts = _refused(metrics_port)
         assert counts['frontend="grpc",reason="body_timeout"'] == 1
-        assert counts['frontend="grpc",reason="connections"'] == 1
+        assert counts['frontend="grpc",reason="connections"'] == 1 + early
         assert counts['frontend="http",reason="connections"'] == 0
     finally:
         stop_process(proc)

@@ -20,8 +20,10 @@ from trainserve.serve.launch import default_frontends
 from trainserve.serve.server import ready_line
 
 
-def test_default_frontends_is_one_below_8_cores_then_a_quarter_of_them_at_most_8():
+def test_default_frontends_is_one_below_8_cores_then_a_quarter_of_them_at_most_8_and_one_for_a_cpu_server():
     assert [default_frontends(c) for c in (1, 2, 7, 8, 16, 31, 64, 128)] == [1, 1, 1, 2, 4, 7, 8, 8]
+    assert [default_frontends(c, "cpu") for c in (2, 16, 128)] == [1, 1, 1]
+    assert default_frontends(16, "cuda") == 4
     assert ready_line("h", {"http": 1, "grpc": None}, 3) == "trainserve serve: ready http=h:1 grpc=off frontends=3"
 
 

@@ -288,3 +288,29 @@ def test_a_bad_spinning_setting_stops_the_server_with_one_line(tmp_path):
     assert p.returncode != 0
     assert f"{ORT_SPIN_ENV}='sometimes' must be 'run'" in p.stderr + p.stdout
     assert "Traceback" not in p.stderr
+
+
+def test_an_answer_that_leaves_the_batcher_idle_polls_however_long_its_run_took(tmp_path):
+    """One process (ServerCore's own window): a lone user's next request comes within the client's own time
+    after the answer, so the loop polls then even when the run outlasted the window (a CPU model's batch-1
+    run is milliseconds); it stops when the window ends."""
+    from trainserve.serve.core import CoreOptions, ServerCore
+
+    repo = slow_repo(tmp_path, spins=8000)  # a ~7 ms run on the instance's thread (idle_inline_max_us 0)
+
+    async def main() -> None:
+        core = ServerCore(CoreOptions(repo, intra_op_threads=1, busy_poll_us=1000))  # a 1 ms window
+        core.load()
+        await core.start()
+        try:
+            for _ in range(2):
+                t = time.perf_counter()
+                await core.infer("slow", "", {"input": np.ones((1, 4), np.float32)})
+                assert time.perf_counter() - t > 0.002  # longer than the window
+                assert core.poller.polling  # (before: only after requests shorter than the window)
+                await asyncio.sleep(0.05)
+                assert not core.poller.polling  # the window ended: the loop sleeps again
+        finally:
+            await core.stop()
+
+    asyncio.run(main())

@@ -86,12 +86,12 @@ class ServeOptions:
     spin: bool = opt(False, "Let onnxruntime's idle threads busy-wait: lower latency at low load on cores nobody "
                             "else needs, fewer requests/s when the event loop shares them (docs/BENCHMARKS.md).",
                      flags=("--spin/--no-spin",))
-    busy_poll_us: int = opt(1000, "After a request shorter than this, poll the sockets for this many microseconds "
-                                  "instead of sleeping (while no batch runs): lower latency at low load for some CPU "
-                                  "time; 0 = off.", unit="µs")
+    busy_poll_us: int = opt(1000, "After a request shorter than this, or one that left its model idle, poll the "
+                                  "sockets for this many microseconds instead of sleeping (while no batch runs): "
+                                  "lower latency at low load for some CPU time; 0 = off.", unit="µs")
     frontends: int = opt(0, "Processes that parse HTTP and gRPC on the same ports, in front of one model process "
-                            "that batches for all of them; 0 = from the cores (1 below 8, else a quarter of them, at "
-                            "most 8); 1 = everything in one process.")
+                            "that batches for all of them; 0 = 1 for --device cpu, else from the cores (1 below 8, "
+                            "else a quarter of them, at most 8); 1 = everything in one process.")
 
 
 @dataclass(kw_only=True)
