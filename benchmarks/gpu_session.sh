@@ -3,7 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
-#           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu
+#           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -171,6 +171,12 @@ lone-gpu)  # the cpu-lone change where it also reaches: a GPU server's model pro
   step lone_gpu 200 env OUT="$R/lone-gpu" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
     --repository "$p23" --device cuda --server-cpus 0-9 --users 1 16 128 --rounds 2 --before-args="--frontends 4" \
     --after-args="--frontends 4" ;;
+lone-twin)  # the lone-run spinning twin (a CPU model's lone batch-1 request on a session that spins inside runs)
+  # against the tree before it (PREV, default bench-prev), both one process; the in-process best beside it
+  perf23_repo
+  step limits_cpu 90 taskset -c 0-9 $py -m trainserve limits --run perf23 --runs-dir "$R/runs" --device cpu --model cnn_cpu --budget-s 40
+  step lone_twin 170 env OUT="$R/lone-twin" $py benchmarks/serve_matrix.py --before "${PREV:-bench-prev}" \
+    --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 --rounds 2 ;;
 merge-search)  # issue 23's open-loop target on this tree: the Server search (--frontends auto, 8 Locust processes, SLO
   # 20 ms, first rate 16k, 90 s budget), every thread's CPU meanwhile and 10 s of py-spy: what bounds it now
   perf23_repo

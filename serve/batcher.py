@@ -410,7 +410,8 @@ class Batcher:
         """One request on the loop, now, on instance 0 (every instance is idle): what _worker would do with it."""
         self._busy += 1
         try:
-            (result,), input_ns, infer_ns, output_ns = self._execute(0, [_Request(inputs, rows, (), None)], rows)
+            (result,), input_ns, infer_ns, output_ns = self._execute(0, [_Request(inputs, rows, (), None)], rows,
+                                                                     lone=True)
         except ServeError:
             raise
         except Exception as e:
@@ -430,10 +431,11 @@ class Batcher:
         prev = self._run_ns.get(rows)
         self._run_ns[rows] = infer_ns if prev is None else 0.8 * prev + 0.2 * infer_ns
 
-    def _execute(self, instance: int, batch: list[_Request], rows: int):
-        """One batch where it is: join inputs (compute_input), run (compute_infer), split rows back (compute_output)."""
+    def _execute(self, instance: int, batch: list[_Request], rows: int, lone: bool = False):
+        """One batch where it is: join inputs (compute_input), run (compute_infer), split rows back (compute_output).
+        `lone`: a request run at once with every instance idle (the model's lone-run session may take it)."""
         feed, input_ns = self._join(batch, rows)
-        outs, infer_ns = self._run(instance, feed, rows)
+        outs, infer_ns = self._run(instance, feed, rows, lone)
         results, output_ns = self._split(batch, outs)
         return results, input_ns, infer_ns, output_ns
 
@@ -459,10 +461,12 @@ class Batcher:
                 feed[name] = joined
         return feed, time.perf_counter_ns() - t0
 
-    def _run(self, instance: int, feed: dict[str, np.ndarray], rows: int) -> tuple[list[np.ndarray], int]:
+    def _run(self, instance: int, feed: dict[str, np.ndarray], rows: int, lone: bool = False
+             ) -> tuple[list[np.ndarray], int]:
         """session.run of a joined, padded batch (on the instance's thread, or the loop); (outputs, ns)."""
         t0 = time.perf_counter_ns()
-        outs = self.model.run(instance, feed, self.model.output_names, rows)
+        outs = (self.model.run(instance, feed, self.model.output_names, rows, lone=True) if lone
+                else self.model.run(instance, feed, self.model.output_names, rows))
         return outs, time.perf_counter_ns() - t0
 
     def _split(self, batch: list[_Request], outs: list[np.ndarray]) -> tuple[list[dict[str, np.ndarray]], int]:

@@ -115,10 +115,11 @@ class SessionRecipe:
     spin: bool = False  # onnxruntime's thread-pool spinning
     cudnn_search: str = "HEURISTIC"
 
-    def build(self, intra: int | None = None, spin: bool | None = None) -> Any:
-        """A new session; `intra` / `spin` override the recipe's (the single-threaded twin)."""
+    def build(self, intra: int | None = None, spin: bool | None = None, in_run: bool | None = None) -> Any:
+        """A new session; `intra` / `spin` override the recipe's (the single-threaded twin), `in_run` whether its
+        pool spins inside runs only (the lone-run twin; None: as TRAINSERVE_SERVE_ORT_SPIN says)."""
         return _make_session(self.path, self.device, self.intra if intra is None else intra, self.inter, self.device_id,
-                             self.spin if spin is None else spin, self.cudnn_search)
+                             self.spin if spin is None else spin, self.cudnn_search, in_run)
 
 
 def _device_note(config, device: str) -> str:
@@ -152,6 +153,10 @@ class LoadedModel:
         # 2. (CPU) a single-threaded twin per instance for the smallest batches, when timing says so
         self.small_sessions: list[Any] = []
         self.thread_choice = self._choose_threads(count)
+        # 2b. (CPU) a twin whose pool spins inside runs, for a lone batch-1 request on the loop, when timing says so
+        self.lone_session: Any = None
+        self.lone_timings_ms: dict[str, float] = {}
+        self._choose_lone()
         # 3. one per batch bucket per instance, so each session only ever sees one shape
         self.buckets = self._buckets(config, options.device)
         self.bucket_sessions = self._make_bucket_sessions()
@@ -161,12 +166,16 @@ class LoadedModel:
         if self.device_note:
             log.warning("model '%s' version %s: %s", name, version, self.device_note)
         intra, inter = self.recipe.intra, self.recipe.inter
-        self.threads = {"intra_op": intra, "inter_op": inter, "small_batch_rows": self.small_batch_rows}
+        self.threads = {"intra_op": intra, "inter_op": inter, "small_batch_rows": self.small_batch_rows,
+                        "lone_spinning": self.lone_session is not None}
         log.info(
             "loaded %s version %s: %d instance(s) on %s, intra_op_threads=%d inter_op_threads=%d, max_batch_size=%d, "
-            "batch buckets %s%s (warm-up %.2f s); threads: %s",
+            "batch buckets %s%s (warm-up %.2f s); threads: %s%s",
             name, version, count, self.providers[0], intra, inter, self.max_batch_size, self.buckets or "off",
             " with a session each" if self.bucket_sessions else "", self.warmup_s, self.thread_choice.describe(),
+            "; lone batch-1 runs: " + ("spinning inside runs" if self.lone_session is not None else "on the pool")
+            + (" (b1: " + " vs ".join(f"{k} {v:.3g} ms" for k, v in self.lone_timings_ms.items()) + ")"
+               if self.lone_timings_ms else "") if self.lone_session is not None or self.lone_timings_ms else "",
         )
 
     def _describe_io(self, config) -> None:
@@ -253,6 +262,37 @@ class LoadedModel:
             self.small_sessions = []  # never faster here: not worth a second copy of the weights
         return choice
 
+    def _choose_lone(self) -> None:
+        """Whether a lone batch-1 request (one run on the loop with every instance idle: Batcher._run_direct)
+        runs on a twin session whose intra-op threads spin inside the run and sleep once it returns
+        (onnxruntime's session.force_spinning_stop). A sleeping pool woken for each piece of a run is what
+        keeps a served lone request above the in-process best: on the H100 host's CPU, 10 threads, batch 1
+        back to back took 2.29 ms with the pool asleep and 1.61 ms spinning inside runs. Spinning for every
+        run costs the batches under load (16 gRPC users: mean batch 8.0 -> 4.1, docs/BENCHMARKS.md); a lone
+        run has the cores to itself. Only for CPU models of several threads whose pool does not spin already,
+        whose batch 1 runs on that pool (no single-threaded twin for it), up to SMALL_SESSION_MAX_BYTES (the
+        weights are held once more), and only when it measured faster here by more than 5%; config.pbtxt's
+        `lone_spinning` "0" or "1" skips the timing."""
+        r = self.recipe
+        given = _flag(self.config, "lone_spinning", self.name)
+        if (r.device != "cpu" or r.intra <= 1 or r.spin or spin_in_run(r.device, r.intra) or given is False
+                or self.small_batch_rows >= 1 or self.max_batch_size <= 0 or self.string_inputs
+                or r.path.stat().st_size > SMALL_SESSION_MAX_BYTES):
+            return
+        twin = r.build(in_run=True)
+        if given is None:
+            try:
+                feed = tuning.random_feed(self.inputs, 1, np.random.default_rng(0))
+                pool_ms = tuning.median_run_ms(self.sessions[0], feed, self.output_names)
+                twin_ms = tuning.median_run_ms(twin, feed, self.output_names)
+            except Exception as e:  # no shape to time, or onnxruntime failed: keep the pool
+                log.info("model '%s': lone-run spinning not timed (%s); lone runs on the pool", self.name, e)
+                return
+            self.lone_timings_ms = {"pool": round(pool_ms, 4), "spinning inside runs": round(twin_ms, 4)}
+            if twin_ms >= pool_ms * 0.95:
+                return
+        self.lone_session = twin
+
     def served_config(self):
         """The config as served (GET .../config), like Triton's auto-completed one: the thread layout that
         runs filled in (intra_op_thread_count, small_batch_rows), `thread_choice` saying why, and
@@ -267,7 +307,11 @@ class LoadedModel:
             config.parameters["thread_choice"].string_value = self.thread_choice.describe()
             r = self.recipe
             config.parameters["intra_op_spinning"].string_value = (
-                "always" if r.spin else "inside runs" if spin_in_run(r.device, r.intra) else "off")
+                "always" if r.spin else "inside runs" if spin_in_run(r.device, r.intra)
+                else "inside lone batch-1 runs" if self.lone_session is not None else "off")
+            if self.lone_timings_ms:
+                config.parameters["lone_spinning_timings"].string_value = ", ".join(
+                    f"{k} {v:.3g} ms" for k, v in self.lone_timings_ms.items())
         if self.device_note:
             config.parameters["device_note"].string_value = self.device_note
         return config
@@ -321,16 +365,21 @@ class LoadedModel:
         """The batch size a run of `rows` rows is padded to (rows itself without buckets)."""
         return bucket_for(self.buckets, rows) if self.buckets and rows is not None else rows
 
-    def run(self, instance: int, feed: dict[str, np.ndarray], outputs: list[str], rows: int | None = None) -> list[np.ndarray]:
-        """session.run on one instance's session (its single-threaded twin for `rows` <= small_batch_rows),
-        the batch padded to its bucket when the model has buckets (a feed already that long, as the batcher
-        joins it, is not copied); BYTES tensors are converted bytes <-> str."""
+    def run(self, instance: int, feed: dict[str, np.ndarray], outputs: list[str], rows: int | None = None,
+            lone: bool = False) -> list[np.ndarray]:
+        """session.run on one instance's session (its single-threaded twin for `rows` <= small_batch_rows; the
+        lone-run twin for a `lone` run of one row, when there is one), the batch padded to its bucket when the
+        model has buckets (a feed already that long, as the batcher joins it, is not copied); BYTES tensors
+        are converted bytes <-> str."""
         if self.string_inputs:
             feed = {k: (_to_str(v) if k in self.string_inputs else v) for k, v in feed.items()}
         size = self.bucket(rows)
         if size != rows:
             feed = {k: pad_rows(v, size) for k, v in feed.items()}  # pad_rows returns a full-length array itself
-        result = self._session(instance, rows, size).run(outputs, feed)
+        session = self._session(instance, rows, size)
+        if lone and rows == 1 and self.lone_session is not None and session is self.sessions[instance]:
+            session = self.lone_session
+        result = session.run(outputs, feed)
         if size != rows:
             result = [r[:rows] for r in result]  # the padding's rows are dropped here, never returned
         if self.string_outputs:
@@ -392,13 +441,13 @@ def spin_in_run(device: str, intra: int, setting: str | None = None) -> bool:
 
 
 def _make_session(path: Path, device: str, intra: int, inter: int, device_id: int = 0, spin: bool = False,
-                  cudnn_search: str = "HEURISTIC"):
+                  cudnn_search: str = "HEURISTIC", in_run: bool | None = None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.intra_op_num_threads = intra
     so.inter_op_num_threads = inter
-    in_run = not spin and spin_in_run(device, intra)
+    in_run = not spin and (spin_in_run(device, intra) if in_run is None else in_run)
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spin or in_run else "0")
     so.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
     if in_run:

@@ -378,3 +378,48 @@ def test_a_lone_request_to_a_cpu_model_runs_on_the_loop_for_longer_than_a_gpu_mo
 
     _, seen = asyncio.run(_with_core(repo, go))
     assert seen and set(seen) == {threading.main_thread().name}  # 2.0 ms before: every run on the thread
+
+
+@pytest.mark.parametrize("lone_spinning", ["1", "0"])
+def test_a_lone_batch1_request_runs_on_the_spinning_twin_and_batches_never_do(tmp_path, lone_spinning):
+    """A CPU model of several threads: with `lone_spinning` (or when it timed faster) a lone batch-1 request runs
+    on a twin session whose pool spins inside runs; batches from the queue and runs of several rows run on the
+    pool (whose threads sleep). With "0" there is no twin. The served config says which."""
+    (tmp_path / "m" / "1").mkdir(parents=True)
+    classifier_onnx(tmp_path / "m" / "1" / "model.onnx")
+    (tmp_path / "m" / "config.pbtxt").write_text(
+        classifier_config("m", delay_us=20_000, preferred=(4,)).replace('string_value: "1"', 'string_value: "2"')
+        + 'parameters { key: "small_batch_rows" value: { string_value: "0" } }\n'
+        + f'parameters {{ key: "lone_spinning" value: {{ string_value: "{lone_spinning}" }} }}\n')
+    x = np.arange(4, dtype=np.float32).reshape(1, 4)
+
+    async def go(core):
+        model = core.entry("m", "1").model
+        runs = {"lone": 0}
+        if model.lone_session is not None:
+            real = model.lone_session
+
+            class Counting:
+                def run(self, *a, **k):
+                    runs["lone"] += 1
+                    return real.run(*a, **k)
+
+            model.lone_session = Counting()
+        config = model.served_config().parameters["intra_op_spinning"].string_value
+        for _ in range(3):  # lone: the batcher idle for longer than a run before each
+            r = await core.infer("m", "", {"input": x})
+            np.testing.assert_allclose(r["logits"], expected_logits(x), rtol=1e-5)
+            await asyncio.sleep(0.02)
+        lone = runs["lone"]
+        # what the worker runs (a batch from the queue: lone=False), and a lone run of several rows: the pool
+        for rows, is_lone in ((1, False), (4, True)):
+            out = model.run(0, {"input": np.repeat(x, rows, 0)}, model.output_names, rows, lone=is_lone)
+            np.testing.assert_allclose(out[0], expected_logits(np.repeat(x, rows, 0)), rtol=1e-5)
+        return config, lone, runs["lone"] - lone
+
+    _, (config, lone, batched) = asyncio.run(_with_core(tmp_path, go))
+    if lone_spinning == "1":
+        # the first request's run time is not known yet: it goes to the thread, on the pool; the next two are lone
+        assert (config, lone, batched) == ("inside lone batch-1 runs", 2, 0)
+    else:
+        assert (config, lone, batched) == ("off", 0, 0)

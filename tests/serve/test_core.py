@@ -47,7 +47,8 @@ def test_metadata_and_autocompleted_config(core):
     ints = core.model_config("ints")  # no config.pbtxt: completed from the ONNX graph
     assert ints.max_batch_size == 4 and ints.HasField("dynamic_batching")
     assert [(i.name, list(i.dims)) for i in ints.input] == [("input_ids", [-1])]
-    assert core.model("classifier").threads == {"intra_op": 1, "inter_op": 1, "small_batch_rows": 0}
+    assert core.model("classifier").threads == {"intra_op": 1, "inter_op": 1, "small_batch_rows": 0,
+                                               "lone_spinning": False}
 
 
 def test_infer_returns_requested_outputs_of_the_requested_version(core):

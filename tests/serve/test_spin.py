@@ -266,8 +266,9 @@ def test_cpu_sessions_spin_inside_runs_only_when_asked(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=f"{ORT_SPIN_ENV}='yes' must be 'run'"):
         spin_in_run("cpu", 4, "yes")
     classifier_onnx(tmp_path / "c" / "1" / "model.onnx")
-    (tmp_path / "c" / "config.pbtxt").write_text(classifier_config("c").replace('"intra_op_thread_count"', '"unused"'))
-    seen = {}
+    (tmp_path / "c" / "config.pbtxt").write_text(classifier_config("c").replace('"intra_op_thread_count"', '"unused"')
+                                                 + 'parameters { key: "lone_spinning" value: { string_value: "0" } }\n')
+    seen = {}  # (lone_spinning 0: the lone-run twin, chosen by timing, is tests/serve/test_batcher.py's)
     for setting, spin in (("", False), ("run", False), ("", True)):
         monkeypatch.setenv(ORT_SPIN_ENV, setting)
         core = ServerCore(CoreOptions(tmp_path, intra_op_threads=2, allow_spinning=spin))
