@@ -244,9 +244,12 @@ def slow_classifier_onnx(path, spins: int = 5000) -> None:
 
 def test_queue_full_is_unavailable_and_oversized_message_is_refused(tmp_path):
     slow_classifier_onnx(tmp_path / "slow" / "1" / "model.onnx")
+    # runs on the instance's thread (idle_inline_max_us 0): a burst's first run on the loop, as a CPU model's lone
+    # request may take, reads no request meanwhile, and one run at a time never fills the queue this test fills
     (tmp_path / "slow" / "config.pbtxt").write_text(
         'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\ndynamic_batching { }\n')
+        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\ndynamic_batching { }\n'
+        'parameters { key: "idle_inline_max_us" value: { string_value: "0" } }\n')
     with running_server(tmp_path, max_queue_size=2, max_body_bytes=4096) as (_, ports):
         url = f"127.0.0.1:{ports['grpc']}"
 
@@ -270,9 +273,10 @@ def test_queue_full_is_unavailable_and_oversized_message_is_refused(tmp_path):
 
 def test_requests_arriving_while_a_run_is_busy_form_the_next_batch(tmp_path):
     slow_classifier_onnx(tmp_path / "slow" / "1" / "model.onnx")  # a run takes tens of ms: the rest queue meanwhile
-    (tmp_path / "slow" / "config.pbtxt").write_text(
+    (tmp_path / "slow" / "config.pbtxt").write_text(  # on the thread, as in the test above
         'max_batch_size: 8\ninput [ { name: "input" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
-        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\ndynamic_batching { }\n')
+        'output [ { name: "logits" data_type: TYPE_FP32 dims: [ 3 ] } ]\ndynamic_batching { }\n'
+        'parameters { key: "idle_inline_max_us" value: { string_value: "0" } }\n')
     with running_server(tmp_path) as (_, ports):
         async def burst() -> list:
             async with aioclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as c:
