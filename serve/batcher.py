@@ -123,6 +123,10 @@ class _Request:
 NEARLY_FRACTION = 4  # a batch is "nearly" a preferred size when at most 1/4 of that size is missing
 GAP_CAP_DELAYS = 4  # an idle gap weighs in the arrival-gap average as at most this many queue delays
 LONE_CREDIT = 16  # runs on the loop granted by one run on a thread that no other request came during (_on_loop)
+# ... and the loop time those runs may take together, ns: a CPU model's lone request may run on the loop up to
+# CPU_IDLE_INLINE_MAX_US, and a burst that comes just after a run on the thread is read one request at a time
+# while the credit lasts, so the credit is bounded in time as well (16 runs of the GPU's 2 ms at most)
+LONE_CREDIT_NS = 32_000_000
 
 
 class _Queue:
@@ -199,8 +203,10 @@ class Batcher:
         # when the last run ended and the loop was free to read requests again, ns (_on_loop)
         self._idle_since_ns = 0
         # runs on the loop still allowed to a request that came sooner after the last run than a run takes
-        # (_on_loop): granted by a run on the thread during which no other request came, spent one per run
+        # (_on_loop): granted by a run on the thread during which no other request came, spent one per run,
+        # and the loop time they may still take together (ns), spent by each run's expected time
         self._lone_credit = 0
+        self._lone_credit_ns = 0.0
         self._submits = 0  # requests submitted so far: did any come while a run was on the thread?
         self._last_submit_ns = 0
         # moving average of the time between two submits, ns: how soon company can be expected. One long
@@ -328,7 +334,7 @@ class Batcher:
                     outs, infer_ns = await loop.run_in_executor(executor, self._run, instance, feed, rows)
                     results, output_ns = self._split(batch, outs)
                     if self._submits == submits and len(batch) == 1:  # the loop was free and nobody came
-                        self._lone_credit = LONE_CREDIT
+                        self._lone_credit, self._lone_credit_ns = LONE_CREDIT, LONE_CREDIT_NS
             except Exception as e:
                 err = e if isinstance(e, ServeError) else self._model_failed(e)
                 for r in batch:
@@ -367,9 +373,11 @@ class Batcher:
         are then the lesser part of the loop's time, and batching them would save little.)
         One user whose next request comes sooner after an answer than a run takes looks the same. For
         it, a run on the thread that no other request came during (the loop was free to read them) grants
-        LONE_CREDIT runs on the loop; any request that finds company ends the credit. Only runs on the
-        thread grant it, so it too cannot confirm itself: under load at most LONE_CREDIT requests run one
-        at a time before a run on the thread lets the others in.
+        LONE_CREDIT runs on the loop, together no longer than LONE_CREDIT_NS (as the runs' recent times
+        say); any request that finds company ends the credit. Only runs on the thread grant it, so it too
+        cannot confirm itself: under load at most LONE_CREDIT requests, and at most LONE_CREDIT_NS of
+        runs, go one at a time before a run on the thread lets the others in (a CPU model's runs of
+        10 ms get 3 runs of credit, not 16 runs holding the loop for 160 ms).
         """
         run_ns = self._run_ns.get(rows, float("inf"))
         if queued and run_ns < self._inline_ns:
@@ -378,8 +386,9 @@ class Batcher:
             return False
         if arrived_ns - self._idle_since_ns > run_ns:
             return True
-        if self._lone_credit > 0:
+        if self._lone_credit > 0 and self._lone_credit_ns >= run_ns:
             self._lone_credit -= 1
+            self._lone_credit_ns -= run_ns
             return True
         return False
 

@@ -187,8 +187,33 @@ def test_a_run_is_on_the_loop_only_after_the_batcher_was_idle_longer_than_the_ru
     assert on_thread == [False, True] + [False] * LONE_CREDIT + [True]
 
 
+def test_the_lone_credit_is_bounded_by_the_loop_time_its_runs_take(tmp_path):
+    # A CPU model's lone request may run on the loop up to 50 ms: runs of 10 ms get 3 runs of credit (32 ms),
+    # not 16 runs holding the loop for 160 ms while a burst that came just after a run waits to be read.
+    from trainserve.serve.batcher import LONE_CREDIT_NS
+
+    repo = _repo(tmp_path, 'parameters { key: "idle_inline_max_us" value: { string_value: "50000" } }\n',
+                 max_batch_size=8, delay_us=0)
+    x = np.ones((1, 4), np.float32)
+    run_ms = 10
+    credit = int(LONE_CREDIT_NS // (run_ms * 1e6))
+    assert 0 < credit < 16
+
+    async def go(core):
+        batcher = core.entry("m").batcher
+        where = _where_runs(batcher)
+        for _ in range(credit + 3):  # each comes just after the last run ended
+            _as_if(batcher, run_ms=run_ms, idle_ms=0)
+            await batcher.submit({"input": x}, 1)
+        return where
+
+    _, where = asyncio.run(_with_core(repo, go))
+    on_thread = [not w == "MainThread" for w in where]
+    assert on_thread == [True] + [False] * credit + [True, False]
+
+
 def test_a_request_that_comes_while_another_waits_ends_the_lone_credit(tmp_path):
-    from trainserve.serve.batcher import LONE_CREDIT
+    from trainserve.serve.batcher import LONE_CREDIT, LONE_CREDIT_NS
 
     repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
     one, two = np.ones((1, 4), np.float32), np.ones((2, 4), np.float32)
@@ -196,7 +221,8 @@ def test_a_request_that_comes_while_another_waits_ends_the_lone_credit(tmp_path)
     async def go(core):
         batcher = core.entry("m").batcher
         where = _where_runs(batcher)
-        batcher._lone_credit = LONE_CREDIT  # as after a run on the thread that nobody came during
+        # as after a run on the thread that nobody came during
+        batcher._lone_credit, batcher._lone_credit_ns = LONE_CREDIT, LONE_CREDIT_NS
         _as_if(batcher, run_ms=1, idle_ms=0)
         # two rows have no run time yet: queued; the one-row request then finds company waiting
         await asyncio.gather(batcher.submit({"input": two}, 2), batcher.submit({"input": one}, 1))
