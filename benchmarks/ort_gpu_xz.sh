@@ -20,7 +20,6 @@ set -euo pipefail
 root="$(git rev-parse --show-toplevel)"
 cd "$root"
 ls .ortgpu.[0-9]/part.* >/dev/null 2>&1 || { echo "no .ortgpu.N folders: run ../shared/tools/ort-gpu-chunks first" >&2; exit 2; }
-grep -qxF '/.ortgpu*/' .git/info/exclude 2>/dev/null || echo '/.ortgpu*/' >> .git/info/exclude
 work="$(mktemp -d)"; trap 'rm -rf "$work"' EXIT
 cat .ortgpu.[0-9]/part.* > "$work/ort.whl"
 mkdir "$work/x" && (cd "$work/x" && python3 -m zipfile -e ../ort.whl .)

@@ -123,10 +123,12 @@ class _Request:
 NEARLY_FRACTION = 4  # a batch is "nearly" a preferred size when at most 1/4 of that size is missing
 GAP_CAP_DELAYS = 4  # an idle gap weighs in the arrival-gap average as at most this many queue delays
 LONE_CREDIT = 16  # runs on the loop granted by one run on a thread that no other request came during (_on_loop)
-# ... and the loop time those runs may take together, ns: a CPU model's lone request may run on the loop up to
-# CPU_IDLE_INLINE_MAX_US, and a burst that comes just after a run on the thread is read one request at a time
-# while the credit lasts, so the credit is bounded in time as well (16 runs of the GPU's 2 ms at most)
-LONE_CREDIT_NS = 32_000_000
+# ... as loop time, ns: each run spends its expected time, at least LONE_CREDIT_MIN_NS (the GPU's default
+# idle_inline_max_us), so short runs get LONE_CREDIT runs and a CPU model's long ones fewer. A burst that comes
+# just after a run on the thread is read one request at a time while the credit lasts, and a CPU model's lone
+# request may run on the loop up to CPU_IDLE_INLINE_MAX_US: bounded in time, not only in runs.
+LONE_CREDIT_MIN_NS = 2_000_000
+LONE_CREDIT_NS = LONE_CREDIT * LONE_CREDIT_MIN_NS
 
 
 class _Queue:
@@ -202,10 +204,8 @@ class Batcher:
         self._idle_inline_ns = config.idle_inline_max_us * 1000
         # when the last run ended and the loop was free to read requests again, ns (_on_loop)
         self._idle_since_ns = 0
-        # runs on the loop still allowed to a request that came sooner after the last run than a run takes
-        # (_on_loop): granted by a run on the thread during which no other request came, spent one per run,
-        # and the loop time they may still take together (ns), spent by each run's expected time
-        self._lone_credit = 0
+        # loop time (ns) still allowed to requests that came sooner after the last run than a run takes
+        # (_on_loop): granted by a run on the thread during which no other request came, spent by each run
         self._lone_credit_ns = 0.0
         self._submits = 0  # requests submitted so far: did any come while a run was on the thread?
         self._last_submit_ns = 0
@@ -255,7 +255,7 @@ class Batcher:
         self._submits += 1
         idle = self._busy == 0 and not self._queue.items
         if not idle:
-            self._lone_credit = 0  # company: this request came while another waits or runs
+            self._lone_credit_ns = 0  # company: this request came while another waits or runs
         elif not self._worth_waiting(rows, rows, self.config.max_queue_delay_microseconds * 1000) \
                 and self._on_loop(rows, 1, now, queued=False):
             fut = loop.create_future()
@@ -334,7 +334,7 @@ class Batcher:
                     outs, infer_ns = await loop.run_in_executor(executor, self._run, instance, feed, rows)
                     results, output_ns = self._split(batch, outs)
                     if self._submits == submits and len(batch) == 1:  # the loop was free and nobody came
-                        self._lone_credit, self._lone_credit_ns = LONE_CREDIT, LONE_CREDIT_NS
+                        self._lone_credit_ns = LONE_CREDIT_NS
             except Exception as e:
                 err = e if isinstance(e, ServeError) else self._model_failed(e)
                 for r in batch:
@@ -373,8 +373,8 @@ class Batcher:
         are then the lesser part of the loop's time, and batching them would save little.)
         One user whose next request comes sooner after an answer than a run takes looks the same. For
         it, a run on the thread that no other request came during (the loop was free to read them) grants
-        LONE_CREDIT runs on the loop, together no longer than LONE_CREDIT_NS (as the runs' recent times
-        say); any request that finds company ends the credit. Only runs on the thread grant it, so it too
+        LONE_CREDIT runs on the loop, together no longer than LONE_CREDIT_NS (each run spends its recent
+        time, at least LONE_CREDIT_MIN_NS); any request that finds company ends the credit. Only runs on the thread grant it, so it too
         cannot confirm itself: under load at most LONE_CREDIT requests, and at most LONE_CREDIT_NS of
         runs, go one at a time before a run on the thread lets the others in (a CPU model's runs of
         10 ms get 3 runs of credit, not 16 runs holding the loop for 160 ms).
@@ -386,9 +386,9 @@ class Batcher:
             return False
         if arrived_ns - self._idle_since_ns > run_ns:
             return True
-        if self._lone_credit > 0 and self._lone_credit_ns >= run_ns:
-            self._lone_credit -= 1
-            self._lone_credit_ns -= run_ns
+        spend = max(run_ns, LONE_CREDIT_MIN_NS)
+        if self._lone_credit_ns >= spend:
+            self._lone_credit_ns -= spend
             return True
         return False
 

@@ -213,7 +213,7 @@ def test_the_lone_credit_is_bounded_by_the_loop_time_its_runs_take(tmp_path):
 
 
 def test_a_request_that_comes_while_another_waits_ends_the_lone_credit(tmp_path):
-    from trainserve.serve.batcher import LONE_CREDIT, LONE_CREDIT_NS
+    from trainserve.serve.batcher import LONE_CREDIT_NS
 
     repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
     one, two = np.ones((1, 4), np.float32), np.ones((2, 4), np.float32)
@@ -222,7 +222,7 @@ def test_a_request_that_comes_while_another_waits_ends_the_lone_credit(tmp_path)
         batcher = core.entry("m").batcher
         where = _where_runs(batcher)
         # as after a run on the thread that nobody came during
-        batcher._lone_credit, batcher._lone_credit_ns = LONE_CREDIT, LONE_CREDIT_NS
+        batcher._lone_credit_ns = LONE_CREDIT_NS
         _as_if(batcher, run_ms=1, idle_ms=0)
         # two rows have no run time yet: queued; the one-row request then finds company waiting
         await asyncio.gather(batcher.submit({"input": two}, 2), batcher.submit({"input": one}, 1))
