@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -349,9 +350,21 @@ class GrpcServer:
             self._server = None
 
 
-def create_frontend(core: Any, host: str, port: int, options: Any) -> GrpcServer:
-    """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit."""
-    return GrpcServer(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
+GRPC_ENV = "TRAINSERVE_SERVE_GRPC"  # "aio": serve gRPC through grpc.aio instead of serve/grpc_h2.py (measurements)
+
+
+def create_frontend(core: Any, host: str, port: int, options: Any) -> Any:
+    """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit, on this
+    project's HTTP/2 (serve/grpc_h2.py) unless TRAINSERVE_SERVE_GRPC=aio asks for grpc.aio."""
+    choice = os.environ.get(GRPC_ENV, "h2").strip().lower() or "h2"
+    if choice not in ("h2", "aio"):
+        raise UserError(f"{GRPC_ENV}={choice!r} must be 'h2' (the default) or 'aio' (grpc.aio)")
+    if choice == "h2":
+        from trainserve.serve.grpc_h2 import H2GrpcServer
+        server_class: Any = H2GrpcServer
+    else:
+        server_class = GrpcServer
+    return server_class(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
                                        grace_s=options.drain_timeout_s, reuse_port=options.reuse_port,
                                        body_timeout_s=options.body_timeout_s,
                                        max_connections=options.max_connections))

@@ -1,0 +1,748 @@
+"""The KServe v2 gRPC front end on this project's own HTTP/2 framing: the default gRPC server.
+
+Why not grpc.aio: its per-call work (an accept, three tasks, four completion-queue events each handed from
+grpc's poller thread over a socket) cost more server CPU per request than the whole HTTP path including the
+model (docs/BENCHMARKS.md, "gRPC against HTTP on one embedded server"), on the one GIL the batcher also
+needs. A gRPC call is a few HTTP/2 frames: HEADERS, DATA holding length-prefixed protobuf messages, and
+trailers with grpc-status. This module reads and writes those frames itself on an asyncio protocol, as
+serve/http_fast.py does for HTTP/1.1, and hands each decoded message to the same servicer
+(serve/grpc_server.py's InferenceServicer), so every method, status code and message is the grpc.aio
+server's. `TRAINSERVE_SERVE_GRPC=aio` serves through grpc.aio instead (for measurements and as a fallback).
+
+What it implements of HTTP/2 (RFC 9113) and gRPC over it:
+- the connection preface, SETTINGS (and their ACK), PING (answered), WINDOW_UPDATE both ways, RST_STREAM,
+  GOAWAY, CONTINUATION, padding; PRIORITY is ignored; HPACK via the `hpack` package (Huffman and the dynamic
+  table), with a header block made only of indexed fields (what a gRPC client sends from its second call on)
+  decoded once per connection;
+- flow control: the client may send up to 16 MiB per stream and per connection ahead of what the server has
+  read; replies wait for the client's windows;
+- unary methods and the bidirectional ModelStreamInfer; gzip and deflate request messages (grpc-encoding),
+  inflated up to the message limit; grpc-timeout as the call's deadline;
+- the body deadline and the connection cap of serve/grpc_guard.py: a unary call whose message has not
+  arrived within --body-timeout-s answers DEADLINE_EXCEEDED; a call on one more connection than
+  --max-connections with calls in flight answers UNAVAILABLE; both counted as refusals.
+No TLS (the server listens on plain TCP, as the grpc.aio server did) and no server push.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import struct
+import zlib
+from typing import Any
+from urllib.parse import quote
+
+import grpc
+from hpack import Decoder
+from hpack.exceptions import HPACKError
+from tritonclient.grpc import service_pb2 as pb
+
+from trainserve.serve import refusals
+from trainserve.serve.errors import RequestTimeout, TooManyConnections
+from trainserve.serve.grpc_guard import CallGuard
+from trainserve.serve.grpc_server import GrpcConfig, InferenceServicer, Malformed, _status
+
+log = logging.getLogger(__name__)
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL, COMPRESSION_ERROR = \
+    0x0, 0x1, 0x2, 0x3, 0x6, 0x8, 0x9
+S_HEADER_TABLE_SIZE, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 0x1, 0x3, 0x4, 0x5
+
+RECV_WINDOW = 1 << 24  # bytes a client may send ahead of what the server has read, per stream and per connection
+MAX_FRAME = 1 << 20  # the largest frame the server takes (advertised); fewer frames per large request
+DEFAULT_WINDOW = 65_535  # HTTP/2's initial flow-control window, until the client's SETTINGS say otherwise
+MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (with its CONTINUATIONs) ends the connection
+
+SERVICE = "/inference.GRPCInferenceService/"
+MODEL_INFER = SERVICE + "ModelInfer"
+STREAM_INFER = SERVICE + "ModelStreamInfer"
+
+_FRAME = struct.Struct(">BHBBL")  # a frame header: length (24 bits as 8 + 16), type, flags, stream id
+_HEAD = struct.Struct(">BHBBL")
+_MESSAGE = struct.Struct(">BL")  # a gRPC message's prefix: compressed flag, length
+_HIGH_BYTES = bytes(range(128, 256))
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    n = len(payload)
+    return _HEAD.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
+
+
+def _int(value: int, prefix_bits: int, first: int) -> bytes:
+    """An HPACK integer with an N-bit prefix, `first` holding the representation's high bits."""
+    top = (1 << prefix_bits) - 1
+    if value < top:
+        return bytes([first | value])
+    out, value = [first | top], value - top
+    while value >= 128:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    """A header field as a literal without indexing, new name, no Huffman coding: the server's blocks never
+    touch the client's decoding table."""
+    return b"\x00" + _int(len(name), 7, 0) + name + _int(len(value), 7, 0) + value
+
+
+# The reply's header block: ":status: 200" (static table entry 8) and content-type: application/grpc
+_RESPONSE_HEADERS = b"\x88" + b"\x0f\x10" + _int(16, 7, 0) + b"application/grpc"
+_OK_TRAILERS = _literal(b"grpc-status", b"0")
+
+
+def _trailers(code: grpc.StatusCode, message: str) -> bytes:
+    block = _literal(b"grpc-status", str(code.value[0]).encode())
+    if message:  # percent-encoded as gRPC's spec asks (everything outside printable ASCII, and %)
+        block += _literal(b"grpc-message", quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode())
+    return block
+
+
+def _timeout_s(value: bytes) -> float | None:
+    """grpc-timeout ("100m", "5S", ...) in seconds; None when malformed (then ignored, as grpc does)."""
+    units = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
+    if len(value) < 2 or value[-1:] not in units or not value[:-1].isdigit():
+        return None
+    return int(value[:-1]) * units[value[-1:]]
+
+
+class _Aborted(Exception):
+    """context.abort(code, details) from a servicer method: the call ends with that status."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
+
+
+class _Context:
+    """The few ServicerContext calls InferenceServicer makes."""
+
+    __slots__ = ("_peer",)
+
+    def __init__(self, peer: str) -> None:
+        self._peer = peer
+
+    async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
+        raise _Aborted(code, details)
+
+    def peer(self) -> str:
+        return self._peer
+
+    def invocation_metadata(self) -> tuple:
+        return ()
+
+
+class _Stream:
+    """One call: what has arrived of its messages, and what waits to be sent on it."""
+
+    __slots__ = ("id", "path", "data", "messages", "ended", "send_window", "pending", "task", "since", "encoding",
+                 "timeout_s", "inbox", "closed", "recv_unacked", "admitted")
+
+    def __init__(self, stream_id: int, path: str, send_window: int) -> None:
+        self.id = stream_id
+        self.path = path
+        self.data = bytearray()  # received bytes not yet split into messages
+        self.messages: list[bytes] = []  # complete messages of a unary call
+        self.ended = False  # the client half-closed (END_STREAM)
+        self.send_window = send_window
+        self.pending: list[tuple[bytes, int, bool]] = []  # (payload, kind, end) waiting for the windows
+        self.task: asyncio.Task | None = None
+        self.since = 0.0  # loop time the call began waiting for its message (unary), for the body deadline
+        self.encoding = b""  # grpc-encoding of its messages
+        self.timeout_s: float | None = None
+        self.inbox: asyncio.Queue | None = None  # ModelStreamInfer: messages for the servicer's iterator
+        self.closed = False  # answered (trailers sent) or reset
+        self.recv_unacked = 0  # bytes received on the stream since its last WINDOW_UPDATE
+        self.admitted = False  # counted in the guard's calls in flight
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: HTTP/2 frames in, gRPC calls dispatched, frames out."""
+
+    def __init__(self, server: H2GrpcServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.preface = False
+        self.streams: dict[int, _Stream] = {}
+        self.last_stream = 0
+        self.decoder = Decoder()
+        self.block_cache: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self.header_block: bytearray | None = None  # a header block waiting for its CONTINUATION frames
+        self.header_stream = 0
+        self.header_flags = 0
+        self.peer_window = DEFAULT_WINDOW  # the client's initial window for each stream
+        self.peer_frame = 16_384  # the largest frame the client takes
+        self.send_window = DEFAULT_WINDOW  # connection-level window for what the server sends
+        self.recv_unacked = 0  # bytes received since the connection's last WINDOW_UPDATE
+        self.peer = ""
+        self.key = id(self)  # the guard counts connections by this
+        self.calls = 0  # calls in flight (admitted in the guard)
+        self.going_away = False
+        self.paused = False
+
+    # --- transport ---------------------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            try:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:
+                pass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.server.connections.add(self)
+        settings = struct.pack(">HLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
+                               S_HEADER_TABLE_SIZE, 4096)
+        self.transport.write(_frame(SETTINGS, 0, 0, settings)
+                             + _frame(WINDOW_UPDATE, 0, 0, (RECV_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server.connections.discard(self)
+        for stream in list(self.streams.values()):
+            self._forget(stream, cancel=True)
+        self.streams.clear()
+        self.buf = bytearray()
+
+    def pause_writing(self) -> None:
+        self.paused = True
+
+    def resume_writing(self) -> None:
+        self.paused = False
+
+    def _abandon(self, code: int, why: str) -> None:
+        """A connection error: GOAWAY with `code`, then close."""
+        if self.transport is not None and not self.transport.is_closing():
+            log.debug("gRPC connection %s closed: %s", self.peer, why)
+            self.transport.write(_frame(GOAWAY, 0, 0, struct.pack(">LL", self.last_stream, code) + why.encode()[:200]))
+            self.transport.close()
+
+    # --- frames in ---------------------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        buf = self.buf
+        buf += data
+        pos = 0
+        if not self.preface:
+            if len(buf) < 24:
+                if not PREFACE.startswith(bytes(buf)):
+                    self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                return
+            if buf[:24] != PREFACE:
+                self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+                return
+            self.preface = True
+            pos = 24
+        end = len(buf)
+        try:
+            while end - pos >= 9:
+                hi, lo, kind, flags, stream_id = _FRAME.unpack_from(buf, pos)
+                length = (hi << 16) | lo
+                if length > MAX_FRAME:
+                    self._abandon(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds {MAX_FRAME}")
+                    return
+                if end - pos - 9 < length:
+                    break
+                payload = bytes(buf[pos + 9:pos + 9 + length])
+                pos += 9 + length
+                self._frame_in(kind, flags, stream_id & 0x7FFFFFFF, payload)
+                if self.transport is None or self.transport.is_closing():
+                    return
+        finally:
+            if pos:
+                del buf[:pos]
+
+    def _frame_in(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
+        if self.header_block is not None and kind != CONTINUATION:
+            self._abandon(PROTOCOL_ERROR, "a header block was interrupted")
+            return
+        if kind == DATA:
+            self._data(flags, stream_id, payload)
+        elif kind == HEADERS:
+            self._headers(flags, stream_id, payload)
+        elif kind == CONTINUATION:
+            if self.header_block is None or stream_id != self.header_stream:
+                self._abandon(PROTOCOL_ERROR, "CONTINUATION without a header block")
+                return
+            self.header_block += payload
+            if len(self.header_block) > MAX_HEADER_BLOCK:
+                self._abandon(PROTOCOL_ERROR, "header block too large")
+                return
+            if flags & END_HEADERS:
+                block, self.header_block = bytes(self.header_block), None
+                self._header_block(self.header_stream, self.header_flags, block)
+        elif kind == SETTINGS:
+            if not flags & ACK:
+                self._settings(payload)
+        elif kind == WINDOW_UPDATE:
+            self._window_update(stream_id, payload)
+        elif kind == PING:
+            if not flags & ACK and self.transport is not None:
+                self.transport.write(_frame(PING, ACK, 0, payload))
+        elif kind == RST_STREAM:
+            stream = self.streams.get(stream_id)
+            if stream is not None:
+                self._forget(stream, cancel=True)
+        elif kind == GOAWAY:
+            self.going_away = True
+        elif kind == PUSH_PROMISE:
+            self._abandon(PROTOCOL_ERROR, "a client may not push")
+        # PRIORITY and unknown frame types are ignored, as HTTP/2 asks
+
+    def _settings(self, payload: bytes) -> None:
+        if len(payload) % 6:
+            self._abandon(FRAME_SIZE_ERROR, "SETTINGS of a length not a multiple of 6")
+            return
+        for i in range(0, len(payload), 6):
+            ident, value = struct.unpack_from(">HL", payload, i)
+            if ident == S_INITIAL_WINDOW_SIZE:
+                if value > 0x7FFFFFFF:
+                    self._abandon(FLOW_CONTROL_ERROR, "initial window too large")
+                    return
+                delta, self.peer_window = value - self.peer_window, value
+                for stream in self.streams.values():
+                    stream.send_window += delta
+            elif ident == S_MAX_FRAME_SIZE:
+                self.peer_frame = max(16_384, min(value, (1 << 24) - 1))
+        assert self.transport is not None
+        self.transport.write(_frame(SETTINGS, ACK, 0))
+        self._flush_all()
+
+    def _window_update(self, stream_id: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            self._abandon(FRAME_SIZE_ERROR, "WINDOW_UPDATE of a length other than 4")
+            return
+        increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+        if stream_id == 0:
+            self.send_window += increment
+            self._flush_all()
+        elif (stream := self.streams.get(stream_id)) is not None:
+            stream.send_window += increment
+            self._flush(stream)
+
+    def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
+        if flags & PADDED:
+            if not payload:
+                self._abandon(PROTOCOL_ERROR, "padding longer than the frame")
+                return
+            pad = payload[0]
+            payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
+        if flags & PRIORITY_FLAG:
+            payload = payload[5:]
+        if not flags & END_HEADERS:
+            self.header_block, self.header_stream, self.header_flags = bytearray(payload), stream_id, flags
+            return
+        self._header_block(stream_id, flags, payload)
+
+    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]] | None:
+        """The block's header fields; a block of one-byte indexed fields alone (a repeated call's) changes no
+        table, so the same bytes decode to the same fields until a block that does (which clears the cache)."""
+        indexed_only = block and not block.translate(None, _HIGH_BYTES)
+        if indexed_only and (fields := self.block_cache.get(block)) is not None:
+            return fields
+        if not indexed_only:
+            self.block_cache.clear()
+        try:
+            fields = self.decoder.decode(block, raw=True)
+        except (HPACKError, ValueError, IndexError) as error:
+            self._abandon(COMPRESSION_ERROR, f"header block cannot be decoded: {error}")
+            return None
+        if indexed_only and len(self.block_cache) < 64:
+            self.block_cache[block] = fields
+        return fields
+
+    def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
+        fields = self._decode(block)
+        if fields is None:
+            return
+        stream = self.streams.get(stream_id)
+        if stream is not None:  # trailers from the client: the end of its messages
+            if flags & END_STREAM:
+                self._end_of_messages(stream)
+            return
+        if stream_id % 2 == 0 or stream_id <= self.last_stream:
+            if stream_id > 0 and stream_id <= self.last_stream:
+                return  # a late frame for a stream already answered and forgotten
+            self._abandon(PROTOCOL_ERROR, f"stream id {stream_id} is not a new client stream")
+            return
+        self.last_stream = stream_id
+        path = ""
+        stream = _Stream(stream_id, "", self.peer_window)
+        for name, value in fields:
+            if name == b":path":
+                path = value.decode("latin-1")
+            elif name == b"grpc-encoding":
+                stream.encoding = value
+            elif name == b"grpc-timeout":
+                stream.timeout_s = _timeout_s(value)
+        stream.path = path
+        self.streams[stream_id] = stream
+        if self.going_away or self.server.stopping:
+            self._answer_status(stream, grpc.StatusCode.UNAVAILABLE, "the server is shutting down")
+            return
+        if not path.startswith(SERVICE) or path[len(SERVICE):] not in self.server.methods:
+            self._answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, f"Method not found: {path}")
+            return
+        if not self.server.guard_admit(self, stream):
+            return
+        if path == STREAM_INFER:
+            stream.inbox = asyncio.Queue()
+            stream.task = asyncio.get_running_loop().create_task(self.server.serve_stream(self, stream))
+        else:
+            stream.since = self.server.loop.time()
+            self.server.waiting[stream] = self
+        if flags & END_STREAM:
+            self._end_of_messages(stream)
+
+    def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
+        n = len(payload)
+        self.recv_unacked += n
+        if self.recv_unacked >= RECV_WINDOW // 2:
+            assert self.transport is not None
+            self.transport.write(_frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
+            self.recv_unacked = 0
+        stream = self.streams.get(stream_id)
+        if stream is None or stream.closed:
+            return  # for a stream already answered (a refused large message still arriving): dropped
+        if flags & PADDED and payload:
+            pad = payload[0]
+            payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
+        if payload:
+            stream.recv_unacked += n
+            if stream.recv_unacked >= RECV_WINDOW // 2 and not flags & END_STREAM:
+                assert self.transport is not None
+                self.transport.write(_frame(WINDOW_UPDATE, 0, stream_id, stream.recv_unacked.to_bytes(4, "big")))
+                stream.recv_unacked = 0
+            if stream.data:
+                stream.data += payload
+            else:
+                stream.data = bytearray(payload)
+            if not self._split_messages(stream):
+                return
+        if flags & END_STREAM:
+            self._end_of_messages(stream)
+
+    def _split_messages(self, stream: _Stream) -> bool:
+        """Move the stream's complete messages out of its data; False when the call was ended (too large)."""
+        data = stream.data
+        limit = self.server.config.max_message_bytes
+        pos = 0
+        while len(data) - pos >= 5:
+            compressed, length = _MESSAGE.unpack_from(data, pos)
+            if length > limit:
+                self._answer_status(stream, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                    f"Received message larger than max ({length} vs. {limit})")
+                return False
+            if len(data) - pos - 5 < length:
+                break
+            message = bytes(data[pos + 5:pos + 5 + length])
+            pos += 5 + length
+            if compressed:
+                try:
+                    message = self._inflate(stream, message, limit)
+                except _Aborted as aborted:
+                    self._answer_status(stream, aborted.code, aborted.details)
+                    return False
+            if stream.inbox is not None:
+                stream.inbox.put_nowait(message)
+            else:
+                stream.messages.append(message)
+        if pos:
+            del data[:pos]
+        return True
+
+    @staticmethod
+    def _inflate(stream: _Stream, message: bytes, limit: int) -> bytes:
+        if stream.encoding == b"gzip":
+            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        elif stream.encoding == b"deflate":
+            inflater = zlib.decompressobj()
+        else:
+            raise _Aborted(grpc.StatusCode.UNIMPLEMENTED,
+                           f"a compressed message with grpc-encoding '{stream.encoding.decode('latin-1')}': this "
+                           "server inflates gzip and deflate only; send those or uncompressed messages")
+        try:
+            out = inflater.decompress(message, limit + 1)
+        except zlib.error as error:
+            raise _Aborted(grpc.StatusCode.INTERNAL, f"the compressed message cannot be inflated: {error}") from None
+        if len(out) > limit or inflater.unconsumed_tail:
+            raise _Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED,
+                           f"Received message larger than max (more than {limit} bytes inflated vs. {limit})")
+        return out
+
+    def _end_of_messages(self, stream: _Stream) -> None:
+        if stream.ended or stream.closed:
+            return
+        stream.ended = True
+        if stream.inbox is not None:
+            stream.inbox.put_nowait(None)
+            return
+        self.server.waiting.pop(stream, None)
+        if stream.data:
+            self._answer_status(stream, grpc.StatusCode.INTERNAL, "the call ended inside a message")
+            return
+        stream.task = self.server.loop.create_task(self.server.serve_unary(self, stream))
+
+    # --- frames out --------------------------------------------------------------------------------------
+    def send(self, stream: _Stream, message: bytes | None, trailers: bytes | None, headers: bool) -> None:
+        """The reply's headers (when `headers`), one message (when given) and the trailers (when given, ending the
+        stream), as far as the client's windows allow now; the rest when they open."""
+        if stream.closed or self.transport is None or self.transport.is_closing():
+            return
+        out = []
+        if headers:
+            out.append(_frame(HEADERS, END_HEADERS, stream.id, _RESPONSE_HEADERS))
+        if message is not None:
+            body = _MESSAGE.pack(0, len(message)) + message
+            n = len(body)
+            if not stream.pending and n <= self.send_window and n <= stream.send_window and n <= self.peer_frame:
+                self.send_window -= n
+                stream.send_window -= n
+                out.append(_HEAD.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id) + body)
+            else:
+                stream.pending.append((body, DATA, False))
+        if trailers is not None:
+            if stream.pending:
+                stream.pending.append((trailers, HEADERS, True))
+            else:
+                out.append(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id, trailers))
+                self._finished(stream)
+        if out:
+            self.transport.write(b"".join(out))
+        if stream.pending:
+            self._flush(stream)
+
+    def _flush(self, stream: _Stream) -> None:
+        """Send what waits on the stream, as far as the windows allow."""
+        out = []
+        while stream.pending:
+            payload, kind, end = stream.pending[0]
+            if kind == HEADERS:
+                out.append(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id, payload))
+                stream.pending.pop(0)
+                self._finished(stream)
+                break
+            room = min(self.send_window, stream.send_window, self.peer_frame)
+            if room <= 0:
+                break
+            chunk, rest = payload[:room], payload[room:]
+            self.send_window -= len(chunk)
+            stream.send_window -= len(chunk)
+            out.append(_frame(DATA, 0, stream.id, chunk))
+            if rest:
+                stream.pending[0] = (rest, kind, end)
+            else:
+                stream.pending.pop(0)
+        if out and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(out))
+
+    def _flush_all(self) -> None:
+        for stream in list(self.streams.values()):
+            if stream.pending:
+                self._flush(stream)
+                if self.send_window <= 0:
+                    break
+
+    def _answer_status(self, stream: _Stream, code: grpc.StatusCode, message: str) -> None:
+        """A trailers-only reply: the call ends with `code` at once; what the client still sends on it is dropped.
+        The stream is reset after it when the client has not finished sending, so that it stops."""
+        unfinished = not stream.ended
+        if not stream.closed and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id,
+                                        _RESPONSE_HEADERS + _trailers(code, message)))
+            if unfinished:
+                self.transport.write(_frame(RST_STREAM, 0, stream.id, NO_ERROR.to_bytes(4, "big")))
+        self._finished(stream)
+
+    def _finished(self, stream: _Stream) -> None:
+        stream.closed = True
+        stream.pending.clear()
+        self._forget(stream, cancel=False)
+
+    def _forget(self, stream: _Stream, cancel: bool) -> None:
+        stream.closed = True
+        stream.data = bytearray()
+        stream.messages = []
+        self.streams.pop(stream.id, None)
+        self.server.waiting.pop(stream, None)
+        if stream.admitted:
+            stream.admitted = False
+            self.server.guard_leave(self)
+        if cancel and stream.task is not None and not stream.task.done() \
+                and stream.task is not asyncio.current_task():
+            stream.task.cancel()
+        if stream.inbox is not None:
+            stream.inbox.put_nowait(None)
+        self.server.idle_check()
+
+
+class H2GrpcServer:
+    """The gRPC endpoint on this module's HTTP/2: `await start()`, then `await stop()` (GrpcServer's interface)."""
+
+    name = "grpc"
+
+    def __init__(self, core: Any, config: GrpcConfig | None = None) -> None:
+        self.core = core
+        self.config = config or GrpcConfig()
+        self.servicer = InferenceServicer(core)
+        self.guard = CallGuard(self.config.max_connections, self.config.body_timeout_s, refusals.of(core))
+        self.connections: set[_Connection] = set()
+        self.waiting: dict[_Stream, _Connection] = {}  # unary calls whose message has not all arrived
+        self.methods = {m.name: m for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods}
+        self._request_types = {name: m.input_type._concrete_class for name, m in self.methods.items()}
+        self._server: asyncio.base_events.Server | None = None
+        self._sweeper: asyncio.Task | None = None
+        self.port: int | None = None
+        self.stopping = False
+        self._idle: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
+
+    async def start(self) -> int:
+        """Bind and serve; returns the bound port (the OS's choice for port 0)."""
+        self.loop = asyncio.get_running_loop()
+        self._idle = asyncio.Event()
+        try:
+            self._server = await self.loop.create_server(
+                lambda: _Connection(self), self.config.host, self.config.port, backlog=1024,
+                reuse_port=self.config.reuse_port or None)
+        except OSError as error:
+            raise OSError(error.errno, f"cannot listen for gRPC on {self.config.host}:{self.config.port}: "
+                                       f"{error.strerror or error}") from None
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._sweeper = self.loop.create_task(self._sweep())
+        log.info("gRPC on %s:%d", self.config.host, self.port)
+        return self.port
+
+    # --- the guard ---------------------------------------------------------------------------------------
+    def guard_admit(self, conn: _Connection, stream: _Stream) -> bool:
+        """Count the call on its connection; refuse it (UNAVAILABLE) when its connection is one more than the cap."""
+        if conn.calls == 0 and not self.guard.admit(str(conn.key)):
+            error = TooManyConnections(self.guard.max_connections)
+            conn._answer_status(stream, *_status(error))
+            return False
+        if conn.calls > 0:
+            self.guard.peers[str(conn.key)] = self.guard.peers.get(str(conn.key), 0) + 1
+        conn.calls += 1
+        stream.admitted = True
+        return True
+
+    def guard_leave(self, conn: _Connection) -> None:
+        conn.calls -= 1
+        self.guard.leave(str(conn.key))
+
+    async def _sweep(self) -> None:
+        """Forever: end the unary calls whose message has not all arrived within the body deadline."""
+        timeout = self.config.body_timeout_s
+        every = max(0.05, timeout / 4)
+        while True:
+            await asyncio.sleep(every)
+            late = self.loop.time() - timeout
+            for stream, conn in list(self.waiting.items()):
+                if stream.since < late:
+                    self.guard.refusals.add("grpc", "body_timeout")
+                    conn._answer_status(stream, *_status(RequestTimeout(timeout)))
+
+    # --- calls -------------------------------------------------------------------------------------------
+    def _parse(self, method: str, message: bytes) -> Any:
+        try:
+            return self._request_types[method].FromString(message)
+        except Exception as error:  # protobuf's DecodeError, or anything a corrupt message provokes
+            return Malformed(f"failed to parse the request message: {error}")
+
+    async def serve_unary(self, conn: _Connection, stream: _Stream) -> None:
+        method = stream.path[len(SERVICE):]
+        timer = None
+        try:
+            if stream.timeout_s is not None:
+                timer = self.loop.call_later(stream.timeout_s, stream.task.cancel)  # type: ignore[union-attr]
+            if len(stream.messages) != 1:
+                raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT if not stream.messages else grpc.StatusCode.UNIMPLEMENTED,
+                               f"the {method} call carried no request message" if not stream.messages
+                               else f"the {method} call carried {len(stream.messages)} messages; it takes one")
+            request = self._parse(method, stream.messages.pop())
+            if isinstance(request, Malformed):
+                raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+            if method == "ModelInfer":
+                response = await self.servicer._infer(request)
+            else:
+                response = await getattr(self.servicer, method)(request, _Context(conn.peer))
+            del request
+            conn.send(stream, response.SerializeToString(), _OK_TRAILERS, headers=True)
+        except _Aborted as aborted:
+            conn._answer_status(stream, aborted.code, aborted.details)
+        except asyncio.CancelledError:
+            if stream.closed or conn.transport is None or conn.transport.is_closing():
+                return  # reset by the client, or the connection went away
+            conn._answer_status(stream, grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        except Exception as error:  # every failure answers the client with a status, never a dropped call
+            conn._answer_status(stream, *_status(error))
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if not stream.closed:
+                conn._finished(stream)
+
+    async def serve_stream(self, conn: _Connection, stream: _Stream) -> None:
+        inbox = stream.inbox
+        assert inbox is not None
+
+        async def requests():
+            while (message := await inbox.get()) is not None:
+                yield self._parse("ModelStreamInfer", message)
+
+        headers_sent = False
+        responses = self.servicer.ModelStreamInfer(requests(), _Context(conn.peer))
+        try:
+            async for response in responses:
+                conn.send(stream, response.SerializeToString(), None, headers=not headers_sent)
+                headers_sent = True
+            if headers_sent:
+                conn.send(stream, None, _OK_TRAILERS, headers=False)
+            else:
+                conn._answer_status(stream, grpc.StatusCode.OK, "")
+        except asyncio.CancelledError:
+            pass  # the client reset the stream or went away
+        except Exception as error:
+            code, message = _status(error)
+            if headers_sent:
+                conn.send(stream, None, _trailers(code, message), headers=False)
+            else:
+                conn._answer_status(stream, code, message)
+        finally:
+            await responses.aclose()
+            if not stream.closed:
+                conn._finished(stream)
+
+    # --- stop --------------------------------------------------------------------------------------------
+    def idle_check(self) -> None:
+        if self.stopping and self._idle is not None and not any(c.streams for c in self.connections):
+            self._idle.set()
+
+    async def stop(self, grace_s: float | None = None) -> None:
+        """Refuse new calls (GOAWAY) and let those in flight finish for up to grace_s (default: the config's)."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        if self._server is None:
+            return
+        self.stopping = True
+        self._server.close()
+        for conn in list(self.connections):
+            if conn.transport is not None and not conn.transport.is_closing():
+                conn.transport.write(_frame(GOAWAY, 0, 0, struct.pack(">LL", conn.last_stream, NO_ERROR)))
+        self.servicer.drain_streams()
+        self.idle_check()
+        assert self._idle is not None
+        try:
+            await asyncio.wait_for(self._idle.wait(), self.config.grace_s if grace_s is None else grace_s)
+        except asyncio.TimeoutError:
+            pass
+        for conn in list(self.connections):
+            if conn.transport is not None:
+                conn.transport.close()
+        self._server = None
