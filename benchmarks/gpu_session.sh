@@ -3,7 +3,7 @@
 # Usage: OUT=dir benchmarks/gpu_session.sh PHASE...
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
-#           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin
+#           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -190,6 +190,18 @@ merge-search)  # issue 23's open-loop target on this tree: the Server search (--
     $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 16000 --slo-p99-ms 20 \
     --duration 90s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run merge-search --runs-dir '$R/runs'; \
     rc=\$?; kill -TERM \$s; wait \$s; kill \$t 2>/dev/null; exit \$rc" ;;
+h2grpc)  # issue 23's gRPC target: gRPC served by serve/grpc_h2.py (after) against grpc.aio (before:
+  # TRAINSERVE_SERVE_GRPC=aio), one tree, so HTTP is the control; GPU with --frontends 4, CPU one process; servers on 0-9
+  perf23_repo
+  step h2_gpu 240 env OUT="$R/h2-gpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \
+    --server-cpus 0-9 --users 1 16 128 --rounds 2 --before-env TRAINSERVE_SERVE_GRPC=aio --before-args="--frontends 4" \
+    --after-args="--frontends 4"
+  step h2_cpu 200 env OUT="$R/h2-cpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
+    --server-cpus 0-9 --users 1 16 --rounds 2 --before-env TRAINSERVE_SERVE_GRPC=aio ;;
+h2grpc-ratio)  # the issue's measure: one server (the default front ends), HTTP and gRPC points alternating, 16 users in
+  # 8 client processes, unary and streaming gRPC clients
+  step grpc_vs_http_h2 220 env OUT="$R/grpc-h2" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 \
+    --seconds 5 --client-procs 8 --grpc-client sync stream ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)

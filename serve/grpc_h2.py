@@ -142,7 +142,7 @@ class _Stream:
     """One call: what has arrived of its messages, and what waits to be sent on it."""
 
     __slots__ = ("id", "path", "data", "messages", "ended", "send_window", "pending", "task", "since", "encoding",
-                 "timeout_s", "inbox", "closed", "recv_unacked", "admitted")
+                 "deadline", "inbox", "closed", "recv_unacked", "admitted")
 
     def __init__(self, stream_id: int, path: str, send_window: int) -> None:
         self.id = stream_id
@@ -155,7 +155,7 @@ class _Stream:
         self.task: asyncio.Task | None = None
         self.since = 0.0  # loop time the call began waiting for its message (unary), for the body deadline
         self.encoding = b""  # grpc-encoding of its messages
-        self.timeout_s: float | None = None
+        self.deadline: float | None = None  # loop time by which the call must be answered (grpc-timeout)
         self.inbox: asyncio.Queue | None = None  # ModelStreamInfer: messages for the servicer's iterator
         self.closed = False  # answered (trailers sent) or reset
         self.recv_unacked = 0  # bytes received on the stream since its last WINDOW_UPDATE
@@ -379,8 +379,8 @@ class _Connection(asyncio.Protocol):
                 path = value.decode("latin-1")
             elif name == b"grpc-encoding":
                 stream.encoding = value
-            elif name == b"grpc-timeout":
-                stream.timeout_s = _timeout_s(value)
+            elif name == b"grpc-timeout" and (timeout := _timeout_s(value)) is not None:
+                stream.deadline = self.server.loop.time() + timeout  # from when the call began, as the client counts
         stream.path = path
         self.streams[stream_id] = stream
         if self.going_away or self.server.stopping:
@@ -659,8 +659,10 @@ class H2GrpcServer:
         method = stream.path[len(SERVICE):]
         timer = None
         try:
-            if stream.timeout_s is not None:
-                timer = self.loop.call_later(stream.timeout_s, stream.task.cancel)  # type: ignore[union-attr]
+            if stream.deadline is not None:
+                if stream.deadline <= self.loop.time():  # passed while the message arrived: not run at all
+                    raise _Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                timer = self.loop.call_at(stream.deadline, stream.task.cancel)  # type: ignore[union-attr]
             if len(stream.messages) != 1:
                 raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT if not stream.messages else grpc.StatusCode.UNIMPLEMENTED,
                                f"the {method} call carried no request message" if not stream.messages
@@ -685,7 +687,7 @@ class H2GrpcServer:
         finally:
             if timer is not None:
                 timer.cancel()
-            if not stream.closed:
+            if not stream.closed and not stream.pending:  # a reply still waiting for the client's window stays
                 conn._finished(stream)
 
     async def serve_stream(self, conn: _Connection, stream: _Stream) -> None:
@@ -716,7 +718,7 @@ class H2GrpcServer:
                 conn._answer_status(stream, code, message)
         finally:
             await responses.aclose()
-            if not stream.closed:
+            if not stream.closed and not stream.pending:  # a reply still waiting for the client's window stays
                 conn._finished(stream)
 
     # --- stop --------------------------------------------------------------------------------------------

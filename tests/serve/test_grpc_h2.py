@@ -1,0 +1,244 @@
+"""The gRPC front end's own HTTP/2 (serve/grpc_h2.py): what tritonclient does not show, through a raw HTTP/2
+connection on a real server; compressed messages and the grpc.aio fallback through tritonclient."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from hpack import Decoder, Encoder
+from tritonclient.grpc import service_pb2 as pb
+
+from trainserve.core.errors import UserError
+from trainserve.serve.grpc_h2 import H2GrpcServer
+from trainserve.serve.grpc_server import GRPC_ENV, GrpcServer, create_frontend
+from trainserve.serve.server import ServerOptions
+from tests.serve.inprocess import running_server
+from tests.serve.tiny_models import expected_logits, make_repository
+
+INFER = "/inference.GRPCInferenceService/ModelInfer"
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    repo = make_repository(tmp_path_factory.mktemp("repo"), classifier_delay_us=2000)
+    with running_server(repo) as (srv, ports):
+        yield srv, ports["grpc"]
+
+
+def frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def infer_message(rows: np.ndarray, request_id: str = "") -> bytes:
+    """A ModelInfer request for 'classifier' as a gRPC message: the 5-byte prefix, then the protobuf."""
+    request = pb.ModelInferRequest(model_name="classifier", id=request_id)
+    request.inputs.add(name="input", datatype="FP32", shape=list(rows.shape))
+    request.raw_input_contents.append(rows.tobytes())
+    body = request.SerializeToString()
+    return b"\x00" + len(body).to_bytes(4, "big") + body
+
+
+class RawClient:
+    """An HTTP/2 client written frame by frame: it sends what a test says and reads back every frame."""
+
+    def __init__(self, port: int, settings: bytes = b"") -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.encoder, self.decoder = Encoder(), Decoder()
+        self.buf = b""
+        self.sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(SETTINGS, 0, 0, settings))
+
+    def headers_block(self, path: str, extra: tuple = ()) -> bytes:
+        return self.encoder.encode([(":method", "POST"), (":scheme", "http"), (":path", path),
+                                    (":authority", "t"), ("content-type", "application/grpc"), ("te", "trailers"),
+                                    *extra])
+
+    def call(self, stream: int, path: str, message: bytes, extra: tuple = ()) -> None:
+        self.sock.sendall(frame(HEADERS, 0x4, stream, self.headers_block(path, extra)) + frame(DATA, 0x1, stream, message))
+
+    def frames(self, until, timeout_s: float = 10) -> list[tuple[int, int, int, bytes]]:
+        """Frames read until `until(frames)` is true (or the server closes, or timeout_s passes)."""
+        out: list[tuple[int, int, int, bytes]] = []
+        deadline = time.monotonic() + timeout_s
+        while not until(out) and time.monotonic() < deadline:
+            while len(self.buf) >= 9 and len(self.buf) >= 9 + int.from_bytes(self.buf[:3], "big"):
+                n = int.from_bytes(self.buf[:3], "big")
+                out.append((self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF,
+                            self.buf[9:9 + n]))
+                self.buf = self.buf[9 + n:]
+                if until(out):
+                    return out
+            self.sock.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                chunk = self.sock.recv(65536)
+            except (TimeoutError, socket.timeout):
+                break
+            if not chunk:
+                break
+            self.buf += chunk
+        return out
+
+    def status(self, frames: list, stream: int) -> dict[str, str]:
+        """The stream's trailers (or trailers-only headers) decoded, in order of arrival."""
+        fields: dict[str, str] = {}
+        for kind, _, sid, payload in frames:
+            if kind == HEADERS and sid == stream:
+                fields.update({k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v
+                               for k, v in self.decoder.decode(payload)})
+        return fields
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def ended(stream: int):
+    return lambda frames: any(k == HEADERS and f & 0x1 and s == stream for k, f, s, _ in frames)
+
+
+def test_settings_and_ping_are_answered_and_an_unknown_method_is_unimplemented(server):
+    client = RawClient(server[1])
+    try:
+        client.sock.sendall(frame(PING, 0, 0, b"12345678"))
+        client.call(1, "/inference.GRPCInferenceService/NoSuchMethod", b"\x00\x00\x00\x00\x00")
+        frames = client.frames(ended(1))
+        assert any(k == SETTINGS and f & 0x1 for k, f, _, _ in frames), "our SETTINGS were not acknowledged"
+        assert (PING, 0x1, 0, b"12345678") in frames, "the PING was not answered with its payload"
+        fields = client.status(frames, 1)
+        assert fields["grpc-status"] == "12" and "NoSuchMethod" in fields["grpc-message"]
+    finally:
+        client.close()
+
+
+def test_a_reply_larger_than_the_clients_window_waits_for_its_window_updates(server):
+    client = RawClient(server[1], settings=struct.pack(">HL", 0x4, 10))  # a 10-byte window per stream
+    try:
+        x = np.random.default_rng(0).standard_normal((2, 4)).astype(np.float32)
+        client.call(1, INFER, infer_message(x, "small-window"))
+        first = client.frames(lambda fs: any(k == DATA for k, _, _, _ in fs), timeout_s=5)
+        time.sleep(0.2)
+        first += client.frames(lambda fs: False, timeout_s=0.2)  # nothing more may come without a window update
+        sent = [p for k, _, s, p in first if k == DATA and s == 1]
+        assert sum(map(len, sent)) == 10, f"{sum(map(len, sent))} bytes sent into a 10-byte window"
+        assert not any(k == HEADERS and f & 0x1 for k, f, _, _ in first), "the call ended before its reply was sent"
+        client.sock.sendall(frame(WINDOW_UPDATE, 0, 1, (1 << 20).to_bytes(4, "big")))
+        rest = client.frames(ended(1))
+        body = b"".join(sent + [p for k, _, s, p in rest if k == DATA and s == 1])
+        assert client.status(first + rest, 1)["grpc-status"] == "0"
+        reply = pb.ModelInferResponse.FromString(body[5:])
+        assert len(body) == 5 + int.from_bytes(body[1:5], "big") and reply.id == "small-window"
+        logits = np.frombuffer(reply.raw_output_contents[0], np.float32).reshape(2, -1)
+        np.testing.assert_allclose(logits, expected_logits(x), rtol=1e-5)
+    finally:
+        client.close()
+
+
+def test_a_header_block_in_continuation_frames_and_a_message_over_several_data_frames(server):
+    client = RawClient(server[1])
+    try:
+        x = np.ones((3, 4), np.float32)
+        block, message = client.headers_block(INFER), infer_message(x, "pieces")
+        client.sock.sendall(frame(HEADERS, 0, 1, block[:5]) + frame(CONTINUATION, 0, 1, block[5:9])
+                            + frame(CONTINUATION, 0x4, 1, block[9:])
+                            + b"".join(frame(DATA, 0, 1, message[i:i + 7]) for i in range(0, len(message), 7))
+                            + frame(DATA, 0x1, 1))  # the end of the call in an empty frame
+        frames = client.frames(ended(1))
+        assert client.status(frames, 1)["grpc-status"] == "0"
+        body = b"".join(p for k, _, s, p in frames if k == DATA and s == 1)
+        assert pb.ModelInferResponse.FromString(body[5:]).id == "pieces"
+    finally:
+        client.close()
+
+
+def test_a_deadline_passed_while_the_message_arrived_is_deadline_exceeded_and_the_model_never_runs(server):
+    port = server[1]
+    stats = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    client = RawClient(port)
+
+    def successes() -> int:
+        return sum(m.inference_stats.success.count for m in stats.get_inference_statistics("classifier").model_stats)
+
+    try:
+        before = successes()
+        client.sock.sendall(frame(HEADERS, 0x4, 1, client.headers_block(INFER, (("grpc-timeout", "100m"),))))
+        time.sleep(0.3)  # the client's 100 ms pass before its message is sent
+        client.sock.sendall(frame(DATA, 0x1, 1, infer_message(np.ones((1, 4), np.float32))))
+        frames = client.frames(ended(1))
+        fields = client.status(frames, 1)
+        assert fields["grpc-status"] == "4" and fields["grpc-message"] == "Deadline Exceeded", fields
+        assert successes() == before, "the model ran for a call whose deadline had passed"
+        # and a deadline that leaves room: answered
+        client.call(3, INFER, infer_message(np.ones((1, 4), np.float32)), (("grpc-timeout", "10S"),))
+        assert client.status(client.frames(ended(3)), 3)["grpc-status"] == "0"
+        assert successes() == before + 1
+    finally:
+        client.close()
+        stats.close()
+
+
+def test_a_connection_that_is_not_http2_is_closed_and_the_server_goes_on(server):
+    s = socket.create_connection(("127.0.0.1", server[1]), timeout=10)
+    s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+    received = b""
+    while chunk := s.recv(4096):  # the server's SETTINGS, then a GOAWAY, then the close
+        received += chunk
+    s.close()
+    assert b"not an HTTP/2 connection preface" in received
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{server[1]}") as client:
+        assert client.is_server_ready()
+
+
+@pytest.mark.parametrize("algorithm", ["gzip", "deflate"])
+def test_compressed_requests_are_inflated(server, algorithm):
+    x = np.random.default_rng(1).standard_normal((5, 4)).astype(np.float32)
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{server[1]}") as client:
+        inp = grpcclient.InferInput("input", [5, 4], "FP32").set_data_from_numpy(x)
+        result = client.infer("classifier", [inp], compression_algorithm=algorithm)
+    np.testing.assert_allclose(result.as_numpy("logits"), expected_logits(x), rtol=1e-5)
+
+
+def test_a_compressed_message_past_the_limit_is_resource_exhausted(tmp_path):
+    import gzip
+
+    repo = make_repository(tmp_path / "repo")
+    with running_server(repo, max_body_bytes=4096) as (_, ports):
+        client = RawClient(ports["grpc"])
+        try:
+            x = np.zeros((1, 4), np.float32)
+            request = pb.ModelInferRequest(model_name="classifier")
+            request.inputs.add(name="input", datatype="FP32", shape=[1, 4])
+            request.raw_input_contents.append(x.tobytes() + b"\x00" * 100_000)  # inflates past 4 KiB
+            packed = gzip.compress(request.SerializeToString())
+            assert len(packed) < 4096
+            client.call(1, INFER, b"\x01" + len(packed).to_bytes(4, "big") + packed, (("grpc-encoding", "gzip"),))
+            fields = client.status(client.frames(ended(1)), 1)
+            assert fields["grpc-status"] == "8" and "larger than max" in fields["grpc-message"], fields
+            client.call(3, INFER, b"\x01\x00\x00\x00\x03abc", (("grpc-encoding", "snappy"),))
+            fields = client.status(client.frames(ended(3)), 3)
+            assert fields["grpc-status"] == "12" and "gzip and deflate" in fields["grpc-message"], fields
+        finally:
+            client.close()
+
+
+def test_grpc_is_served_on_its_own_http2_unless_aio_is_asked(monkeypatch, tmp_path):
+    options = ServerOptions(grpc_port=0)
+    monkeypatch.delenv(GRPC_ENV, raising=False)
+    assert isinstance(create_frontend(None, "127.0.0.1", 0, options), H2GrpcServer)
+    monkeypatch.setenv(GRPC_ENV, "aio")
+    assert isinstance(create_frontend(None, "127.0.0.1", 0, options), GrpcServer)
+    monkeypatch.setenv(GRPC_ENV, "fast")
+    with pytest.raises(UserError, match="TRAINSERVE_SERVE_GRPC='fast' must be 'h2'"):
+        create_frontend(None, "127.0.0.1", 0, options)
+    # the grpc.aio fallback still serves
+    monkeypatch.setenv(GRPC_ENV, "aio")
+    repo = make_repository(tmp_path / "repo")
+    with running_server(repo) as (srv, ports):
+        assert isinstance(next(f for f in srv.frontends if f.name == "grpc"), GrpcServer)
+        x = np.ones((2, 4), np.float32)
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as client:
+            result = client.infer("classifier", [grpcclient.InferInput("input", [2, 4], "FP32").set_data_from_numpy(x)])
+        np.testing.assert_allclose(result.as_numpy("logits"), expected_logits(x), rtol=1e-5)
