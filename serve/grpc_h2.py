@@ -185,7 +185,6 @@ class _Connection(asyncio.Protocol):
         self.key = id(self)  # the guard counts connections by this
         self.calls = 0  # calls in flight (admitted in the guard)
         self.going_away = False
-        self.paused = False
 
     # --- transport ---------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -210,12 +209,6 @@ class _Connection(asyncio.Protocol):
             self._forget(stream, cancel=True)
         self.streams.clear()
         self.buf = bytearray()
-
-    def pause_writing(self) -> None:
-        self.paused = True
-
-    def resume_writing(self) -> None:
-        self.paused = False
 
     def _abandon(self, code: int, why: str) -> None:
         """A connection error: GOAWAY with `code`, then close."""

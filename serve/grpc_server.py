@@ -1,6 +1,7 @@
-"""The KServe v2 gRPC front end, on the servicer generated from the protos tritonclient ships.
+"""The KServe v2 gRPC service, on the servicer generated from the protos tritonclient ships.
 
-A grpc.aio server on the core's event loop: every RPC is a thin translation between protobuf and
+The servicer here is what both gRPC servers call: serve/grpc_h2.py (the default, its own HTTP/2) and the
+grpc.aio server below (TRAINSERVE_SERVE_GRPC=aio). Every RPC is a thin translation between protobuf and
 the core (serve/core.py), which knows nothing of gRPC. Errors become gRPC status codes from the
 core's error classes (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE for a full queue or an unready model,
 INTERNAL), with Triton's message wording; a request with an id gets Triton's "[request id: ...]"
