@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import socket
 import struct
 import zlib
@@ -42,7 +43,8 @@ from tritonclient.grpc import service_pb2 as pb
 from trainserve.serve import refusals
 from trainserve.serve.errors import RequestTimeout, TooManyConnections
 from trainserve.serve.grpc_guard import CallGuard
-from trainserve.serve.grpc_server import GrpcConfig, InferenceServicer, Malformed, _status
+from trainserve.core.errors import UserError
+from trainserve.serve.grpc_server import GrpcConfig, GrpcServer, InferenceServicer, Malformed, _status
 
 log = logging.getLogger(__name__)
 
@@ -741,3 +743,18 @@ class H2GrpcServer:
             if conn.transport is not None:
                 conn.transport.close()
         self._server = None
+
+
+GRPC_ENV = "TRAINSERVE_SERVE_GRPC"  # "aio": serve gRPC through grpc.aio instead of this module (measurements)
+
+
+def create_frontend(core: Any, host: str, port: int, options: Any) -> H2GrpcServer | GrpcServer:
+    """The hook serve/server.py calls: a gRPC front end with the server's host, port and limits, on this module's
+    HTTP/2 unless TRAINSERVE_SERVE_GRPC=aio asks for grpc.aio (serve/grpc_server.py)."""
+    choice = os.environ.get(GRPC_ENV, "h2").strip().lower() or "h2"
+    if choice not in ("h2", "aio"):
+        raise UserError(f"{GRPC_ENV}={choice!r} must be 'h2' (the default) or 'aio' (grpc.aio)")
+    config = GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes, grace_s=options.drain_timeout_s,
+                        reuse_port=options.reuse_port, body_timeout_s=options.body_timeout_s,
+                        max_connections=options.max_connections)
+    return H2GrpcServer(core, config) if choice == "h2" else GrpcServer(core, config)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -338,7 +337,7 @@ class GrpcServer:
         await server.start()
         self._server, self.port = server, port
         self._sweeper = asyncio.get_running_loop().create_task(self.guard.sweep())
-        log.info("gRPC on %s:%d", self.config.host, port)
+        log.info("gRPC (grpc.aio, TRAINSERVE_SERVE_GRPC=aio) on %s:%d", self.config.host, port)
         return port
 
     async def stop(self, grace_s: float | None = None) -> None:
@@ -349,23 +348,3 @@ class GrpcServer:
             self._servicer.drain_streams()
             await self._server.stop(self.config.grace_s if grace_s is None else grace_s)
             self._server = None
-
-
-GRPC_ENV = "TRAINSERVE_SERVE_GRPC"  # "aio": serve gRPC through grpc.aio instead of serve/grpc_h2.py (measurements)
-
-
-def create_frontend(core: Any, host: str, port: int, options: Any) -> Any:
-    """The hook serve/server.py calls: a gRPC front end with the server's host, port and body limit, on this
-    project's HTTP/2 (serve/grpc_h2.py) unless TRAINSERVE_SERVE_GRPC=aio asks for grpc.aio."""
-    choice = os.environ.get(GRPC_ENV, "h2").strip().lower() or "h2"
-    if choice not in ("h2", "aio"):
-        raise UserError(f"{GRPC_ENV}={choice!r} must be 'h2' (the default) or 'aio' (grpc.aio)")
-    if choice == "h2":
-        from trainserve.serve.grpc_h2 import H2GrpcServer
-        server_class: Any = H2GrpcServer
-    else:
-        server_class = GrpcServer
-    return server_class(core, GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes,
-                                       grace_s=options.drain_timeout_s, reuse_port=options.reuse_port,
-                                       body_timeout_s=options.body_timeout_s,
-                                       max_connections=options.max_connections))

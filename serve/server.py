@@ -6,7 +6,7 @@ serve/launch.py loads the repository and runs this, or, with several front-end p
 Front ends plug in through one small contract, so the HTTP, gRPC and metrics servers share the core
 and the loop without knowing each other:
 
-    # in serve/http.py, serve/grpc_server.py, serve/metrics.py
+    # in serve/http.py, serve/grpc_h2.py, serve/metrics.py
     def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> FrontEnd
 
     class FrontEnd(Protocol):
@@ -36,7 +36,7 @@ from trainserve.serve.core import ServerCore
 log = logging.getLogger(__name__)
 
 # front end name -> module that provides create_frontend(core, host, port, options)
-FRONTEND_MODULES = {"http": "trainserve.serve.http", "grpc": "trainserve.serve.grpc_server", "metrics": "trainserve.serve.metrics"}
+FRONTEND_MODULES = {"http": "trainserve.serve.http", "grpc": "trainserve.serve.grpc_h2", "metrics": "trainserve.serve.metrics"}
 
 
 class StartError(UserError):

@@ -14,8 +14,8 @@ from hpack import Decoder, Encoder
 from tritonclient.grpc import service_pb2 as pb
 
 from trainserve.core.errors import UserError
-from trainserve.serve.grpc_h2 import H2GrpcServer
-from trainserve.serve.grpc_server import GRPC_ENV, GrpcServer, create_frontend
+from trainserve.serve.grpc_h2 import GRPC_ENV, H2GrpcServer, create_frontend
+from trainserve.serve.grpc_server import GrpcConfig, GrpcServer
 from trainserve.serve.server import ServerOptions
 from tests.serve.inprocess import running_server
 from tests.serve.tiny_models import expected_logits, make_repository
@@ -242,3 +242,13 @@ def test_grpc_is_served_on_its_own_http2_unless_aio_is_asked(monkeypatch, tmp_pa
         with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as client:
             result = client.infer("classifier", [grpcclient.InferInput("input", [2, 4], "FP32").set_data_from_numpy(x)])
         np.testing.assert_allclose(result.as_numpy("logits"), expected_logits(x), rtol=1e-5)
+
+
+def test_a_taken_port_is_an_os_error_naming_the_address(server):
+    import asyncio
+
+    async def scenario() -> None:
+        with pytest.raises(OSError, match=f"cannot listen for gRPC on 127.0.0.1:{server[1]}"):
+            await H2GrpcServer(core=None, config=GrpcConfig(port=server[1])).start()
+
+    asyncio.run(scenario())
