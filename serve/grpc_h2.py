@@ -150,7 +150,7 @@ class _Stream:
         self.id = stream_id
         self.path = path
         self.data = bytearray()  # received bytes not yet split into messages
-        self.messages: list[bytes] = []  # complete messages of a unary call
+        self.messages: list[bytes | memoryview] = []  # complete messages of a unary call
         self.ended = False  # the client half-closed (END_STREAM)
         self.send_window = send_window
         self.pending: list[tuple[bytes, int, bool]] = []  # (payload, kind, end) waiting for the windows
@@ -235,6 +235,7 @@ class _Connection(asyncio.Protocol):
             self.preface = True
             pos = 24
         end = len(buf)
+        view = memoryview(buf)  # DATA payloads are read through it: copied once, into their stream
         try:
             while end - pos >= 9:
                 hi, lo, kind, flags, stream_id = _FRAME.unpack_from(buf, pos)
@@ -244,12 +245,15 @@ class _Connection(asyncio.Protocol):
                     return
                 if end - pos - 9 < length:
                     break
-                payload = bytes(buf[pos + 9:pos + 9 + length])
-                pos += 9 + length
-                self._frame_in(kind, flags, stream_id & 0x7FFFFFFF, payload)
+                start, pos = pos + 9, pos + 9 + length
+                if kind == DATA and self.header_block is None:
+                    self._data(flags, stream_id & 0x7FFFFFFF, view[start:pos])
+                else:
+                    self._frame_in(kind, flags, stream_id & 0x7FFFFFFF, bytes(view[start:pos]))
                 if self.transport is None or self.transport.is_closing():
                     return
         finally:
+            view.release()  # no slice of it outlives _data (each is copied there), so the buffer may shrink
             if pos:
                 del buf[:pos]
 
@@ -395,7 +399,7 @@ class _Connection(asyncio.Protocol):
         if flags & END_STREAM:
             self._end_of_messages(stream)
 
-    def _data(self, flags: int, stream_id: int, payload: bytes) -> None:
+    def _data(self, flags: int, stream_id: int, payload: bytes | memoryview) -> None:
         n = len(payload)
         self.recv_unacked += n
         if self.recv_unacked >= RECV_WINDOW // 2:
@@ -436,8 +440,12 @@ class _Connection(asyncio.Protocol):
                 return False
             if len(data) - pos - 5 < length:
                 break
-            message = bytes(data[pos + 5:pos + 5 + length])
-            pos += 5 + length
+            if pos == 0 and len(data) == 5 + length:  # the whole of what arrived: handed on without a copy
+                message: Any = memoryview(data)[5:]
+                stream.data = data = bytearray()
+            else:
+                message = bytes(memoryview(data)[pos + 5:pos + 5 + length])  # the view is gone before del below
+                pos += 5 + length
             if compressed:
                 try:
                     message = self._inflate(stream, message, limit)
