@@ -51,14 +51,15 @@ log = logging.getLogger(__name__)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, CANCEL, COMPRESSION_ERROR = \
-    0x0, 0x1, 0x2, 0x3, 0x6, 0x8, 0x9
+NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, \
+    COMPRESSION_ERROR = 0x0, 0x1, 0x2, 0x3, 0x6, 0x7, 0x8, 0x9
 S_HEADER_TABLE_SIZE, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 0x1, 0x3, 0x4, 0x5
 
 RECV_WINDOW = 1 << 24  # bytes a client may send ahead of what the server has read, per stream and per connection
 MAX_FRAME = 1 << 20  # the largest frame the server takes (advertised); fewer frames per large request
 DEFAULT_WINDOW = 65_535  # HTTP/2's initial flow-control window, until the client's SETTINGS say otherwise
 MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (with its CONTINUATIONs) ends the connection
+MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one more is refused (REFUSED_STREAM)
 
 SERVICE = "/inference.GRPCInferenceService/"
 MODEL_INFER = SERVICE + "ModelInfer"
@@ -200,8 +201,8 @@ class _Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.server.connections.add(self)
-        settings = struct.pack(">HLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
-                               S_HEADER_TABLE_SIZE, 4096)
+        settings = struct.pack(">HLHLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
+                               S_HEADER_TABLE_SIZE, 4096, S_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
         self.transport.write(_frame(SETTINGS, 0, 0, settings)
                              + _frame(WINDOW_UPDATE, 0, 0, (RECV_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")))
 
@@ -371,6 +372,10 @@ class _Connection(asyncio.Protocol):
             self._abandon(PROTOCOL_ERROR, f"stream id {stream_id} is not a new client stream")
             return
         self.last_stream = stream_id
+        if len(self.streams) >= MAX_STREAMS:  # past what the SETTINGS allowed: the client may retry it later
+            assert self.transport is not None
+            self.transport.write(_frame(RST_STREAM, 0, stream_id, REFUSED_STREAM.to_bytes(4, "big")))
+            return
         path = ""
         stream = _Stream(stream_id, "", self.peer_window)
         for name, value in fields:

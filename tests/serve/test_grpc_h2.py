@@ -107,9 +107,30 @@ def test_settings_and_ping_are_answered_and_an_unknown_method_is_unimplemented(s
         client.call(1, "/inference.GRPCInferenceService/NoSuchMethod", b"\x00\x00\x00\x00\x00")
         frames = client.frames(ended(1))
         assert any(k == SETTINGS and f & 0x1 for k, f, _, _ in frames), "our SETTINGS were not acknowledged"
+        settings = next(p for k, f, _, p in frames if k == SETTINGS and not f & 0x1)
+        assert dict(struct.iter_unpack(">HL", settings))[0x3] == 1024, "no limit of concurrent streams advertised"
         assert (PING, 0x1, 0, b"12345678") in frames, "the PING was not answered with its payload"
         fields = client.status(frames, 1)
         assert fields["grpc-status"] == "12" and "NoSuchMethod" in fields["grpc-message"]
+    finally:
+        client.close()
+
+
+def test_calls_past_the_advertised_stream_limit_are_refused_and_the_rest_answered(server):
+    from trainserve.serve.grpc_h2 import MAX_STREAMS
+
+    client = RawClient(server[1])
+    try:
+        block = client.headers_block(INFER)  # the same fields each time: indexed after the first
+        opened = b"".join(frame(HEADERS, 0x4, 1 + 2 * i, client.headers_block(INFER) if i else block)
+                          for i in range(MAX_STREAMS + 1))  # each waits for its message
+        client.sock.sendall(opened)
+        last = 1 + 2 * MAX_STREAMS
+        frames = client.frames(lambda fs: any(k == RST_STREAM and s == last for k, _, s, _ in fs))
+        assert (RST_STREAM, 0, last, (7).to_bytes(4, "big")) in frames, "one stream past the limit was not refused"
+        assert not any(k in (HEADERS, RST_STREAM) and s < last for k, _, s, _ in frames)
+        client.sock.sendall(frame(DATA, 0x1, 1, infer_message(np.ones((1, 4), np.float32), "first")))
+        assert client.status(client.frames(ended(1)), 1)["grpc-status"] == "0"
     finally:
         client.close()
 
