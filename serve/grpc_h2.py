@@ -42,7 +42,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from trainserve.serve import refusals
 from trainserve.serve.errors import RequestTimeout, TooManyConnections
-from trainserve.serve.grpc_guard import CallGuard
+from trainserve.serve.grpc_guard import STREAM as STREAM_INFER, CallGuard
 from trainserve.core.errors import UserError
 from trainserve.serve.grpc_server import GrpcConfig, GrpcServer, InferenceServicer, Malformed, _status
 
@@ -51,8 +51,8 @@ log = logging.getLogger(__name__)
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, INTERNAL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, CANCEL, \
-    COMPRESSION_ERROR = 0x0, 0x1, 0x2, 0x3, 0x6, 0x7, 0x8, 0x9
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR = \
+    0x0, 0x1, 0x3, 0x6, 0x7, 0x9
 S_HEADER_TABLE_SIZE, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 0x1, 0x3, 0x4, 0x5
 
 RECV_WINDOW = 1 << 24  # bytes a client may send ahead of what the server has read, per stream and per connection
@@ -62,11 +62,8 @@ MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (with its CONTINU
 MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one more is refused (REFUSED_STREAM)
 
 SERVICE = "/inference.GRPCInferenceService/"
-MODEL_INFER = SERVICE + "ModelInfer"
-STREAM_INFER = SERVICE + "ModelStreamInfer"
 
-_FRAME = struct.Struct(">BHBBL")  # a frame header: length (24 bits as 8 + 16), type, flags, stream id
-_HEAD = struct.Struct(">BHBBL")
+_HEAD = struct.Struct(">BHBBL")  # a frame header: length (24 bits as 8 + 16), type, flags, stream id
 _MESSAGE = struct.Struct(">BL")  # a gRPC message's prefix: compressed flag, length
 _HIGH_BYTES = bytes(range(128, 256))
 
@@ -185,8 +182,7 @@ class _Connection(asyncio.Protocol):
         self.send_window = DEFAULT_WINDOW  # connection-level window for what the server sends
         self.recv_unacked = 0  # bytes received since the connection's last WINDOW_UPDATE
         self.peer = ""
-        self.key = id(self)  # the guard counts connections by this
-        self.calls = 0  # calls in flight (admitted in the guard)
+        self.key = str(id(self))  # the guard counts this connection's calls in flight under it
         self.going_away = False
 
     # --- transport ---------------------------------------------------------------------------------------
@@ -239,7 +235,7 @@ class _Connection(asyncio.Protocol):
         view = memoryview(buf)  # DATA payloads are read through it: copied once, into their stream
         try:
             while end - pos >= 9:
-                hi, lo, kind, flags, stream_id = _FRAME.unpack_from(buf, pos)
+                hi, lo, kind, flags, stream_id = _HEAD.unpack_from(buf, pos)
                 length = (hi << 16) | lo
                 if length > MAX_FRAME:
                     self._abandon(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds {MAX_FRAME}")
@@ -569,7 +565,6 @@ class _Connection(asyncio.Protocol):
         self._finished(stream)
 
     def _finished(self, stream: _Stream) -> None:
-        stream.closed = True
         stream.pending.clear()
         self._forget(stream, cancel=False)
 
@@ -581,7 +576,7 @@ class _Connection(asyncio.Protocol):
         self.server.waiting.pop(stream, None)
         if stream.admitted:
             stream.admitted = False
-            self.server.guard_leave(self)
+            self.server.guard.leave(self.key)
         if cancel and stream.task is not None and not stream.task.done() \
                 and stream.task is not asyncio.current_task():
             stream.task.cancel()
@@ -630,19 +625,11 @@ class H2GrpcServer:
     # --- the guard ---------------------------------------------------------------------------------------
     def guard_admit(self, conn: _Connection, stream: _Stream) -> bool:
         """Count the call on its connection; refuse it (UNAVAILABLE) when its connection is one more than the cap."""
-        if conn.calls == 0 and not self.guard.admit(str(conn.key)):
-            error = TooManyConnections(self.guard.max_connections)
-            conn._answer_status(stream, *_status(error))
+        if not self.guard.admit(conn.key):
+            conn._answer_status(stream, *_status(TooManyConnections(self.guard.max_connections)))
             return False
-        if conn.calls > 0:
-            self.guard.peers[str(conn.key)] = self.guard.peers.get(str(conn.key), 0) + 1
-        conn.calls += 1
         stream.admitted = True
         return True
-
-    def guard_leave(self, conn: _Connection) -> None:
-        conn.calls -= 1
-        self.guard.leave(str(conn.key))
 
     async def _sweep(self) -> None:
         """Forever: end the unary calls whose message has not all arrived within the body deadline."""
