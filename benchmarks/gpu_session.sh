@@ -4,6 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
+#           h2-search-grpc
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -202,17 +203,19 @@ h2grpc-ratio)  # the issue's measure: one server (the default front ends), HTTP 
   # 8 client processes, unary and streaming gRPC clients
   step grpc_vs_http_h2 220 env OUT="$R/grpc-h2" $py benchmarks/grpc_vs_http.py --device cuda --preset small --rounds 3 \
     --seconds 5 --client-procs 8 --grpc-client sync stream ;;
-h2-load)  # the project's own load generator against this tree: a CPU server on cores 0-9 (one process), 1 user for 20 s
-  # over HTTP, then gRPC, clients on 10-15, beside the in-process best on the same cores; then the GPU's Server search
-  # over gRPC (--frontends auto, 8 Locust processes, SLO 20 ms)
+h2-load)  # the project's own load generator against this tree: a CPU server on cores 0-9 (one process), 1 user for 30 s
+  # over HTTP, then gRPC, twice each, clients on 10-15, beside the in-process best on the same cores
   perf23_repo
   step limits_cpu 90 taskset -c 0-9 $py -m trainserve limits --run perf23 --runs-dir "$R/runs" --device cpu --model cnn_cpu --budget-s 40
-  step h2_load_cpu 150 bash -c "taskset -c 0-9 $py -m trainserve serve --model-repository '$p23' --device cpu \
+  step h2_load_cpu 240 bash -c "taskset -c 0-9 $py -m trainserve serve --model-repository '$p23' --device cpu \
     --http-port 18000 --grpc-port 18001 --metrics-port 18002 > '$R/h2_load_cpu_server.log' 2>&1 & s=\$!; \
     $py benchmarks/wait_ready.py; rc=0; \
-    for pp in http:18000 grpc:18001; do taskset -c 10-15 $py -m trainserve load --url 127.0.0.1:\${pp#*:} \
-      --protocol \${pp%%:*} --model cnn_cpu --users 1 --duration 20s --processes 1 --run h2-load-cpu-\${pp%%:*} \
-      --metrics-url http://127.0.0.1:18002/metrics --runs-dir '$R/runs' || rc=1; done; kill -TERM \$s; wait \$s; exit \$rc"
+    for pp in http:18000:1 grpc:18001:1 http:18000:2 grpc:18001:2; do q=\${pp#*:}; \
+      taskset -c 10-15 $py -m trainserve load --url 127.0.0.1:\${q%%:*} --protocol \${pp%%:*} --model cnn_cpu \
+      --users 1 --duration 30s --processes 1 --run h2-load-cpu-\${pp%%:*}-r\${q#*:} \
+      --metrics-url http://127.0.0.1:18002/metrics --runs-dir '$R/runs' || rc=1; done; kill -TERM \$s; wait \$s; exit \$rc" ;;
+h2-search-grpc)  # the GPU's Server search over gRPC (needs onnxruntime-gpu)
+  perf23_repo
   step h2_search_grpc 200 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
     --grpc-port 18001 --metrics-port 18002 > '$R/h2_search_server.log' 2>&1 & s=\$!; $py benchmarks/wait_ready.py; \
     $py -m trainserve load --url 127.0.0.1:18001 --protocol grpc --model cnn_gpu --search --rate 16000 \
