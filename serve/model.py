@@ -93,6 +93,7 @@ SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
 # session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
+LONE_SPIN_ENV = "TRAINSERVE_SERVE_LONE_SPIN"  # "after": the lone-run twin spins after runs too (experiment)
 ORT_SPIN_ENV = "TRAINSERVE_SERVE_ORT_SPIN"  # "run": CPU sessions spin inside runs (spin_in_run); for measurements
 BUCKET_SESSIONS_MAX_BYTES = 4 * 2**30  # ... but by default only while the buckets' copies of the weights fit in this
 
@@ -279,7 +280,8 @@ class LoadedModel:
                 or self.small_batch_rows >= 1 or self.max_batch_size <= 0 or self.string_inputs
                 or r.path.stat().st_size > SMALL_SESSION_MAX_BYTES):
             return
-        twin = r.build(in_run=True)
+        after = os.environ.get(LONE_SPIN_ENV, "").strip().lower() == "after"
+        twin = r.build(spin=True) if after else r.build(in_run=True)
         if given is None:
             try:
                 feed = tuning.random_feed(self.inputs, 1, np.random.default_rng(0))
@@ -288,7 +290,8 @@ class LoadedModel:
             except Exception as e:  # no shape to time, or onnxruntime failed: keep the pool
                 log.info("model '%s': lone-run spinning not timed (%s); lone runs on the pool", self.name, e)
                 return
-            self.lone_timings_ms = {"pool": round(pool_ms, 4), "spinning inside runs": round(twin_ms, 4)}
+            self.lone_timings_ms = {"pool": round(pool_ms, 4),
+                                    ("spinning after runs" if after else "spinning inside runs"): round(twin_ms, 4)}
             if twin_ms >= pool_ms * 0.95:
                 return
         self.lone_session = twin
