@@ -226,10 +226,16 @@ lone-after)  # the CPU's lone request: the lone-run twin spinning after runs too
   # generator at 1 user against the "after" server, beside the in-process best on the same cores
   perf23_repo
   step limits_cpu 90 taskset -c 0-9 $py -m trainserve limits --run perf23 --runs-dir "$R/runs" --device cpu --model cnn_cpu --budget-s 40
-  step lone_after_matrix 260 env OUT="$R/lone-after" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
+  [ -n "${LONE_AFTER10:-}" ] && step lone_after_matrix 260 env OUT="$R/lone-after" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
     --server-cpus 0-9 --users 1 16 64 --rounds 3 --before-env TRAINSERVE_SERVE_LONE_SPIN=run \
     --after-env TRAINSERVE_SERVE_LONE_SPIN=after
-  step lone_after_load 150 bash -c "TRAINSERVE_SERVE_LONE_SPIN=after taskset -c 0-9 $py -m trainserve serve \
+  step lone_after8_matrix 200 env OUT="$R/lone-after8" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
+    --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_LONE_SPIN=run \
+    --after-env TRAINSERVE_SERVE_LONE_SPIN=after8
+  step lone_hot8_matrix 200 env OUT="$R/lone-hot8" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
+    --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_LONE_SPIN=run \
+    --after-env TRAINSERVE_SERVE_LONE_SPIN=hot8
+  step lone_after_load 150 bash -c "TRAINSERVE_SERVE_LONE_SPIN=${LONE_LOAD_MODE:-after} taskset -c 0-9 $py -m trainserve serve \
     --model-repository '$p23' --device cpu --http-port 18000 --grpc-port 18001 --metrics-port 18002 \
     > '$R/lone_after_server.log' 2>&1 & s=\$!; $py benchmarks/wait_ready.py; rc=0; \
     for pp in http:18000 grpc:18001; do taskset -c 10-15 $py -m trainserve load --url 127.0.0.1:\${pp#*:} \

@@ -156,6 +156,8 @@ class LoadedModel:
         self.thread_choice = self._choose_threads(count)
         # 2b. (CPU) a twin whose pool spins inside runs, for a lone batch-1 request on the loop, when timing says so
         self.lone_session: Any = None
+        self.lone_hot = False
+        self._lone_hot_until = 0.0
         self.lone_timings_ms: dict[str, float] = {}
         self._choose_lone()
         # 3. one per batch bucket per instance, so each session only ever sees one shape
@@ -280,8 +282,11 @@ class LoadedModel:
                 or self.small_batch_rows >= 1 or self.max_batch_size <= 0 or self.string_inputs
                 or r.path.stat().st_size > SMALL_SESSION_MAX_BYTES):
             return
-        after = os.environ.get(LONE_SPIN_ENV, "").strip().lower() == "after"
-        twin = r.build(spin=True) if after else r.build(in_run=True)
+        mode = os.environ.get(LONE_SPIN_ENV, "").strip().lower()
+        after = mode in ("after", "after8", "hot8")
+        self.lone_hot = mode == "hot8"
+        twin = (r.build(spin=True) if mode == "after" else r.build(intra=max(2, r.intra - 2), spin=True) if after
+                else r.build(in_run=True))
         if given is None:
             try:
                 feed = tuning.random_feed(self.inputs, 1, np.random.default_rng(0))
@@ -380,8 +385,13 @@ class LoadedModel:
         if size != rows:
             feed = {k: pad_rows(v, size) for k, v in feed.items()}  # pad_rows returns a full-length array itself
         session = self._session(instance, rows, size)
-        if lone and rows == 1 and self.lone_session is not None and session is self.sessions[instance]:
-            session = self.lone_session
+        if self.lone_session is not None and session is self.sessions[instance]:
+            if lone and rows == 1:
+                session = self.lone_session
+                self._lone_hot_until = time.monotonic() + 0.05
+            elif self.lone_hot and time.monotonic() < self._lone_hot_until:
+                session = self.lone_session
+                self._lone_hot_until = time.monotonic() + 0.05
         result = session.run(outputs, feed)
         if size != rows:
             result = [r[:rows] for r in result]  # the padding's rows are dropped here, never returned
