@@ -93,7 +93,6 @@ SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
 # session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
-LONE_SPIN_ENV = "TRAINSERVE_SERVE_LONE_SPIN"  # "after": the lone-run twin spins after runs too (experiment)
 ORT_SPIN_ENV = "TRAINSERVE_SERVE_ORT_SPIN"  # "run": CPU sessions spin inside runs (spin_in_run); for measurements
 BUCKET_SESSIONS_MAX_BYTES = 4 * 2**30  # ... but by default only while the buckets' copies of the weights fit in this
 
@@ -156,8 +155,6 @@ class LoadedModel:
         self.thread_choice = self._choose_threads(count)
         # 2b. (CPU) a twin whose pool spins inside runs, for a lone batch-1 request on the loop, when timing says so
         self.lone_session: Any = None
-        self.lone_hot = False
-        self._lone_hot_until = 0.0
         self.lone_timings_ms: dict[str, float] = {}
         self._choose_lone()
         # 3. one per batch bucket per instance, so each session only ever sees one shape
@@ -282,11 +279,7 @@ class LoadedModel:
                 or self.small_batch_rows >= 1 or self.max_batch_size <= 0 or self.string_inputs
                 or r.path.stat().st_size > SMALL_SESSION_MAX_BYTES):
             return
-        mode = os.environ.get(LONE_SPIN_ENV, "").strip().lower()
-        after = mode in ("after", "after8", "hot8")
-        self.lone_hot = mode == "hot8"
-        twin = (r.build(spin=True) if mode == "after" else r.build(intra=max(2, r.intra - 2), spin=True) if after
-                else r.build(in_run=True))
+        twin = r.build(in_run=True)
         if given is None:
             try:
                 feed = tuning.random_feed(self.inputs, 1, np.random.default_rng(0))
@@ -295,8 +288,7 @@ class LoadedModel:
             except Exception as e:  # no shape to time, or onnxruntime failed: keep the pool
                 log.info("model '%s': lone-run spinning not timed (%s); lone runs on the pool", self.name, e)
                 return
-            self.lone_timings_ms = {"pool": round(pool_ms, 4),
-                                    ("spinning after runs" if after else "spinning inside runs"): round(twin_ms, 4)}
+            self.lone_timings_ms = {"pool": round(pool_ms, 4), "spinning inside runs": round(twin_ms, 4)}
             if twin_ms >= pool_ms * 0.95:
                 return
         self.lone_session = twin
@@ -385,13 +377,8 @@ class LoadedModel:
         if size != rows:
             feed = {k: pad_rows(v, size) for k, v in feed.items()}  # pad_rows returns a full-length array itself
         session = self._session(instance, rows, size)
-        if self.lone_session is not None and session is self.sessions[instance]:
-            if lone and rows == 1:
-                session = self.lone_session
-                self._lone_hot_until = time.monotonic() + 0.05
-            elif self.lone_hot and time.monotonic() < self._lone_hot_until:
-                session = self.lone_session
-                self._lone_hot_until = time.monotonic() + 0.05
+        if lone and rows == 1 and self.lone_session is not None and session is self.sessions[instance]:
+            session = self.lone_session
         result = session.run(outputs, feed)
         if size != rows:
             result = [r[:rows] for r in result]  # the padding's rows are dropped here, never returned
