@@ -20,7 +20,12 @@ What it implements of HTTP/2 (RFC 9113) and gRPC over it:
   inflated up to the message limit; grpc-timeout as the call's deadline;
 - the body deadline and the connection cap of serve/grpc_guard.py: a unary call whose message has not
   arrived within --body-timeout-s answers DEADLINE_EXCEEDED; a call on one more connection than
-  --max-connections with calls in flight answers UNAVAILABLE; both counted as refusals.
+  --max-connections with calls in flight answers UNAVAILABLE; both counted as refusals;
+- two floods end the connection with GOAWAY ENHANCE_YOUR_CALM, counted as refusals (`flood`): PINGs or
+  SETTINGS sent while more than CONTROL_BACKLOG bytes of the server's answers wait unread (each would queue
+  one more answer), and calls cancelled by the client (RST_STREAM) faster than RESET_RATE per second beyond a
+  burst of RESET_BURST (the "rapid reset" pattern: each cancelled call may already have reached the model,
+  so without a bound a client could make the server work without limit under the stream cap).
 No TLS (the server listens on plain TCP, as the grpc.aio server did) and no server push.
 """
 
@@ -31,6 +36,7 @@ import logging
 import os
 import socket
 import struct
+import time
 import zlib
 from typing import Any
 from urllib.parse import quote
@@ -53,6 +59,7 @@ DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDO
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
 NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR = \
     0x0, 0x1, 0x3, 0x6, 0x7, 0x9
+ENHANCE_YOUR_CALM = 0xB
 S_HEADER_TABLE_SIZE, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 0x1, 0x3, 0x4, 0x5
 
 RECV_WINDOW = 1 << 24  # bytes a client may send ahead of what the server has read, per stream and per connection
@@ -60,6 +67,9 @@ MAX_FRAME = 1 << 20  # the largest frame the server takes (advertised); fewer fr
 DEFAULT_WINDOW = 65_535  # HTTP/2's initial flow-control window, until the client's SETTINGS say otherwise
 MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (with its CONTINUATIONs) ends the connection
 MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one more is refused (REFUSED_STREAM)
+CONTROL_BACKLOG = 1 << 20  # unread bytes queued for a client past which its PING / SETTINGS end the connection
+RESET_BURST = 200  # calls a client may cancel at once (RST_STREAM of a call still open) ...
+RESET_RATE = 100.0  # ... and per second after that, before the connection is ended as a rapid-reset flood
 
 SERVICE = "/inference.GRPCInferenceService/"
 
@@ -184,6 +194,8 @@ class _Connection(asyncio.Protocol):
         self.peer = ""
         self.key = str(id(self))  # the guard counts this connection's calls in flight under it
         self.going_away = False
+        self.reset_tokens = float(RESET_BURST)  # client cancellations of open calls still allowed (token bucket)
+        self.reset_at = time.monotonic()
 
     # --- transport ---------------------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -209,12 +221,27 @@ class _Connection(asyncio.Protocol):
         self.streams.clear()
         self.buf = bytearray()
 
-    def _abandon(self, code: int, why: str) -> None:
-        """A connection error: GOAWAY with `code`, then close."""
+    def _abandon(self, code: int, why: str, abort: bool = False) -> None:
+        """A connection error: GOAWAY with `code`, then close (`abort`: at once, dropping what is unsent)."""
         if self.transport is not None and not self.transport.is_closing():
             log.debug("gRPC connection %s closed: %s", self.peer, why)
             self.transport.write(_frame(GOAWAY, 0, 0, struct.pack(">LL", self.last_stream, code) + why.encode()[:200]))
-            self.transport.close()
+            self.transport.abort() if abort else self.transport.close()
+
+    def _flood(self, why: str, abort: bool = False) -> None:
+        """End a connection that floods the server (ENHANCE_YOUR_CALM), counted and logged as a refusal."""
+        self.server.guard.refusals.add("grpc", "flood")
+        log.warning("gRPC connection %s ended: %s", self.peer, why)
+        self._abandon(ENHANCE_YOUR_CALM, why, abort)
+
+    def _backlogged(self) -> bool:
+        """Whether the client leaves more than CONTROL_BACKLOG bytes of answers unread (then the connection is
+        ended rather than one more answer queued)."""
+        assert self.transport is not None
+        if self.transport.get_write_buffer_size() <= CONTROL_BACKLOG:
+            return False
+        self._flood(f"control frames sent while more than {CONTROL_BACKLOG} bytes of answers lay unread", abort=True)
+        return True
 
     # --- frames in ---------------------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
@@ -274,17 +301,23 @@ class _Connection(asyncio.Protocol):
                 block, self.header_block = bytes(self.header_block), None
                 self._header_block(self.header_stream, self.header_flags, block)
         elif kind == SETTINGS:
-            if not flags & ACK:
+            if not flags & ACK and not self._backlogged():
                 self._settings(payload)
         elif kind == WINDOW_UPDATE:
             self._window_update(stream_id, payload)
         elif kind == PING:
-            if not flags & ACK and self.transport is not None:
+            if not flags & ACK and self.transport is not None and not self._backlogged():
                 self.transport.write(_frame(PING, ACK, 0, payload))
         elif kind == RST_STREAM:
             stream = self.streams.get(stream_id)
             if stream is not None:
                 self._forget(stream, cancel=True)
+                now = time.monotonic()
+                self.reset_tokens = min(RESET_BURST, self.reset_tokens + (now - self.reset_at) * RESET_RATE) - 1
+                self.reset_at = now
+                if self.reset_tokens < 0:
+                    self._flood(f"more than {RESET_BURST} calls cancelled at once, or more than {RESET_RATE:g} per "
+                                "second after them (RST_STREAM)")
         elif kind == GOAWAY:
             self.going_away = True
         elif kind == PUSH_PROMISE:

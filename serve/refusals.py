@@ -1,7 +1,8 @@
 """What the front ends refused before a request reached a model, counted for /metrics (issue 27 item 3).
 
-One counter per (front end, reason): `connections` (beyond --max-connections) and `body_timeout` (a request
-whose head or body did not arrive within --body-timeout-s). The core carries one Refusals; every front end
+One counter per (front end, reason): `connections` (beyond --max-connections), `body_timeout` (a request
+whose head or body did not arrive within --body-timeout-s) and `flood` (a gRPC connection ended for PINGs /
+SETTINGS it did not read the answers of, or for cancelling calls faster than serve/grpc_h2.py allows). The core carries one Refusals; every front end
 gets the core, so HTTP and gRPC count into the same place and the metrics front end reads it.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 METRIC = "trainserve_refused_total"
 HELP = "Requests and connections refused before reaching a model, by front end and reason"
-REASONS = ("connections", "body_timeout")
+REASONS = ("connections", "body_timeout", "flood")
 FRONTENDS = ("http", "grpc")
 
 

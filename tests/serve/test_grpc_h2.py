@@ -273,3 +273,66 @@ def test_a_taken_port_is_an_os_error_naming_the_address(server):
             await H2GrpcServer(core=None, config=GrpcConfig(port=server[1])).start()
 
     asyncio.run(scenario())
+
+
+def test_calls_cancelled_faster_than_allowed_end_the_connection_and_the_server_goes_on(server):
+    from trainserve.serve.grpc_h2 import RESET_BURST
+
+    srv, port = server
+    before = srv.core.refusals.get("grpc", "flood")
+    client = RawClient(port)
+    try:
+        burst = b"".join(frame(HEADERS, 0x4, 1 + 2 * i, client.headers_block(INFER))
+                         + frame(RST_STREAM, 0, 1 + 2 * i, (8).to_bytes(4, "big"))  # CANCEL, before its message
+                         for i in range(RESET_BURST + 50))
+        client.sock.sendall(burst)
+        frames = client.frames(lambda fs: any(k == GOAWAY for k, _, _, _ in fs))
+        goaway = next((p for k, _, _, p in frames if k == GOAWAY), None)
+        assert goaway is not None, "a rapid-reset flood was not ended"
+        assert int.from_bytes(goaway[4:8], "big") == 0xB and b"cancelled" in goaway[8:]  # ENHANCE_YOUR_CALM
+    finally:
+        client.close()
+    assert srv.core.refusals.get("grpc", "flood") == before + 1
+    # a client cancelling within the bound is served, and so is everyone else
+    polite = RawClient(port)
+    try:
+        polite.sock.sendall(b"".join(frame(HEADERS, 0x4, 1 + 2 * i, polite.headers_block(INFER))
+                                     + frame(RST_STREAM, 0, 1 + 2 * i, (8).to_bytes(4, "big"))
+                                     for i in range(RESET_BURST // 2)))
+        polite.call(RESET_BURST + 1, INFER, infer_message(np.ones((1, 4), np.float32), "after"))
+        frames = polite.frames(ended(RESET_BURST + 1))
+        assert polite.status(frames, RESET_BURST + 1)["grpc-status"] == "0"
+        assert not any(k == GOAWAY for k, _, _, _ in frames)
+    finally:
+        polite.close()
+
+
+def test_pings_whose_answers_are_never_read_end_the_connection_and_the_server_goes_on(server):
+    srv, port = server
+    before = srv.core.refusals.get("grpc", "flood")
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)  # little room on this side for the answers
+    sock.settimeout(10)
+    sock.connect(("127.0.0.1", port))
+    pings = frame(PING, 0, 0, b"01234567") * 20_000  # 340 KB of PINGs per send, their answers never read
+    ended_by_server = False
+    try:
+        sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(SETTINGS, 0, 0))
+        for _ in range(400):  # at most ~136 MB, far past any socket buffers
+            sock.sendall(pings)
+    except (ConnectionResetError, BrokenPipeError):  # the server's abort; a timeout here would be a failure
+        ended_by_server = True
+    finally:
+        sock.close()
+    assert ended_by_server, "a client that never read its PINGs' answers was kept"
+    deadline = time.monotonic() + 5
+    while srv.core.refusals.get("grpc", "flood") == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert srv.core.refusals.get("grpc", "flood") == before + 1
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    try:
+        x = grpcclient.InferInput("input", [1, 4], "FP32")
+        x.set_data_from_numpy(np.ones((1, 4), np.float32))
+        assert client.infer("classifier", [x]).as_numpy("logits").shape == (1, 3)
+    finally:
+        client.close()
