@@ -210,10 +210,10 @@ h2-load)  # the project's own load generator against this tree: a CPU server on 
   step h2_load_cpu 240 bash -c "taskset -c 0-9 $py -m trainserve serve --model-repository '$p23' --device cpu \
     --http-port 18000 --grpc-port 18001 --metrics-port 18002 > '$R/h2_load_cpu_server.log' 2>&1 & s=\$!; \
     $py benchmarks/wait_ready.py; rc=0; \
-    for pp in http:18000:1 grpc:18001:1 http:18000:2 grpc:18001:2; do q=\${pp#*:}; \
-      taskset -c 10-15 $py -m trainserve load --url 127.0.0.1:\${q%%:*} --protocol \${pp%%:*} --model cnn_cpu \
-      --users 1 --duration 30s --processes 1 --run h2-load-cpu-\${pp%%:*}-r\${q#*:} \
-      --metrics-url http://127.0.0.1:18002/metrics --runs-dir '$R/runs' || rc=1; done; kill -TERM \$s; wait \$s; exit \$rc" ;;
+    for r in 1 2; do for pp in http:18000 grpc:18001; do taskset -c 10-15 $py -m trainserve load \
+      --url 127.0.0.1:\${pp#*:} --protocol \${pp%%:*} --model cnn_cpu --users 1 --duration 30s --processes 1 \
+      --run h2-load-cpu-\${pp%%:*}-r\$r --metrics-url http://127.0.0.1:18002/metrics --runs-dir '$R/runs' || rc=1; \
+    done; done; kill -TERM \$s; wait \$s; exit \$rc" ;;
 h2-search-grpc)  # the GPU's Server search over gRPC (needs onnxruntime-gpu)
   perf23_repo
   step h2_search_grpc 200 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \

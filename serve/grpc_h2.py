@@ -230,8 +230,8 @@ class _Connection(asyncio.Protocol):
 
     def _flood(self, why: str, abort: bool = False) -> None:
         """End a connection that floods the server (ENHANCE_YOUR_CALM), counted and logged as a refusal."""
-        self.server.guard.refusals.add("grpc", "flood")
-        log.warning("gRPC connection %s ended: %s", self.peer, why)
+        self.server.guard.refusals.add("grpc", "flood", warning="ended {n} gRPC connection(s) for a flood, the "
+                                       f"last {self.peer}: {why}")
         self._abandon(ENHANCE_YOUR_CALM, why, abort)
 
     def _backlogged(self) -> bool:
@@ -312,17 +312,22 @@ class _Connection(asyncio.Protocol):
             stream = self.streams.get(stream_id)
             if stream is not None:
                 self._forget(stream, cancel=True)
-                now = time.monotonic()
-                self.reset_tokens = min(RESET_BURST, self.reset_tokens + (now - self.reset_at) * RESET_RATE) - 1
-                self.reset_at = now
-                if self.reset_tokens < 0:
-                    self._flood(f"more than {RESET_BURST} calls cancelled at once, or more than {RESET_RATE:g} per "
-                                "second after them (RST_STREAM)")
+                self._cancelled_by_client()
         elif kind == GOAWAY:
             self.going_away = True
         elif kind == PUSH_PROMISE:
             self._abandon(PROTOCOL_ERROR, "a client may not push")
         # PRIORITY and unknown frame types are ignored, as HTTP/2 asks
+
+    def _cancelled_by_client(self) -> None:
+        """One open call cancelled by the client: a token of the reset bucket spent, the connection ended as a
+        rapid-reset flood once none is left."""
+        now = time.monotonic()
+        self.reset_tokens = min(RESET_BURST, self.reset_tokens + (now - self.reset_at) * RESET_RATE) - 1
+        self.reset_at = now
+        if self.reset_tokens < 0:
+            self._flood(f"more than {RESET_BURST} calls cancelled at once, or more than {RESET_RATE:g} per second "
+                        "after them (RST_STREAM)")
 
     def _settings(self, payload: bytes) -> None:
         if len(payload) % 6:

@@ -37,7 +37,6 @@ MAX_HEAD_BYTES = 16384  # a request head longer than this goes to aiohttp (which
 SCRATCH_BYTES = 16384  # per-connection receive buffer for heads and the small bodies that arrive with them, bytes
 PAUSE_BYTES = 1 << 20  # stop reading a connection that sends this much ahead of its answers, bytes
 KEEPALIVE_S = 75.0  # an idle keep-alive connection is closed after this long, seconds (aiohttp's default)
-REFUSED_LOG_EVERY_S = 10.0  # at most one log line per this many seconds about refused connections
 _HANDOVER_HEADERS = (b"transfer-encoding", b"expect", b"upgrade")
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _INTERNAL_ERROR = b"500 Internal Server Error\n\nServer got itself in trouble"
@@ -72,9 +71,6 @@ class ConnectionTable:
         self.fast: set[FastConnection] = set()  # open connections on the lean infer path
         self._open: set[asyncio.BaseTransport] = set()
         self.trim_due = False  # a timed-out request dropped a body: give the heap's free memory back
-        self.refused = 0  # connections refused because the cap was reached, since start
-        self._refused_logged = 0
-        self._refused_log_at = 0.0
 
     def __len__(self) -> int:
         return sum(1 for t in self._open if not t.is_closing())
@@ -84,13 +80,8 @@ class ConnectionTable:
         if len(self._open) >= self.max_connections:
             self._open = {t for t in self._open if not t.is_closing()}
             if len(self._open) >= self.max_connections:
-                self.refused += 1
-                self.refusals.add("http", "connections")
-                now = time.monotonic()
-                if now >= self._refused_log_at:
-                    log.warning("refused %d connection(s): the server holds its limit of %d (--max-connections)",
-                                self.refused - self._refused_logged, self.max_connections)
-                    self._refused_logged, self._refused_log_at = self.refused, now + REFUSED_LOG_EVERY_S
+                self.refusals.add("http", "connections", warning="refused {n} connection(s): the server holds "
+                                  f"its limit of {self.max_connections} (--max-connections)")
                 return False
         self._open.add(transport)
         return True

@@ -2,16 +2,24 @@
 
 One counter per (front end, reason): `connections` (beyond --max-connections), `body_timeout` (a request
 whose head or body did not arrive within --body-timeout-s) and `flood` (a gRPC connection ended for PINGs /
-SETTINGS it did not read the answers of, or for cancelling calls faster than serve/grpc_h2.py allows). The core carries one Refusals; every front end
-gets the core, so HTTP and gRPC count into the same place and the metrics front end reads it.
+SETTINGS it did not read the answers of, or for cancelling calls faster than serve/grpc_h2.py allows). The
+core carries one Refusals; every front end gets the core, so HTTP and gRPC count into the same place and the
+metrics front end reads it. A refusal worth a log line logs through `add(..., warning=...)`, at most one line
+per LOG_EVERY_S for each (front end, reason), so a flood of them cannot flood the log.
 """
 
 from __future__ import annotations
+
+import logging
+import time
+
+log = logging.getLogger(__name__)
 
 METRIC = "trainserve_refused_total"
 HELP = "Requests and connections refused before reaching a model, by front end and reason"
 REASONS = ("connections", "body_timeout", "flood")
 FRONTENDS = ("http", "grpc")
+LOG_EVERY_S = 10.0  # at most one warning line per this many seconds for each (front end, reason)
 
 
 class Refusals:
@@ -19,9 +27,19 @@ class Refusals:
 
     def __init__(self) -> None:
         self.counts: dict[tuple[str, str], int] = {(f, r): 0 for f in FRONTENDS for r in REASONS}
+        self._logged: dict[tuple[str, str], tuple[int, float]] = {}  # count at the last warning, when the next may be
 
-    def add(self, frontend: str, reason: str, n: int = 1) -> None:
-        self.counts[(frontend, reason)] = self.counts.get((frontend, reason), 0) + n
+    def add(self, frontend: str, reason: str, n: int = 1, warning: str = "") -> None:
+        """Count n refusals; with `warning` (its `{n}`: the refusals since the last such line), log it unless
+        a line for this (front end, reason) was logged less than LOG_EVERY_S ago."""
+        key = (frontend, reason)
+        count = self.counts[key] = self.counts.get(key, 0) + n
+        if warning:
+            logged, next_at = self._logged.get(key, (0, 0.0))
+            now = time.monotonic()
+            if now >= next_at:
+                log.warning(warning.replace("{n}", str(count - logged)))
+                self._logged[key] = (count, now + LOG_EVERY_S)
 
     def get(self, frontend: str, reason: str) -> int:
         return self.counts.get((frontend, reason), 0)

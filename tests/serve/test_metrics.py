@@ -173,3 +173,20 @@ def test_resource_reader_gpu_gauges_come_through_telemetrys_nvml_wrapper(monkeyp
     assert gpu.memory_total_bytes == 141 * 2**30 and gpu.memory_used_bytes == 3 * 2**30
     # the counter's growth since the reader opened: the fake adds 50 J a read, the sampler's reads too
     assert gpu.energy_j >= 50.0 and gpu.energy_j % 50 == 0
+
+
+def test_refusal_warnings_are_one_line_per_interval_with_the_count_since_the_last(monkeypatch, caplog):
+    from trainserve.serve import refusals
+
+    clock = [1000.0]
+    monkeypatch.setattr(refusals.time, "monotonic", lambda: clock[0])
+    r = refusals.Refusals()
+    with caplog.at_level("WARNING", logger=refusals.__name__):
+        for _ in range(3):
+            r.add("grpc", "flood", warning="ended {n} connection(s)")
+        r.add("http", "connections", warning="refused {n} connection(s)")  # its own interval
+        clock[0] += refusals.LOG_EVERY_S
+        r.add("grpc", "flood", warning="ended {n} connection(s)")
+    assert [rec.getMessage() for rec in caplog.records] == [
+        "ended 1 connection(s)", "refused 1 connection(s)", "ended 3 connection(s)"]
+    assert r.get("grpc", "flood") == 4 and r.get("http", "connections") == 1
