@@ -6,12 +6,14 @@ Batch-1 runs back to back (gap 0: a busy server) and with a pause between them (
 spinning pool threads burn cores the server's event loop needs). Per variant: p50 and mean run time, and the
 process's CPU per run. Variants: `off` (the server's default: allow_spinning 0), `spin` (onnxruntime's default:
 threads spin between and after runs), `spin+stop` (allow_spinning 1 with session.force_spinning_stop 1: threads
-spin inside a run and stop when it returns).
+spin inside a run and stop when it returns). `--pin` adds each variant with its worker threads pinned one
+per usable core (onnxruntime's session.intra_op_thread_affinities; the calling thread unpinned).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 
 import numpy as np
@@ -19,7 +21,7 @@ import numpy as np
 VARIANTS = {"off": ("0", None), "spin": ("1", None), "spin+stop": ("1", "1")}
 
 
-def session(path: str, threads: int, spin: str, stop: str | None):
+def session(path: str, threads: int, spin: str, stop: str | None, pin: bool = False):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -28,6 +30,9 @@ def session(path: str, threads: int, spin: str, stop: str | None):
     so.add_session_config_entry("session.intra_op.allow_spinning", spin)
     if stop is not None:
         so.add_session_config_entry("session.force_spinning_stop", stop)
+    cpus = sorted(os.sched_getaffinity(0))
+    if pin and 1 < threads <= len(cpus):
+        so.add_session_config_entry("session.intra_op_thread_affinities", ";".join(str(c + 1) for c in cpus[1:threads]))
     return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
@@ -38,12 +43,16 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=300)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--gaps-ms", default="0,2")
+    ap.add_argument("--pin", action="store_true", help="also each variant with pinned worker threads")
     a = ap.parse_args()
+    variants = [(label, spin, stop, False) for label, (spin, stop) in VARIANTS.items()]
+    if a.pin:
+        variants += [(label + "+pin", spin, stop, True) for label, (spin, stop) in VARIANTS.items()]
     gaps = [float(g) for g in a.gaps_ms.split(",")]
     print(f"| round | variant | gap ms | p50 ms | mean ms | CPU ms/run |\n|---|---|---:|---:|---:|---:|")
     for rnd in range(1, a.rounds + 1):
-        for label, (spin, stop) in VARIANTS.items():
-            s = session(a.model, a.threads, spin, stop)
+        for label, spin, stop, pin in variants:
+            s = session(a.model, a.threads, spin, stop, pin)
             inp = s.get_inputs()[0]
             x = np.random.default_rng(0).random((1, *inp.shape[1:])).astype(np.float32)
             for _ in range(30):
