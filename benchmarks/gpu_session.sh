@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin
+#           h2-search-grpc pin pin-all
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -230,12 +230,14 @@ pin)  # experiment (TRAINSERVE_SERVE_PIN): a CPU session's intra-op worker threa
     --rounds 2 --gaps-ms 0,0.3,2 --pin
   step pin_lone 170 env OUT="$R/pin-lone" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
     --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=lone
-  step pin_load 90 bash -c "TRAINSERVE_SERVE_PIN=lone taskset -c 0-9 $py -m trainserve serve --model-repository '$p23' \
-    --device cpu --http-port 18000 --grpc-port 18001 --metrics-port 18002 > '$R/pin_load_server.log' 2>&1 & s=\$!; \
-    $py benchmarks/wait_ready.py; rc=0; for pp in http:18000 grpc:18001; do taskset -c 10-15 $py -m trainserve load \
-      --url 127.0.0.1:\${pp#*:} --protocol \${pp%%:*} --model cnn_cpu --users 1 --duration 30s --processes 1 \
-      --run pin-load-\${pp%%:*} --metrics-url http://127.0.0.1:18002/metrics --runs-dir '$R/runs' || rc=1; \
-    done; kill -TERM \$s; wait \$s; exit \$rc"
+  step pin_load 230 bash -c "rc=0; for pin in 0 lone; do TRAINSERVE_SERVE_PIN=\$pin taskset -c 0-9 $py -m trainserve \
+    serve --model-repository '$p23' --device cpu --http-port 18000 --grpc-port 18001 --metrics-port 18002 \
+    > '$R/pin_load_server_\$pin.log' 2>&1 & s=\$!; $py benchmarks/wait_ready.py; for pp in http:18000 grpc:18001; do \
+    taskset -c 10-15 $py -m trainserve load --url 127.0.0.1:\${pp#*:} --protocol \${pp%%:*} --model cnn_cpu --users 1 \
+      --duration 30s --processes 1 --run pin-load-\$pin-\${pp%%:*} --metrics-url http://127.0.0.1:18002/metrics \
+      --runs-dir '$R/runs' || rc=1; done; kill -TERM \$s; wait \$s; done; exit \$rc" ;;
+pin-all)  # the same experiment with every CPU session's worker threads pinned (TRAINSERVE_SERVE_PIN=all)
+  perf23_repo
   step pin_all 170 env OUT="$R/pin-all" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
     --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=all ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
