@@ -14,8 +14,19 @@ What it implements of HTTP/2 (RFC 9113) and gRPC over it:
   GOAWAY, CONTINUATION, padding; PRIORITY is ignored; HPACK via the `hpack` package (Huffman and the dynamic
   table), with a header block made only of indexed fields (what a gRPC client sends from its second call on)
   decoded once per connection;
-- flow control: the client may send up to 16 MiB per stream and per connection ahead of what the server has
-  read; replies wait for the client's windows;
+- flow control, credited as the server consumes, so that one connection holds a bounded amount of memory:
+  the client may send RECV_WINDOW (16 MiB) per stream and per connection ahead of the server's credit, given
+  back (WINDOW_UPDATE) half a window at a time and only while at most half a window of complete messages
+  waits to be taken, on the stream (ModelStreamInfer's requests the servicer has not taken) and on the
+  connection (those of all its streams, and unary messages waiting for their END_STREAM). Bytes of a message
+  still arriving do not hold the credit back (a message may be larger than the window, and several may arrive
+  interleaved); they are bounded by the connection's budget instead (the larger of PARTIAL_FLOOR, 256 MiB, and
+  4 messages at the limit): the call whose DATA would pass it is answered RESOURCE_EXHAUSTED and counted as a
+  refusal (`memory`), and the connection goes on. ModelStreamInfer takes no further request while more than
+  OUT_BACKLOG bytes of its replies wait for the client's windows, or while the connection's socket holds that
+  much unread, so a client that never reads its answers ends up stopped by flow control instead of growing
+  the server's memory. A unary call's second message is answered UNIMPLEMENTED at once. Replies wait for
+  the client's windows;
 - unary methods and the bidirectional ModelStreamInfer; gzip and deflate request messages (grpc-encoding),
   inflated up to the message limit; grpc-timeout as the call's deadline;
 - the body deadline and the connection cap of serve/grpc_guard.py: a unary call whose message has not
@@ -70,6 +81,8 @@ MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one mor
 CONTROL_BACKLOG = 1 << 20  # unread bytes queued for a client past which its PING / SETTINGS end the connection
 RESET_BURST = 200  # calls a client may cancel at once (RST_STREAM of a call still open) ...
 RESET_RATE = 100.0  # ... and per second after that, before the connection is ended as a rapid-reset flood
+OUT_BACKLOG = 1 << 20  # bytes of a ModelStreamInfer stream's unsent replies past which it takes no more requests
+PARTIAL_FLOOR = 256 << 20  # bytes of incomplete messages one connection may hold: this, or 4 messages at the limit
 
 SERVICE = "/inference.GRPCInferenceService/"
 
@@ -122,6 +135,18 @@ def _timeout_s(value: bytes) -> float | None:
     return int(value[:-1]) * units[value[-1:]]
 
 
+def _too_many(path: str, n: int) -> str:
+    return f"the {path[len(SERVICE):]} call carried {n} messages; it takes one"
+
+
+def _complete_messages(data: bytearray, pos: int) -> int:
+    """How many whole messages `data` holds from `pos` on (for the answer to a unary call that sent several)."""
+    n = 0
+    while len(data) - pos >= 5 and len(data) - pos - 5 >= (length := _MESSAGE.unpack_from(data, pos)[1]):
+        n, pos = n + 1, pos + 5 + length
+    return n
+
+
 class _Aborted(Exception):
     """context.abort(code, details) from a servicer method: the call ends with that status."""
 
@@ -152,7 +177,7 @@ class _Stream:
     """One call: what has arrived of its messages, and what waits to be sent on it."""
 
     __slots__ = ("id", "path", "data", "messages", "ended", "send_window", "pending", "task", "since", "encoding",
-                 "deadline", "inbox", "closed", "recv_unacked", "admitted")
+                 "deadline", "inbox", "closed", "recv_unacked", "admitted", "queued", "unsent", "waiter")
 
     def __init__(self, stream_id: int, path: str, send_window: int) -> None:
         self.id = stream_id
@@ -170,6 +195,9 @@ class _Stream:
         self.closed = False  # answered (trailers sent) or reset
         self.recv_unacked = 0  # bytes received on the stream since its last WINDOW_UPDATE
         self.admitted = False  # counted in the guard's calls in flight
+        self.queued = 0  # bytes of complete messages not yet taken (the inbox's, or a unary call's before END_STREAM)
+        self.unsent = 0  # bytes of DATA in `pending`
+        self.waiter: asyncio.Future | None = None  # set when `unsent` falls back within OUT_BACKLOG, or the stream ends
 
 
 class _Connection(asyncio.Protocol):
@@ -191,6 +219,10 @@ class _Connection(asyncio.Protocol):
         self.peer_frame = 16_384  # the largest frame the client takes
         self.send_window = DEFAULT_WINDOW  # connection-level window for what the server sends
         self.recv_unacked = 0  # bytes received since the connection's last WINDOW_UPDATE
+        self.queued = 0  # the streams' `queued`, summed: withholds the connection's WINDOW_UPDATE past half a window
+        self.partial = 0  # bytes held in incomplete messages (the streams' `data`, summed), at most partial_budget
+        self.partial_budget = server.partial_budget
+        self.write_paused = False  # the transport holds more than OUT_BACKLOG unsent bytes (the client reads slowly)
         self.peer = ""
         self.key = str(id(self))  # the guard counts this connection's calls in flight under it
         self.going_away = False
@@ -208,6 +240,7 @@ class _Connection(asyncio.Protocol):
                 pass
         peer = transport.get_extra_info("peername")
         self.peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.transport.set_write_buffer_limits(high=OUT_BACKLOG)  # pause_writing past it
         self.server.connections.add(self)
         settings = struct.pack(">HLHLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
                                S_HEADER_TABLE_SIZE, 4096, S_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
@@ -220,6 +253,15 @@ class _Connection(asyncio.Protocol):
             self._forget(stream, cancel=True)
         self.streams.clear()
         self.buf = bytearray()
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        for stream in self.streams.values():
+            if stream.waiter is not None and stream.unsent <= OUT_BACKLOG:
+                self._wake(stream)
 
     def _abandon(self, code: int, why: str, abort: bool = False) -> None:
         """A connection error: GOAWAY with `code`, then close (`abort`: at once, dropping what is unsent)."""
@@ -441,33 +483,62 @@ class _Connection(asyncio.Protocol):
     def _data(self, flags: int, stream_id: int, payload: bytes | memoryview) -> None:
         n = len(payload)
         self.recv_unacked += n
-        if self.recv_unacked >= RECV_WINDOW // 2:
-            assert self.transport is not None
+        stream = self.streams.get(stream_id)
+        if stream is not None and not stream.closed:  # else for a stream already answered: dropped
+            if flags & PADDED and payload:
+                pad = payload[0]
+                payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
+            if payload:
+                if self.partial + len(payload) > self.partial_budget:
+                    self._refuse_memory(stream)
+                else:
+                    stream.recv_unacked += n
+                    self.partial += len(payload)
+                    if stream.data:
+                        stream.data += payload
+                    else:
+                        stream.data = bytearray(payload)
+                    if self._split_messages(stream, flags & END_STREAM) and flags & END_STREAM:
+                        self._end_of_messages(stream)
+            elif flags & END_STREAM:
+                self._end_of_messages(stream)
+        half = RECV_WINDOW // 2  # (tested here first: the common frame owes no credit, and calls nothing)
+        if self.recv_unacked >= half or (stream is not None and stream.recv_unacked >= half):
+            self._credit(stream)
+
+    def _credit(self, stream: _Stream | None) -> None:
+        """WINDOW_UPDATE for what arrived, once half a window of it is owed, while no more than half a window of
+        complete messages waits to be taken: on the stream, and on the connection over all its streams."""
+        half = RECV_WINDOW // 2
+        if stream is not None and stream.recv_unacked >= half and stream.queued <= half and not stream.ended \
+                and not stream.closed and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_frame(WINDOW_UPDATE, 0, stream.id, stream.recv_unacked.to_bytes(4, "big")))
+            stream.recv_unacked = 0
+        if self.recv_unacked >= half and self.queued <= half and self.transport is not None \
+                and not self.transport.is_closing():
             self.transport.write(_frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
             self.recv_unacked = 0
-        stream = self.streams.get(stream_id)
-        if stream is None or stream.closed:
-            return  # for a stream already answered (a refused large message still arriving): dropped
-        if flags & PADDED and payload:
-            pad = payload[0]
-            payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
-        if payload:
-            stream.recv_unacked += n
-            if stream.recv_unacked >= RECV_WINDOW // 2 and not flags & END_STREAM:
-                assert self.transport is not None
-                self.transport.write(_frame(WINDOW_UPDATE, 0, stream_id, stream.recv_unacked.to_bytes(4, "big")))
-                stream.recv_unacked = 0
-            if stream.data:
-                stream.data += payload
-            else:
-                stream.data = bytearray(payload)
-            if not self._split_messages(stream):
-                return
-        if flags & END_STREAM:
-            self._end_of_messages(stream)
 
-    def _split_messages(self, stream: _Stream) -> bool:
-        """Move the stream's complete messages out of its data; False when the call was ended (too large)."""
+    def taken(self, stream: _Stream, message: bytes | memoryview) -> None:
+        """The servicer took one of the stream's messages: no longer held against the windows."""
+        if not stream.closed:  # else _forget has released it already
+            stream.queued -= len(message)
+            self.queued -= len(message)
+            self._credit(stream)
+
+    def _refuse_memory(self, stream: _Stream) -> None:
+        """Answer the call whose DATA would take the connection's incomplete messages past its budget."""
+        held = f"{self.partial_budget >> 20} MiB" if self.partial_budget >= 1 << 20 else f"{self.partial_budget} bytes"
+        why = (f"this connection holds more than {held} of request messages still arriving; send fewer large "
+               "requests at once on one connection")
+        self.server.guard.refusals.add("grpc", "memory", warning="refused {n} gRPC call(s) for the memory of "
+                                       f"their connection, the last from {self.peer}: {why}")
+        self._answer_status(stream, grpc.StatusCode.RESOURCE_EXHAUSTED, why)
+
+    def _split_messages(self, stream: _Stream, ending: int) -> bool:
+        """Move the stream's complete messages out of its data; False when the call was ended (too large, or a
+        unary call's second message). `ending`: END_STREAM came with them. `self.partial` drops by what leaves
+        `data` (by all of it, in _forget)."""
         data = stream.data
         limit = self.server.config.max_message_bytes
         pos = 0
@@ -479,9 +550,14 @@ class _Connection(asyncio.Protocol):
                 return False
             if len(data) - pos - 5 < length:
                 break
+            if stream.inbox is None and stream.messages:  # answered now, not held until END_STREAM
+                n = len(stream.messages) + _complete_messages(data, pos)
+                self._answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, _too_many(stream.path, n))
+                return False
             if pos == 0 and len(data) == 5 + length:  # the whole of what arrived: handed on without a copy
                 message: Any = memoryview(data)[5:]
                 stream.data = data = bytearray()
+                self.partial -= 5 + length
             else:
                 message = bytes(memoryview(data)[pos + 5:pos + 5 + length])  # the view is gone before del below
                 pos += 5 + length
@@ -491,12 +567,17 @@ class _Connection(asyncio.Protocol):
                 except _Aborted as aborted:
                     self._answer_status(stream, aborted.code, aborted.details)
                     return False
-            if stream.inbox is not None:
-                stream.inbox.put_nowait(message)
-            else:
+            if stream.inbox is None:
                 stream.messages.append(message)
+                if ending:
+                    continue  # END_STREAM in this frame: the call takes it at once, it never waits
+            else:
+                stream.inbox.put_nowait(message)
+            stream.queued += len(message)
+            self.queued += len(message)
         if pos:
             del data[:pos]
+            self.partial -= pos
         return True
 
     @staticmethod
@@ -529,6 +610,11 @@ class _Connection(asyncio.Protocol):
         if stream.data:
             self._answer_status(stream, grpc.StatusCode.INTERNAL, "the call ended inside a message")
             return
+        if stream.queued:  # the message is the call's now
+            self.queued -= stream.queued
+            stream.queued = 0
+            if self.recv_unacked >= RECV_WINDOW // 2:
+                self._credit(None)
         stream.task = self.server.loop.create_task(self.server.serve_unary(self, stream))
 
     # --- frames out --------------------------------------------------------------------------------------
@@ -549,6 +635,7 @@ class _Connection(asyncio.Protocol):
                 out.append(_HEAD.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id) + body)
             else:
                 stream.pending.append((body, DATA, False))
+                stream.unsent += n
         if trailers is not None:
             if stream.pending:
                 stream.pending.append((trailers, HEADERS, True))
@@ -576,6 +663,7 @@ class _Connection(asyncio.Protocol):
             chunk, rest = payload[:room], payload[room:]
             self.send_window -= len(chunk)
             stream.send_window -= len(chunk)
+            stream.unsent -= len(chunk)
             out.append(_frame(DATA, 0, stream.id, chunk))
             if rest:
                 stream.pending[0] = (rest, kind, end)
@@ -583,6 +671,16 @@ class _Connection(asyncio.Protocol):
                 stream.pending.pop(0)
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
+        if stream.waiter is not None and stream.unsent <= OUT_BACKLOG and not self.write_paused:
+            self._wake(stream)
+
+    @staticmethod
+    def _wake(stream: _Stream) -> None:
+        """Let the stream's servicer take requests again (its replies drained, or the stream ended)."""
+        if stream.waiter is not None:
+            if not stream.waiter.done():
+                stream.waiter.set_result(None)
+            stream.waiter = None
 
     def _flush_all(self) -> None:
         for stream in list(self.streams.values()):
@@ -604,12 +702,18 @@ class _Connection(asyncio.Protocol):
 
     def _finished(self, stream: _Stream) -> None:
         stream.pending.clear()
+        stream.unsent = 0
         self._forget(stream, cancel=False)
 
     def _forget(self, stream: _Stream, cancel: bool) -> None:
         stream.closed = True
+        self.partial -= len(stream.data)
         stream.data = bytearray()
         stream.messages = []
+        if stream.inbox is not None:  # its requests will not be taken now
+            while not stream.inbox.empty():
+                stream.inbox.get_nowait()
+        released, stream.queued = stream.queued, 0
         self.streams.pop(stream.id, None)
         self.server.waiting.pop(stream, None)
         if stream.admitted:
@@ -620,6 +724,11 @@ class _Connection(asyncio.Protocol):
             stream.task.cancel()
         if stream.inbox is not None:
             stream.inbox.put_nowait(None)
+        if stream.waiter is not None:
+            self._wake(stream)
+        if released:
+            self.queued -= released
+            self._credit(None)
         self.server.idle_check()
 
 
@@ -635,6 +744,7 @@ class H2GrpcServer:
         self.guard = CallGuard(self.config.max_connections, self.config.body_timeout_s, refusals.of(core))
         self.connections: set[_Connection] = set()
         self.waiting: dict[_Stream, _Connection] = {}  # unary calls whose message has not all arrived
+        self.partial_budget = max(PARTIAL_FLOOR, 4 * self.config.max_message_bytes)  # bytes per connection
         self.methods = {m.name: m for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods}
         self._request_types = {name: m.input_type._concrete_class for name, m in self.methods.items()}
         self._server: asyncio.base_events.Server | None = None
@@ -696,10 +806,10 @@ class H2GrpcServer:
                 if stream.deadline <= self.loop.time():  # passed while the message arrived: not run at all
                     raise _Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
                 timer = self.loop.call_at(stream.deadline, stream.task.cancel)  # type: ignore[union-attr]
-            if len(stream.messages) != 1:
+            if len(stream.messages) != 1:  # more than one is answered as it arrives (_split_messages)
                 raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT if not stream.messages else grpc.StatusCode.UNIMPLEMENTED,
                                f"the {method} call carried no request message" if not stream.messages
-                               else f"the {method} call carried {len(stream.messages)} messages; it takes one")
+                               else _too_many(stream.path, len(stream.messages)))
             request = self._parse(method, stream.messages.pop())
             if isinstance(request, Malformed):
                 raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT, request.message)
@@ -728,7 +838,15 @@ class H2GrpcServer:
         assert inbox is not None
 
         async def requests():
-            while (message := await inbox.get()) is not None:
+            """The stream's requests, each taken only while its replies do not pile up unsent (OUT_BACKLOG): the
+            rest wait in the inbox, and past half a window there the client's window is not credited."""
+            while True:
+                while (stream.unsent > OUT_BACKLOG or conn.write_paused) and not stream.closed:
+                    stream.waiter = self.loop.create_future()
+                    await stream.waiter
+                if (message := await inbox.get()) is None:
+                    return
+                conn.taken(stream, message)
                 yield self._parse("ModelStreamInfer", message)
 
         headers_sent = False

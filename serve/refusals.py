@@ -2,7 +2,9 @@
 
 One counter per (front end, reason): `connections` (beyond --max-connections), `body_timeout` (a request
 whose head or body did not arrive within --body-timeout-s) and `flood` (a gRPC connection ended for PINGs /
-SETTINGS it did not read the answers of, or for cancelling calls faster than serve/grpc_h2.py allows). The
+SETTINGS it did not read the answers of, or for cancelling calls faster than serve/grpc_h2.py allows) and
+`memory` (a gRPC call refused because its connection already held its budget of request messages still
+arriving). The
 core carries one Refusals; every front end gets the core, so HTTP and gRPC count into the same place and the
 metrics front end reads it. A refusal worth a log line logs through `add(..., warning=...)`, at most one line
 per LOG_EVERY_S for each (front end, reason), so a flood of them cannot flood the log.
@@ -17,7 +19,7 @@ log = logging.getLogger(__name__)
 
 METRIC = "trainserve_refused_total"
 HELP = "Requests and connections refused before reaching a model, by front end and reason"
-REASONS = ("connections", "body_timeout", "flood")
+REASONS = ("connections", "body_timeout", "flood", "memory")
 FRONTENDS = ("http", "grpc")
 LOG_EVERY_S = 10.0  # at most one warning line per this many seconds for each (front end, reason)
 

@@ -21,6 +21,7 @@ from tests.serve.inprocess import running_server
 from tests.serve.tiny_models import expected_logits, make_repository
 
 INFER = "/inference.GRPCInferenceService/ModelInfer"
+STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
 DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = 0, 1, 3, 4, 6, 7, 8, 9
 
 
@@ -66,13 +67,8 @@ class RawClient:
         out: list[tuple[int, int, int, bytes]] = []
         deadline = time.monotonic() + timeout_s
         while not until(out) and time.monotonic() < deadline:
-            while len(self.buf) >= 9 and len(self.buf) >= 9 + int.from_bytes(self.buf[:3], "big"):
-                n = int.from_bytes(self.buf[:3], "big")
-                out.append((self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF,
-                            self.buf[9:9 + n]))
-                self.buf = self.buf[9 + n:]
-                if until(out):
-                    return out
+            if self._parse(out, until):
+                return out
             self.sock.settimeout(max(0.01, deadline - time.monotonic()))
             try:
                 chunk = self.sock.recv(65536)
@@ -81,6 +77,30 @@ class RawClient:
             if not chunk:
                 break
             self.buf += chunk
+        return out
+
+    def _parse(self, out: list, until) -> bool:
+        """Move the whole frames of the buffer to `out`, stopping once `until(out)`; whether it did."""
+        while len(self.buf) >= 9 and len(self.buf) >= 9 + int.from_bytes(self.buf[:3], "big"):
+            n = int.from_bytes(self.buf[:3], "big")
+            out.append((self.buf[3], self.buf[4], int.from_bytes(self.buf[5:9], "big") & 0x7FFFFFFF, self.buf[9:9 + n]))
+            self.buf = self.buf[9 + n:]
+            if until(out):
+                return True
+        return False
+
+    def arrived(self) -> list[tuple[int, int, int, bytes]]:
+        """The frames that have arrived by now, without waiting for more."""
+        self.sock.setblocking(False)
+        try:
+            while chunk := self.sock.recv(1 << 20):
+                self.buf += chunk
+        except BlockingIOError:
+            pass
+        finally:
+            self.sock.settimeout(10)
+        out: list[tuple[int, int, int, bytes]] = []
+        self._parse(out, lambda fs: False)
         return out
 
     def status(self, frames: list, stream: int) -> dict[str, str]:
@@ -336,3 +356,132 @@ def test_pings_whose_answers_are_never_read_end_the_connection_and_the_server_go
         assert client.infer("classifier", [x]).as_numpy("logits").shape == (1, 3)
     finally:
         client.close()
+
+
+def test_a_unary_call_with_more_than_one_message_is_answered_at_once(server):
+    client = RawClient(server[1])
+    try:
+        message = infer_message(np.ones((1, 4), np.float32))
+        client.sock.sendall(frame(HEADERS, 0x4, 1, client.headers_block(INFER)) + frame(DATA, 0, 1, message)
+                            + frame(DATA, 0, 1, message * 2))  # three messages, and no END_STREAM
+        frames = client.frames(ended(1), timeout_s=5)  # the body deadline (30 s) would answer it only later
+        fields = client.status(frames, 1)
+        assert fields.get("grpc-status") == "12", f"not answered before the call's END_STREAM: {fields}"
+        assert fields["grpc-message"] == "the ModelInfer call carried 3 messages; it takes one"
+        assert (RST_STREAM, 0, 1, bytes(4)) in client.frames(lambda fs: any(k == RST_STREAM for k, _, _, _ in fs),
+                                                            timeout_s=5) + frames, "the rest of the call not stopped"
+    finally:
+        client.close()
+
+
+def stream_replies(data: bytes) -> list[pb.ModelStreamInferResponse]:
+    out, pos = [], 0
+    while pos + 5 <= len(data):
+        n = int.from_bytes(data[pos + 1:pos + 5], "big")
+        out.append(pb.ModelStreamInferResponse.FromString(data[pos + 5:pos + 5 + n]))
+        pos += 5 + n
+    return out
+
+
+def send_until_blocked(client: RawClient, sid: int, message: bytes, window: dict[int, int],
+                       replies: dict[int, bytes]) -> int:
+    """Send `message` on stream `sid` while the client's windows allow (`window`: by stream id, 0 the
+    connection's, grown by the server's WINDOW_UPDATEs), until a second passes without credit or 4 windows went
+    through; how many were sent. DATA received meanwhile is added to `replies`."""
+    from trainserve.serve.grpc_h2 import RECV_WINDOW
+
+    sent, progress = 0, time.monotonic()
+    while sent < 4 * RECV_WINDOW // len(message):  # a server crediting on arrival lets all of it through
+        if min(window[0], window[sid]) >= len(message):
+            client.sock.sendall(frame(DATA, 0, sid, message))
+            window[0], window[sid], sent = window[0] - len(message), window[sid] - len(message), sent + 1
+            progress = time.monotonic()
+        elif time.monotonic() - progress > 1.0:
+            break
+        else:
+            time.sleep(0.05)
+        for kind, _, s, payload in client.arrived():
+            if kind == WINDOW_UPDATE and s in window:
+                window[s] += int.from_bytes(payload, "big")
+                progress = time.monotonic()
+            elif kind == DATA:
+                replies[s] += payload
+    return sent
+
+
+def test_a_stream_whose_replies_are_not_read_stops_being_credited_and_resumes_when_they_are(tmp_path):
+    from trainserve.serve.grpc_h2 import OUT_BACKLOG, RECV_WINDOW
+
+    repo = make_repository(tmp_path / "repo")
+    with running_server(repo, max_queue_size=8) as (srv, ports):  # few requests in flight: replies come back soon
+        h2 = next(f for f in srv.frontends if f.name == "grpc")
+        client = RawClient(ports["grpc"])  # its windows for the replies: HTTP/2's 65,535 bytes, not raised
+        try:
+            message = infer_message(np.ones((1, 4), np.float32), "x" * 60_000)  # each reply echoes the id
+            window = {0: RECV_WINDOW, 1: RECV_WINDOW, 3: RECV_WINDOW}  # the server's SETTINGS and first update
+            replies = {1: b"", 3: b""}
+            client.sock.sendall(frame(HEADERS, 0x4, 1, client.headers_block(STREAM_INFER)))
+            sent = {1: send_until_blocked(client, 1, message, window, replies)}
+            assert sent[1] * len(message) < 2 * RECV_WINDOW, f"{sent[1] * len(message)} bytes let in on one stream"
+            assert window[1] < len(message), "stopped by something else than the stream's window"
+            conn = next(iter(h2.connections))
+            stream = conn.streams[1]
+            assert stream.unsent > OUT_BACKLOG, "the servicer stopped taking requests with its replies drained"
+            assert RECV_WINDOW // 2 < conn.queued == stream.queued <= RECV_WINDOW * 3 // 2 + len(message)
+            assert not client.frames(lambda fs: any(k == WINDOW_UPDATE for k, _, _, _ in fs), timeout_s=0.5)
+            # a second stream has its own window, but the connection's is not credited while stream 1's requests wait
+            connection_window = window[0]
+            client.sock.sendall(frame(HEADERS, 0x4, 3, client.headers_block(STREAM_INFER)))
+            sent[3] = send_until_blocked(client, 3, message, window, replies)
+            assert sent[3] * len(message) <= connection_window and window[3] >= len(message), \
+                "the connection was credited while more than half a window of requests waited on it"
+            # the client reads: its windows open, the servicers take requests again and both windows are credited
+            client.sock.sendall(b"".join(frame(WINDOW_UPDATE, 0, s, (1 << 30).to_bytes(4, "big")) for s in (0, 1, 3)))
+            frames = client.frames(lambda fs: {0, 1} <= {s for k, _, s, _ in fs if k == WINDOW_UPDATE})
+            assert {0, 1} <= {s for k, _, s, _ in frames if k == WINDOW_UPDATE}, "not credited again"
+            client.sock.sendall(frame(DATA, 0x1, 1) + frame(DATA, 0x1, 3))  # END_STREAM: the client has sent all
+            frames += client.frames(lambda fs: ended(1)(fs) and ended(3)(fs), timeout_s=30)
+            for s in (1, 3):
+                assert client.status(frames, s)["grpc-status"] == "0"
+                answers = stream_replies(replies[s] + b"".join(p for k, _, i, p in frames if k == DATA and i == s))
+                assert len(answers) == sent[s] and all(a.infer_response.id == "x" * 60_000 for a in answers)
+            assert conn.queued == 0 and conn.partial == 0
+        finally:
+            client.close()
+
+
+def test_a_connection_past_its_budget_of_messages_still_arriving_has_that_call_refused(tmp_path, monkeypatch):
+    from trainserve.serve import grpc_h2
+
+    monkeypatch.setattr(grpc_h2, "PARTIAL_FLOOR", 0)  # the budget: 4 messages at the limit, 1 MiB
+    repo = make_repository(tmp_path / "repo")
+    with running_server(repo, max_body_bytes=1 << 18) as (srv, ports):
+        h2 = next(f for f in srv.frontends if f.name == "grpc")
+        client = RawClient(ports["grpc"], settings=struct.pack(">HL", 0x4, 1 << 20))  # room for a reply
+        message = infer_message(np.ones((1, 4), np.float32), "x" * 200_010)
+        head = 200_000  # of each message: 5 are within the budget, a 6th is not
+        try:
+            opened = b"".join(frame(HEADERS, 0x4, s, client.headers_block(INFER)) + frame(DATA, 0, s, message[:head])
+                              for s in (1, 3, 5, 7, 9, 11))
+            client.sock.sendall(frame(WINDOW_UPDATE, 0, 0, (1 << 20).to_bytes(4, "big")) + opened)
+            frames = client.frames(ended(11), timeout_s=5)
+            fields = client.status(frames, 11)
+            assert fields.get("grpc-status") == "8", fields  # RESOURCE_EXHAUSTED
+            assert fields["grpc-message"] == ("this connection holds more than 1 MiB of request messages still "
+                                              "arriving; send fewer large requests at once on one connection")
+            assert not any(k == HEADERS and s != 11 for k, _, s, _ in frames), "another call was answered"
+            assert srv.core.refusals.get("grpc", "memory") == 1
+            conn = next(iter(h2.connections))
+            assert conn.partial == 5 * head
+            client.sock.sendall(frame(RST_STREAM, 0, 3, (8).to_bytes(4, "big")))  # cancelled: its bytes let go
+            client.sock.sendall(frame(DATA, 0x1, 1, message[head:]))  # the others go on
+            frames = client.frames(ended(1))
+            assert client.status(frames, 1)["grpc-status"] == "0"
+            body = b"".join(p for k, _, s, p in frames if k == DATA and s == 1)
+            assert pb.ModelInferResponse.FromString(body[5:]).id == "x" * 200_010
+            assert conn.partial == 3 * head
+        finally:
+            client.close()
+        with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as other:
+            x = grpcclient.InferInput("input", [1, 4], "FP32").set_data_from_numpy(np.ones((1, 4), np.float32))
+            assert other.infer("classifier", [x]).as_numpy("logits").shape == (1, 3)
