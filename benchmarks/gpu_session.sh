@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin pin-all
+#           h2-search-grpc pin pin-all flow
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -240,6 +240,11 @@ pin-all)  # the same experiment with every CPU session's worker threads pinned (
   perf23_repo
   step pin_all 170 env OUT="$R/pin-all" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
     --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=all ;;
+flow)  # the gRPC front end's consumption-based flow control (5883c98) against the tree before it (PREV, default
+  # bench-prev), a CPU server on cores 0-9, HTTP as the control
+  perf23_repo
+  step flow_cpu 200 env OUT="$R/flow-cpu" $py benchmarks/serve_matrix.py --before "${PREV:-bench-prev}" \
+    --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 64 --rounds 2 ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)
