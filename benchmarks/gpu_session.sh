@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin pin-all flow
+#           h2-search-grpc pin pin-load pin-all flow
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -229,7 +229,9 @@ pin)  # experiment (TRAINSERVE_SERVE_PIN): a CPU session's intra-op worker threa
   step ort_pin 100 taskset -c 0-9 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 \
     --rounds 2 --gaps-ms 0,0.3,2 --pin
   step pin_lone 170 env OUT="$R/pin-lone" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
-    --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=lone
+    --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=lone ;;
+pin-load)  # the pin experiment through the project's load generator: 1 user, 30 s, HTTP and gRPC, unpinned then lone
+  perf23_repo
   step pin_load 230 bash -c "rc=0; for pin in 0 lone; do TRAINSERVE_SERVE_PIN=\$pin taskset -c 0-9 $py -m trainserve \
     serve --model-repository '$p23' --device cpu --http-port 18000 --grpc-port 18001 --metrics-port 18002 \
     > '$R/pin_load_server_\$pin.log' 2>&1 & s=\$!; $py benchmarks/wait_ready.py; for pp in http:18000 grpc:18001; do \
