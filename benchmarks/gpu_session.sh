@@ -226,7 +226,7 @@ pin)  # experiment (TRAINSERVE_SERVE_PIN): a CPU session's intra-op worker threa
   perf23_repo
   step topology 10 bash -c "lscpu; grep . /sys/devices/system/cpu/cpu*/topology/thread_siblings_list"
   step limits_cpu 90 taskset -c 0-9 $py -m trainserve limits --run perf23 --runs-dir "$R/runs" --device cpu --model cnn_cpu --budget-s 40
-  step ort_pin 100 taskset -c 0-9 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 10 --runs 300 \
+  step ort_pin 150 taskset -c 0-9 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 4,6,10 --runs 200 \
     --rounds 2 --gaps-ms 0,0.3,2 --pin
   step pin_lone 170 env OUT="$R/pin-lone" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
     --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=lone ;;
