@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin pin-load pin-all flow
+#           h2-search-grpc pin pin-load pin-all flow flow-gpu
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -247,6 +247,10 @@ flow)  # the gRPC front end's consumption-based flow control (5883c98) against t
   perf23_repo
   step flow_cpu 200 env OUT="$R/flow-cpu" $py benchmarks/serve_matrix.py --before "${PREV:-bench-prev}" \
     --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 64 --rounds 2 ;;
+flow-gpu)  # the same on the GPU model (needs onnxruntime-gpu): front ends by default (--frontends auto)
+  perf23_repo
+  step flow_gpu 300 env OUT="$R/flow-gpu" $py benchmarks/serve_matrix.py --before "${PREV:-bench-prev}" \
+    --repository "$p23" --device cuda --users 1 16 64 --rounds 2 ;;
 sweep-transformer)  # the training sweep of the small transformer on both devices (the cnn's is in `run`)
   step sweep_transformer 300 $py -m trainserve compare --model transformer --preset small --sweep --device cpu,cuda --sweep-budget-s 60 --run sweep-transformer --runs-dir "$R/runs" ;;
 export)
