@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin pin-load pin-all flow flow-gpu
+#           h2-search-grpc pin pin-load pin-all flow flow-gpu rates-http
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -247,6 +247,14 @@ flow)  # the gRPC front end's consumption-based flow control (5883c98) against t
   perf23_repo
   step flow_cpu 200 env OUT="$R/flow-cpu" $py benchmarks/serve_matrix.py --before "${PREV:-bench-prev}" \
     --repository "$p23" --device cpu --server-cpus 0-9 --users 1 16 64 --rounds 2 ;;
+rates-http)  # the GPU server at fixed open-loop rates (16k, 20k, 24k req/s, 30 s each, 8 Locust processes): p99 at
+  # each, where one Server search's single failing trial may have stopped it early
+  perf23_repo
+  step rates_http 240 bash -c "$py -m trainserve serve --model-repository '$p23' --device cuda --http-port 18000 \
+    --grpc-port 18001 --metrics-port 18002 > '$R/rates_http_server.log' 2>&1 & s=\$!; $py benchmarks/wait_ready.py; \
+    rc=0; for r in 16000 20000 24000; do $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --rate \$r \
+      --duration 30s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run rates-http-\$r \
+      --runs-dir '$R/runs' || rc=1; done; kill -TERM \$s; wait \$s; exit \$rc" ;;
 flow-gpu)  # the same on the GPU model (needs onnxruntime-gpu): front ends by default (--frontends auto)
   perf23_repo
   step flow_gpu 300 env OUT="$R/flow-gpu" $py benchmarks/serve_matrix.py --before "${PREV:-bench-prev}" \
