@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin pin-load pin-all flow flow-gpu rates-http
+#           h2-search-grpc pin flow flow-gpu rates-http
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -221,27 +221,13 @@ h2-search-grpc)  # the GPU's Server search over gRPC (needs onnxruntime-gpu)
     $py -m trainserve load --url 127.0.0.1:18001 --protocol grpc --model cnn_gpu --search --rate 16000 \
     --slo-p99-ms 20 --duration 90s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run h2-search-grpc \
     --runs-dir '$R/runs'; rc=\$?; kill -TERM \$s; wait \$s; exit \$rc" ;;
-pin)  # experiment (TRAINSERVE_SERVE_PIN): a CPU session's intra-op worker threads pinned one per usable core, for
-  # the lone-run twin only (lone) or every CPU session (all), against unpinned; in process first (ort_spin.py --pin)
+pin)  # intra-op worker threads pinned one per usable core, in process (ort_spin.py --pin), 4/6/10 threads; the serving
+  # experiment it went with (TRAINSERVE_SERVE_PIN, phases pin-load / pin-all) was measured at 1e56ce4 and reverted
   perf23_repo
   step topology 10 bash -c "lscpu; grep . /sys/devices/system/cpu/cpu*/topology/thread_siblings_list"
   step limits_cpu 90 taskset -c 0-9 $py -m trainserve limits --run perf23 --runs-dir "$R/runs" --device cpu --model cnn_cpu --budget-s 40
   step ort_pin 150 taskset -c 0-9 $py benchmarks/ort_spin.py "$p23/cnn_cpu/1/model.onnx" --threads 4,6,10 --runs 200 \
-    --rounds 2 --gaps-ms 0,0.3,2 --pin
-  step pin_lone 170 env OUT="$R/pin-lone" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
-    --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=lone ;;
-pin-load)  # the pin experiment through the project's load generator: 1 user, 30 s, HTTP and gRPC, unpinned then lone
-  perf23_repo
-  step pin_load 230 bash -c "rc=0; for pin in 0 lone; do TRAINSERVE_SERVE_PIN=\$pin taskset -c 0-9 $py -m trainserve \
-    serve --model-repository '$p23' --device cpu --http-port 18000 --grpc-port 18001 --metrics-port 18002 \
-    > '$R/pin_load_server_\$pin.log' 2>&1 & s=\$!; $py benchmarks/wait_ready.py; for pp in http:18000 grpc:18001; do \
-    taskset -c 10-15 $py -m trainserve load --url 127.0.0.1:\${pp#*:} --protocol \${pp%%:*} --model cnn_cpu --users 1 \
-      --duration 30s --processes 1 --run pin-load-\$pin-\${pp%%:*} --metrics-url http://127.0.0.1:18002/metrics \
-      --runs-dir '$R/runs' || rc=1; done; kill -TERM \$s; wait \$s; done; exit \$rc" ;;
-pin-all)  # the same experiment with every CPU session's worker threads pinned (TRAINSERVE_SERVE_PIN=all)
-  perf23_repo
-  step pin_all 170 env OUT="$R/pin-all" $py benchmarks/serve_matrix.py --repository "$p23" --device cpu \
-    --server-cpus 0-9 --users 1 16 64 --rounds 2 --before-env TRAINSERVE_SERVE_PIN=0 --after-env TRAINSERVE_SERVE_PIN=all ;;
+    --rounds 2 --gaps-ms 0,0.3,2 --pin ;;
 flow)  # the gRPC front end's consumption-based flow control (5883c98) against the tree before it (PREV, default
   # bench-prev), a CPU server on cores 0-9, HTTP as the control
   perf23_repo

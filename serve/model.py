@@ -93,7 +93,6 @@ SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
 # session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
-PIN_ENV = "TRAINSERVE_SERVE_PIN"  # experiment: "lone" pins the lone-run twin's intra-op threads, "all" every CPU session's
 ORT_SPIN_ENV = "TRAINSERVE_SERVE_ORT_SPIN"  # "run": CPU sessions spin inside runs (spin_in_run); for measurements
 BUCKET_SESSIONS_MAX_BYTES = 4 * 2**30  # ... but by default only while the buckets' copies of the weights fit in this
 
@@ -119,10 +118,8 @@ class SessionRecipe:
     def build(self, intra: int | None = None, spin: bool | None = None, in_run: bool | None = None) -> Any:
         """A new session; `intra` / `spin` override the recipe's (the single-threaded twin), `in_run` whether its
         pool spins inside runs only (the lone-run twin; None: as TRAINSERVE_SERVE_ORT_SPIN says)."""
-        pin = os.environ.get(PIN_ENV, "").strip().lower()
         return _make_session(self.path, self.device, self.intra if intra is None else intra, self.inter, self.device_id,
-                             self.spin if spin is None else spin, self.cudnn_search, in_run,
-                             pin=pin == "all" or (pin == "lone" and bool(in_run)))
+                             self.spin if spin is None else spin, self.cudnn_search, in_run)
 
 
 def _device_note(config, device: str) -> str:
@@ -444,7 +441,7 @@ def spin_in_run(device: str, intra: int, setting: str | None = None) -> bool:
 
 
 def _make_session(path: Path, device: str, intra: int, inter: int, device_id: int = 0, spin: bool = False,
-                  cudnn_search: str = "HEURISTIC", in_run: bool | None = None, pin: bool = False):
+                  cudnn_search: str = "HEURISTIC", in_run: bool | None = None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -455,11 +452,6 @@ def _make_session(path: Path, device: str, intra: int, inter: int, device_id: in
     so.add_session_config_entry("session.inter_op.allow_spinning", "1" if spin else "0")
     if in_run:
         so.add_session_config_entry("session.force_spinning_stop", "1")
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
-    if pin and device == "cpu" and 1 < intra <= len(cpus):
-        # worker k on the k-th usable core (onnxruntime numbers processors from 1); the calling thread unpinned
-        so.add_session_config_entry("session.intra_op_thread_affinities",
-                                    ";".join(str(c + 1) for c in cpus[1:intra]))
     so.log_severity_level = 3  # errors only: onnxruntime's warnings would flood the server log
     providers: list = ["CPUExecutionProvider"]
     if device == "cuda":
