@@ -91,7 +91,7 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
             served.bound = Bound("load", f"the offered load: {reason or 'the ramp reached its user or time limit'}")
         return
     front, whole = _near_capacity(record)
-    served.bound = _decide(record, served.client, served.device_busy_fraction,
+    served.bound = _decide(record, _search_client(record) or served.client, served.device_busy_fraction,
                            front if front is not None else served.frontend_cpu_cores, _search_broke(record),
                            step_server_cores=whole)
 
@@ -106,6 +106,19 @@ def _near_capacity(record: ProfileRecord) -> tuple[float | None, float | None]:
     if not near:
         return None, None
     return max(p["frontend_cpu_cores"] for p in near), max(p.get("server_cpu_cores") or 0.0 for p in near)
+
+
+def _search_client(record: ProfileRecord) -> ClientCpu | None:
+    """A Server search whose lowest failing rate failed because a load-generator process was busy: the figure is the
+    client's limit (the whole search's mean CPU, over every rate, can stay well under that process's core)."""
+    search = record.extra.get("search") or {}
+    upper = search.get("upper_req_s")
+    if not search.get("client_limited") or not upper:
+        return None
+    probe = next((p for p in reversed(search.get("probes") or []) if abs((p.get("rate") or 0) - upper) < 1e-3), {})
+    busy = probe.get("client_core_fraction")
+    what = f"its busiest process used {busy:.0%} of a core" if busy is not None else "a worker's windows did not arrive"
+    return ClientCpu(saturated=True, note=f"at the next rate tried, {upper:,.0f} req/s, {what}")
 
 
 def _search_broke(record: ProfileRecord) -> str | None:

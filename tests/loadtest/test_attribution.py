@@ -103,6 +103,9 @@ def test_the_server_search_splits_its_figure_from_that_rates_server_window(tmp_p
     rec = load_record(tmp_path, "search")
     search = rec["extra"]["search"]
     figure = search["figure"]
+    # a search that found no failing rate, or stopped at the client's, reports a lower bound as one
+    first = next(line for line in p.stdout.splitlines() if line.startswith("Server scenario:"))
+    assert first.startswith("Server scenario: at least") == bool(search["lower_bound"]), (first, search["lower_bound"])
     assert len(search["probes"]) >= 2 and all(pr["server"] for pr in search["probes"]), search["probes"]
     a = rec["served"]["attribution"]
     assert a is not None and a["consistent"], rec["served"]

@@ -102,3 +102,39 @@ def test_a_probe_that_only_did_not_stabilise_is_measured_once_more() -> None:
     assert len(again) == 2 and again[0] >= 800.0  # that one rate, measured twice
     # a rate that missed the SLO is not measured again
     assert all(rates.count(p["rate"]) == 1 for p in result["probes"] if any("SLO" in x for x in p["reasons"]))
+
+
+def test_a_first_probe_that_missed_the_slo_is_measured_once_more() -> None:
+    # the first rate carries the server's first seconds under load: its latencies alone do not move the bracket
+    # down, its second measurement decides; a later rate that misses the SLO counts at once
+    config = SearchConfig(slo_p99_ms=50.0, start_rate=800.0, budget_s=1000.0, warmup_s=0.0, max_probe_s=3.0,
+                          rule=StabilityRule(window_s=1.0))
+    search, rng, cold = RateSearch(config), random.Random(5), True
+    while (rate := search.next_rate(0.0)) is not None:
+        windows = simulated(rate, 1000.0, rng)
+        if cold:  # the first measurement: a stall of 80 ms in a fifth of its requests
+            for w in windows:
+                for _ in range(w.hist.count // 5):
+                    w.hist.record(80.0)
+            cold = False
+        search.record(evaluate(rate, windows, config))
+    result = search.result()
+    rates = [p["rate"] for p in result["probes"]]
+    assert rates[:2] == [800.0, 800.0] and not result["probes"][0]["passed"] and result["probes"][1]["passed"]
+    assert 900 <= result["capacity_req_s"] <= 1000, result["probes"]
+    assert all(rates.count(r) == 1 for r in rates[2:]), rates
+
+
+def test_a_first_probe_that_fails_twice_or_for_errors_counts() -> None:
+    config = SearchConfig(slo_p99_ms=50.0, start_rate=4000.0, budget_s=1000.0, warmup_s=0.0, max_probe_s=3.0,
+                          rule=StabilityRule(window_s=1.0))
+    search, rng = RateSearch(config), random.Random(6)
+    while (rate := search.next_rate(0.0)) is not None:
+        search.record(evaluate(rate, simulated(rate, 1000.0, rng), config))
+    rates = [p["rate"] for p in search.result()["probes"]]
+    assert rates[:3] == [4000.0, 4000.0, 2000.0], rates  # over capacity: measured twice, then down
+    errors = RateSearch(config)
+    windows = simulated(4000.0, 1e9, rng)
+    windows[0].failures = 100
+    errors.record(evaluate(4000.0, windows, config))
+    assert errors.next_rate(0.0) == 2000.0  # failures are not the first seconds' latencies: no second look

@@ -120,6 +120,20 @@ def test_a_bracketed_server_search_is_bounded_by_the_slo_at_the_next_rate() -> N
     assert low.served.bound.kind == "load"
 
 
+def test_a_search_the_client_limited_is_bounded_by_the_client() -> None:
+    # the H200 host, 2026-12-06: gRPC's search stopped at 12,500 req/s because a Locust process was busy at 13,000,
+    # while the whole search's mean client CPU (0.83 of each core) was under the mark; the record said "the
+    # offered load"
+    r = _search_record(capacity_req_s=12500.0, upper_req_s=13000.0, lower_bound=True, client_limited=True,
+                       probes=[{"rate": 13000.0, "passed": False, "client_core_fraction": 0.92},
+                               {"rate": 12500.0, "passed": True, "client_core_fraction": 0.86}])
+    r.served.client = ClientCpu(per_process_core_fraction={"w1": 0.83}, total_core_fraction=0.83)
+    redecide(r)
+    assert r.served.bound.kind == "client"
+    assert "at the next rate tried, 13,000 req/s, its busiest process used 92% of a core" in r.served.bound.detail
+    assert "add --processes" in r.served.bound.detail
+
+
 def _probed_search() -> ProfileRecord:
     r = ProfileRecord(phase="infer", model="cnn_gpu", backend="onnxruntime", device="cuda", batch_size=1)
     r.served = Served(client=ClientCpu(), frontends=4)

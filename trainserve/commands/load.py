@@ -39,8 +39,9 @@ def load(o: Args) -> None:
     lat = record.speed.latency
     found = record.extra.get("search")
     if found is not None:
-        typer.echo(f"Server scenario: {found['capacity_req_s']} req/s within p99 <= {config.slo_p99_ms:g} ms "
-                   f"({found['stop_reason']})")
+        limited = " at least" if found.get("lower_bound") and found.get("capacity_req_s") else ""
+        typer.echo(f"Server scenario:{limited} {found['capacity_req_s']} req/s within p99 <= {config.slo_p99_ms:g} ms "
+                   f"({found['stop_reason']}{'; the client limited it' if found.get('client_limited') else ''})")
     typer.echo(f"{record.speed.requests_s} req/s, {record.speed.throughput_samples_s} samples/s, "
                f"p50 {lat.p50_ms} ms, p95 {lat.p95_ms} ms, p99 {lat.p99_ms} ms, p99.9 {lat.p999_ms} ms -> {path}")
     served = record.served
