@@ -23,9 +23,13 @@ def simulated(rate: float, capacity: float, rng: random.Random, unstable: bool =
     return out
 
 
+def searching(start: float = 100.0, budget_s: float = 1000.0) -> SearchConfig:
+    return SearchConfig(slo_p99_ms=50.0, start_rate=start, budget_s=budget_s, warmup_s=0.0, max_probe_s=3.0,
+                        rule=StabilityRule(window_s=1.0))
+
+
 def run(capacity: float, start: float = 100.0, unstable: bool = False, budget_s: float = 1000.0) -> RateSearch:
-    config = SearchConfig(slo_p99_ms=50.0, start_rate=start, budget_s=budget_s, warmup_s=0.0, max_probe_s=3.0,
-                          rule=StabilityRule(window_s=1.0))
+    config = searching(start, budget_s)
     search, rng, elapsed = RateSearch(config), random.Random(1), 0.0
     while (rate := search.next_rate(elapsed)) is not None:
         search.record(evaluate(rate, simulated(rate, capacity, rng, unstable), config))
@@ -107,8 +111,7 @@ def test_a_probe_that_only_did_not_stabilise_is_measured_once_more() -> None:
 def test_a_first_probe_that_missed_the_slo_is_measured_once_more() -> None:
     # the first rate carries the server's first seconds under load: its latencies alone do not move the bracket
     # down, its second measurement decides; a later rate that misses the SLO counts at once
-    config = SearchConfig(slo_p99_ms=50.0, start_rate=800.0, budget_s=1000.0, warmup_s=0.0, max_probe_s=3.0,
-                          rule=StabilityRule(window_s=1.0))
+    config = searching(start=800.0)
     search, rng, cold = RateSearch(config), random.Random(5), True
     while (rate := search.next_rate(0.0)) is not None:
         windows = simulated(rate, 1000.0, rng)
@@ -126,15 +129,11 @@ def test_a_first_probe_that_missed_the_slo_is_measured_once_more() -> None:
 
 
 def test_a_first_probe_that_fails_twice_or_for_errors_counts() -> None:
-    config = SearchConfig(slo_p99_ms=50.0, start_rate=4000.0, budget_s=1000.0, warmup_s=0.0, max_probe_s=3.0,
-                          rule=StabilityRule(window_s=1.0))
-    search, rng = RateSearch(config), random.Random(6)
-    while (rate := search.next_rate(0.0)) is not None:
-        search.record(evaluate(rate, simulated(rate, 1000.0, rng), config))
-    rates = [p["rate"] for p in search.result()["probes"]]
+    rates = [p["rate"] for p in run(capacity=1000.0, start=4000.0).result()["probes"]]
     assert rates[:3] == [4000.0, 4000.0, 2000.0], rates  # over capacity: measured twice, then down
+    config = searching(start=4000.0)
     errors = RateSearch(config)
-    windows = simulated(4000.0, 1e9, rng)
+    windows = simulated(4000.0, 1e9, random.Random(6))
     windows[0].failures = 100
     errors.record(evaluate(4000.0, windows, config))
     assert errors.next_rate(0.0) == 2000.0  # failures are not the first seconds' latencies: no second look
