@@ -15,6 +15,7 @@ from trainserve.core.served import Bound, ClientCpu, Served, as_dict, decide_bou
 from trainserve.loadtest.attribution import attribute, calibrate_client
 from trainserve.loadtest.clientcpu import from_results
 from trainserve.loadtest.model_info import ModelInfo
+from trainserve.loadtest.search import CLIENT_BUSY
 from trainserve.loadtest.serverstats import StatsReader, busy_fraction, window
 
 RAMP_STOP = "the ramp's stop (--ramp-stop-p99-ms)"  # how a bound names the limit a ramp stopped at
@@ -117,7 +118,8 @@ def _search_client(record: ProfileRecord) -> ClientCpu | None:
         return None
     probe = next((p for p in reversed(search.get("probes") or []) if abs((p.get("rate") or 0) - upper) < 1e-3), {})
     busy = probe.get("client_core_fraction")
-    what = f"its busiest process used {busy:.0%} of a core" if busy is not None else "a worker's windows did not arrive"
+    what = (f"its busiest process used {busy:.0%} of a core" if busy is not None and busy >= CLIENT_BUSY
+            else "a worker's windows did not arrive")
     return ClientCpu(saturated=True, note=f"at the next rate tried, {upper:,.0f} req/s, {what}")
 
 

@@ -132,6 +132,11 @@ def test_a_search_the_client_limited_is_bounded_by_the_client() -> None:
     assert r.served.bound.kind == "client"
     assert "at the next rate tried, 13,000 req/s, its busiest process used 92% of a core" in r.served.bound.detail
     assert "add --processes" in r.served.bound.detail
+    # a worker whose windows never arrived limits it too, whatever its CPU
+    lost = _search_record(capacity_req_s=12500.0, upper_req_s=13000.0, lower_bound=True, client_limited=True,
+                          probes=[{"rate": 13000.0, "passed": False, "client_core_fraction": 0.5}])
+    redecide(lost)
+    assert lost.served.bound.kind == "client" and "a worker's windows did not arrive" in lost.served.bound.detail
 
 
 def _probed_search() -> ProfileRecord:
