@@ -118,17 +118,18 @@ def evaluate(rate: float, windows: list[Window], config: SearchConfig, client_co
         p99 = figure.hist.percentile(99)
         if p99 > config.slo_p99_ms:
             reasons.append(f"p99 {p99:.3f} ms > SLO {config.slo_p99_ms:g} ms")
-    slow = len(reasons)  # the reasons so far are latencies alone (unless a worker's windows were missing)
-    if figure.requests and figure.failures / figure.requests > config.max_error_fraction:
+    errors = bool(figure.requests) and figure.failures / figure.requests > config.max_error_fraction
+    busy = client_core_fraction is not None and client_core_fraction >= CLIENT_BUSY
+    if errors:
         reasons.append(f"{figure.failures} of {figure.requests} requests failed "
                        f"(more than {config.max_error_fraction:.1%})")
-    if client_core_fraction is not None and client_core_fraction >= CLIENT_BUSY:
+    if busy:
         busiest = max(per_process, key=per_process.__getitem__) if per_process and len(per_process) > 1 else None
         reasons.append(f"the load generator{f' (worker {busiest})' if busiest else ''} used "
                        f"{client_core_fraction:.0%} of a core: this rate measured the client")
     return Probe(rate, stability, figure, passed=not reasons, reasons=reasons,
                  client_core_fraction=client_core_fraction, per_process=per_process, client_problem=bool(problems),
-                 latency_only=bool(reasons) and not problems and figure.hist.count > 0 and slow == len(reasons))
+                 latency_only=bool(reasons) and not (problems or errors or busy or figure.hist.count == 0))
 
 
 def highest_rate(start_rate: float, budget_s: float, min_probe_s: float, max_rate: float = 1e6) -> float:

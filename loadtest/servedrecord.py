@@ -102,11 +102,15 @@ def _near_capacity(record: ProfileRecord) -> tuple[float | None, float | None]:
     busier of the two, as a ramp's best step and the next): the stage's mean covers every rate and repeat."""
     search = record.extra.get("search") or {}
     marks = [r for r in (search.get("capacity_req_s"), search.get("upper_req_s")) if r]
-    near = [p for p in search.get("probes") or []
-            if p.get("frontend_cpu_cores") is not None and any(abs(p.get("rate", 0) - r) < 1e-3 for r in marks)]
+    near = [p for p in _probes_at(search, *marks) if p.get("frontend_cpu_cores") is not None]
     if not near:
         return None, None
     return max(p["frontend_cpu_cores"] for p in near), max(p.get("server_cpu_cores") or 0.0 for p in near)
+
+
+def _probes_at(search: dict[str, Any], *rates: float) -> list[dict[str, Any]]:
+    """A Server search's probes of these rates, in the order they ran."""
+    return [p for p in search.get("probes") or [] if any(abs((p.get("rate") or 0) - r) < 1e-3 for r in rates)]
 
 
 def _search_client(record: ProfileRecord) -> ClientCpu | None:
@@ -116,7 +120,7 @@ def _search_client(record: ProfileRecord) -> ClientCpu | None:
     upper = search.get("upper_req_s")
     if not search.get("client_limited") or not upper:
         return None
-    probe = next((p for p in reversed(search.get("probes") or []) if abs((p.get("rate") or 0) - upper) < 1e-3), {})
+    probe = (_probes_at(search, upper) or [{}])[-1]  # the last time that rate was tried
     busy = probe.get("client_core_fraction")
     what = (f"its busiest process used {busy:.0%} of a core" if busy is not None and busy >= CLIENT_BUSY
             else "a worker's windows did not arrive")

@@ -519,6 +519,14 @@ class _Connection(asyncio.Protocol):
             self.transport.write(_frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
             self.recv_unacked = 0
 
+    def _release(self, stream: _Stream) -> None:
+        """The stream's waiting messages no longer count against the connection's window (the call has them, or
+        they are dropped): credit what that frees."""
+        if stream.queued:
+            self.queued -= stream.queued
+            stream.queued = 0
+            self._credit(None)
+
     def taken(self, stream: _Stream, message: bytes | memoryview) -> None:
         """The servicer took one of the stream's messages: no longer held against the windows."""
         if not stream.closed:  # else _forget has released it already
@@ -610,11 +618,7 @@ class _Connection(asyncio.Protocol):
         if stream.data:
             self._answer_status(stream, grpc.StatusCode.INTERNAL, "the call ended inside a message")
             return
-        if stream.queued:  # the message is the call's now
-            self.queued -= stream.queued
-            stream.queued = 0
-            if self.recv_unacked >= RECV_WINDOW // 2:
-                self._credit(None)
+        self._release(stream)  # the message is the call's now
         stream.task = self.server.loop.create_task(self.server.serve_unary(self, stream))
 
     # --- frames out --------------------------------------------------------------------------------------
@@ -710,10 +714,6 @@ class _Connection(asyncio.Protocol):
         self.partial -= len(stream.data)
         stream.data = bytearray()
         stream.messages = []
-        if stream.inbox is not None:  # its requests will not be taken now
-            while not stream.inbox.empty():
-                stream.inbox.get_nowait()
-        released, stream.queued = stream.queued, 0
         self.streams.pop(stream.id, None)
         self.server.waiting.pop(stream, None)
         if stream.admitted:
@@ -722,13 +722,12 @@ class _Connection(asyncio.Protocol):
         if cancel and stream.task is not None and not stream.task.done() \
                 and stream.task is not asyncio.current_task():
             stream.task.cancel()
-        if stream.inbox is not None:
+        if stream.inbox is not None:  # its requests will not be taken now: the servicer sees the end at once
+            while not stream.inbox.empty():
+                stream.inbox.get_nowait()
             stream.inbox.put_nowait(None)
-        if stream.waiter is not None:
-            self._wake(stream)
-        if released:
-            self.queued -= released
-            self._credit(None)
+        self._wake(stream)
+        self._release(stream)
         self.server.idle_check()
 
 
