@@ -77,13 +77,14 @@ class Budget:
     window_s: float = 0.5  # measurement windows of every load figure (3 must agree within 10%)
     warmup_s: float = 0.5  # not counted, before each load figure (and each rate of the search)
     limits_budget_s: float = 3.0  # in-process onnxruntime limits (trainserve limits), seconds per device
+    limits_points: str = "all"  # trainserve limits --points: "served" spends a short budget on the compared points
     sweep_budget_s: float = 60.0  # training sweep: seconds per device (--sweep-budget-s overrides)
 
 
 QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
                train_batch=64, warmup_steps=2, compare_steps=20, accuracy_epochs=10, export_eval_samples=256, ramp_step_s=3.0,
                ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0,
-               sweep_budget_s=25.0)
+               sweep_budget_s=25.0, limits_budget_s=4.0, limits_points="served")
 # cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
               train_batch=128, warmup_steps=5, compare_steps=20, accuracy_epochs=30, export_eval_samples=1024, ramp_step_s=8.0,
@@ -246,7 +247,8 @@ class Pipeline:
         model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         budget = self.cfg.budget.limits_budget_s
         self._stage(f"limits-{device}", self.argv("limits", "--device", device, "--model", model,
-                                                  "--budget-s", f"{budget:g}", *self._run_args()),
+                                                  "--budget-s", f"{budget:g}", "--points",
+                                                  self.cfg.budget.limits_points, *self._run_args()),
                     f"onnxruntime in process on the {_label(device)}, {budget:g} s")
 
     def _serve_and_load(self, device: str) -> None:

@@ -73,7 +73,9 @@ def test_the_budget_bounds_the_measurement(run_dir, monkeypatch):
     # (result.elapsed_s leaves out the working-set probe, which runs before the budget starts)
     assert result.elapsed_s < 2 * 1.0 + max(max(p.latencies_ms) for p in result.points) / 1e3, f"{elapsed:.2f} s"
     assert len(result.points) == 2 + 1 + 2 + 3  # batch 1 at 1, 2 threads (+ spinning at 2), batch 16 at 1, 2; 2..8
-    assert not result.warnings
+    # every point measured; none had the 3 windows of 0.1 s a stable figure needs in its eighth of a second
+    assert not any("ran out" in w for w in result.warnings)
+    assert not any(p.stable for p in result.points) and "did not stabilise" in result.warnings[-1]
 
     # a budget too small for every point: at least one point, and a warning naming what was left out
     [tight] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=0.001, max_threads=2))
@@ -159,3 +161,48 @@ def test_the_instances_point_keeps_its_share_of_a_short_budget(run_dir, monkeypa
     [result] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=0.8, max_threads=2))
     assert [p.instances for p in result.points if p.sweep == "instances"] == [2]
     assert not any("instances at once" in w for w in result.warnings)
+
+
+def test_a_point_ends_once_its_windows_agree_and_records_them(run_dir):
+    [result] = measure_repository(run_dir / "model_repository",
+                                  LimitsConfig(budget_s=30.0, max_threads=1, points="served"))
+    # the tiny model is steady: each point stops after its windows agree, long before its share of 30 s
+    assert result.elapsed_s < 20
+    for p in result.points:
+        assert p.stable and len(p.windows_samples_s) >= limits.CONSECUTIVE
+        assert limits.agree(p.windows_samples_s) and 0 <= p.spread <= limits.TOLERANCE
+    records = dict(limits.records(result))
+    r = next(iter(records.values()))
+    assert r.extra["stable"] is True and len(r.extra["windows_samples_s"]) >= 3 and r.extra["spread"] >= 0
+
+
+def test_windows_agree_by_the_load_figures_rule():
+    assert limits.agree([100.0, 105.0, 95.0]) and limits.agree([1.0, 500.0, 100.0, 105.0, 95.0])
+    assert not limits.agree([100.0, 130.0, 95.0]) and not limits.agree([100.0, 100.0])
+    p = limits.Point("layout", 16, 1, False, [1.0], 3, 1.0, windows_samples_s=[90.0, 100.0, 110.0])
+    assert p.spread == pytest.approx(0.1)
+
+
+def test_served_points_measure_what_the_server_runs_and_name_the_rest(run_dir):
+    [one] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=3.0, max_threads=2, points="served"))
+    # one instance on both cores: batch 1 at 2 threads and at 1 (the server's small-batch session), batch 16 at 2
+    assert sorted((p.sweep, p.batch, p.threads, p.instances) for p in one.points) == \
+        [("layout", 16, 2, 1), ("threads", 1, 1, 1), ("threads", 1, 2, 1)]
+    assert not any(p.spinning for p in one.points)
+    assert any("spinning" in s and "--points all" in s for s in one.skipped)
+    assert any("batches 2, 4, 8" in s for s in one.skipped)
+    assert one.summary()["skipped"] == one.skipped
+
+    cfg = run_dir / "model_repository" / "tiny_cpu" / "config.pbtxt"
+    cfg.write_text(cfg.read_text().replace("count: 1 kind: KIND_CPU", "count: 2 kind: KIND_CPU"))
+    [two] = measure_repository(run_dir / "model_repository", LimitsConfig(budget_s=3.0, max_threads=2, points="served"))
+    # two instances of one thread each: the largest batch on both at once, as the server runs it
+    assert sorted((p.sweep, p.batch, p.threads, p.instances) for p in two.points) == \
+        [("instances", 16, 1, 2), ("threads", 1, 1, 1)]
+    assert two.points[-1].windows_samples_s and two.summary()["best_instances"] == 2 or \
+        two.summary()["best_batch"] == 1
+
+
+def test_points_outside_the_choices_are_refused():
+    with pytest.raises(UserError, match="--points 'some' is invalid; choose one of all, served"):
+        LimitsConfig(points="some")

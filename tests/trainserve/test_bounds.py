@@ -35,6 +35,31 @@ def test_served_throughput_above_the_in_process_best_is_an_error():
     assert bounds.check_throughput(104_000.0, 100_000.0, "cuda") is None
 
 
+def test_above_the_limit_within_the_two_spreads_is_noise_and_said_beyond_them_is_withheld():
+    limit = bounds.Limit({1: 0.5}, 10_000.0, best_spread=0.15, best_point="batch 32 on 1 thread(s)")
+    # +20%: beyond the 10% floor, within ±15% in process + ±8% served
+    assert bounds.check_throughput(12_000.0, 10_000.0, "cpu", 0.08, limit) is None
+    note = bounds.note_throughput(12_000.0, limit, "cpu", 0.08)
+    assert note is not None and "within the two measurements' spread (in process ±15%, served ±8%; 23% allowed)" \
+        in note.message and "at least 12,000 samples/s" in note.message
+    v = bounds.check_throughput(13_411.0, 10_000.0, "cpu", 0.08, limit)  # +34%: beyond them
+    assert v is not None and "batch 32 on 1 thread(s)" in v.message and "in process ±15%, served ±8%" in v.message
+    assert "13,411" not in v.message  # the withheld figure is not printed
+    assert bounds.note_throughput(13_411.0, limit, "cpu", 0.08) is None  # withheld, not noted
+    assert bounds.note_throughput(9_000.0, limit, "cpu", 0.08) is None  # below the limit: nothing to say
+    assert bounds.allowance(None, None) == bounds.NOISE  # spreads unknown: the floor
+
+
+def test_a_served_figure_s_spread_comes_from_the_windows_it_was_taken_from():
+    r = _infer("cpu", 64, 4, 10_000.0, 15.0)
+    r.extra["windows"] = [{"index": i, "requests_s": x, "requests": 100} for i, x in enumerate([50.0, 90.0, 100.0, 110.0])]
+    r.validity.stability = {"stable": True, "rule": "windows", "windows_used": [1, 2, 3]}
+    assert bounds.served_spread(r) == pytest.approx(0.1)
+    r.validity.stability = None  # no windows named: all of them
+    assert bounds.served_spread(r) == pytest.approx(30 / 87.5)
+    assert bounds.served_spread(_infer("cpu", 64, 4, 10_000.0, 15.0)) is None
+
+
 def test_a_saturated_load_generator_voids_throughput_and_latency():
     v = bounds.check_client(0.99)
     assert v is not None and {"throughput_samples_s", "p50_ms", "p99_ms"} <= set(v.fields)
@@ -155,3 +180,76 @@ def test_math_mode_is_shown_next_to_precision(tmp_path):
     assert "fp32, tf32 math, NVIDIA H200)" in " ".join(s["conclusions"])
     md = (report / "report.md").read_text()
     assert "| math mode (MFU's peak) | — | tf32 |" in md and "| peak for MFU | — | 494 TFLOP/s |" in md
+
+
+# --- a disturbed in-process measurement, end to end -----------------------------------------------
+
+def _burst(seconds: float) -> None:
+    """Busy for 150 ms, idle for 150 ms, until `seconds` pass: a neighbour whose load comes and goes."""
+    import time
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        t = time.monotonic() + 0.15
+        while time.monotonic() < t:
+            pass
+        time.sleep(0.15)
+
+
+def _served(throughput: float, spread: float) -> ProfileRecord:
+    r = _infer("cpu", 16, 4, throughput, 2.0)
+    r.extra["windows"] = [{"index": i, "requests_s": throughput / 16 * (1 + d), "requests": 500}
+                          for i, d in enumerate((-spread, 0.0, spread))]
+    r.validity.stability = {"stable": True, "rule": "windows", "reason": "agree", "windows_used": [0, 1, 2]}
+    return r
+
+
+@pytest.fixture(scope="module")
+def disturbed_limit(tmp_path_factory) -> Path:
+    """The tiny model's limits, measured while a neighbour's bursts take the machine's cores, as cnn_cpu's."""
+    import multiprocessing
+
+    from tests.loadtest.tiny_repo import build_repository
+    from trainserve.serve import limits
+
+    root = tmp_path_factory.mktemp("limits")
+    build_repository(root / "repo")
+    neighbours = [multiprocessing.get_context("spawn").Process(target=_burst, args=(30.0,)) for _ in range(2)]
+    for n in neighbours:
+        n.start()
+    try:
+        [result] = limits.measure_repository(root / "repo", limits.LimitsConfig(budget_s=3.0, max_threads=2,
+                                                                                points="served"))
+    finally:
+        for n in neighbours:
+            n.terminate()
+            n.join(10)
+    result.model = "cnn_cpu"
+    limits.save(result, root / "limits")
+    return root / "limits"
+
+
+@pytest.mark.parametrize("within", [True, False])
+def test_a_disturbed_limit_keeps_a_served_figure_within_its_spread_and_withholds_one_beyond(tmp_path, disturbed_limit,
+                                                                                           within):
+    import shutil
+
+    run = make_run(tmp_path, gpu=False)
+    shutil.copytree(disturbed_limit, run / "limits")
+    recs = [(f"limits/{p.name}", ProfileRecord.load(p)) for p in (run / "limits").rglob("b*.json")]
+    limit = bounds.limits_of(recs)[("cnn", "cpu")]
+    assert limit.best_spread is not None and limit.best_point.startswith("batch ")
+    allowed = bounds.allowance(0.12, limit.best_spread)  # > NOISE whatever the neighbour did: the old rule withheld
+    served = limit.best_throughput_samples_s * ((1 + 0.9 * allowed) if within else 3 * (1 + allowed))
+    _served(served, 0.12).save(run / "load" / "embedded-cpu-b64.json")
+    s = json.loads((build_report(run).parent / "summary.json").read_text())
+    sat = s["models"]["cnn"]["infer"]["onnxruntime"]["cpu"]["saturated"]
+    if within:
+        assert s["verdict"]["result"] == "VALID", s["verdict"]
+        assert sat["throughput_samples_s"] == pytest.approx(served)
+        notes = [w["message"] for w in s["warnings"] if w["source"] == "load/embedded-cpu-b64.json"]
+        assert any("within the two measurements' spread" in m and "noise" in m for m in notes), notes
+    else:
+        assert s["verdict"]["result"] == "INVALID"
+        assert sat["throughput_samples_s"] is None
+        error = sat["errors"]["throughput_samples_s"]["error"]
+        assert limit.best_point in error and "beyond the two measurements' spread" in error

@@ -18,7 +18,7 @@ def limits(o: Args) -> None:
     from trainserve.core.runs import existing_run_dir
     from trainserve.serve.limits import LimitsConfig, measure_repository, save
 
-    cfg = LimitsConfig(device=o.device, budget_s=o.budget_s)
+    cfg = LimitsConfig(device=o.device, budget_s=o.budget_s, points=o.points)
     folder = existing_run_dir(o.run, o.runs_dir, writable=True)
     repo = folder / "model_repository"
     if not repo.is_dir():
@@ -27,8 +27,11 @@ def limits(o: Args) -> None:
 
     def show(result, p) -> None:  # result: ModelLimits, p: Point
         spin = ", spinning" if p.spinning else ""
+        spread = "" if p.spread is None else f" ±{p.spread:.0%}"
+        steady = "" if p.stable else " (did not stabilise)"
         typer.echo(f"{result.model} {result.device} {p.sweep:<7} batch {p.batch:>4} · {p.threads} thread(s){spin} · "
-                   f"p50 {p.p50_ms:.3f} ms · {p.throughput_samples_s:,.0f} samples/s · {len(p.latencies_ms)} runs")
+                   f"p50 {p.p50_ms:.3f} ms · {p.throughput_samples_s:,.0f}{spread} samples/s · "
+                   f"{len(p.latencies_ms)} runs{steady}")
 
     for result in measure_repository(repo, cfg, o.model, progress=show):
         out = save(result, folder / "limits")
@@ -36,5 +39,7 @@ def limits(o: Args) -> None:
         typer.echo(f"{result.model} on {o.device}: batch 1 p50 {s['batch1_p50_ms']:.3f} ms at {s['batch1_threads']} "
                    f"thread(s); best {s['best_throughput_samples_s']:,.0f} samples/s at batch {s['best_batch']} "
                    f"({len(result.points)} points in {result.elapsed_s:.1f} s) -> {out}")
+        for skipped in result.skipped:
+            typer.echo(f"  skipped {skipped}")
         for w in result.warnings:
             typer.secho(f"warning: {w}", err=True, fg="yellow")

@@ -104,3 +104,6 @@ class LimitsJob(RunsDir):
     budget_s: float = opt(10.0, "Seconds for the whole device, session builds included; points are cut short to "
                                 "fit.", unit="s")
     model: str | None = opt(None, "Served model name (default: every model of the device), e.g. cnn_cpu.")
+    points: str = opt("all", "all: thread counts, every power-of-two batch and spinning; served: only the points "
+                             "served figures are set beside (batch 1 and the largest batch at the server's threads "
+                             "and instances), each given more of the budget.", choices=("all", "served"))
