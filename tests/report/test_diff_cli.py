@@ -61,3 +61,26 @@ def test_a_bad_input_is_one_sentence_and_exit_1(make_run, tmp_path, args, words)
     assert r.exit_code == 1, r.output
     assert words in r.output and "Traceback" not in r.output
     assert len([line for line in r.stderr.splitlines() if line.strip()]) == 1
+
+
+def test_report_baseline_sets_each_figure_beside_the_baselines(tmp_path):
+    from tests.trainserve.test_report import make_run as make_records
+
+    runs = tmp_path / "runs"
+    make_records(runs, "base")
+    make_records(runs, "new")
+    assert _report("base", runs).exit_code == 0
+    r = _report("new", runs, "--baseline", "base")
+    assert r.exit_code == 0, r.output
+    md = (runs / "new" / "report" / "report.md").read_text()
+    section = md[md.index("## Against the baseline base"):]
+    assert "### What differs between the runs" in section and "0 beyond the noise" in section
+    assert "| +0.0% | noise" in section
+    page = (runs / "new" / "report" / "report.html").read_text()
+    assert "<section id='baseline'>" in page
+    missing = _report("new", runs, "--baseline", "nowhere")
+    assert missing.exit_code == 1 and "run 'nowhere' not found" in missing.output and "Traceback" not in missing.output
+
+
+def _report(run, runs, *args):
+    return CliRunner().invoke(app, ["report", "--run", run, "--runs-dir", str(runs), *args])

@@ -184,20 +184,28 @@ def load_run(spec: str, runs_dir: Path | None = None) -> tuple[RunInfo, Report]:
         report: Report = from_json(Report, json.loads(path.read_text()))
     except (OSError, ValueError, TypeError) as e:
         raise UserError(f"{path} is not a summary.json this version of trainserve reads ({e})") from None
-    options = None
-    for run_json in (path.parent / "run.json", path.parent.parent / "run.json"):
+    return run_info(report, path, run_options(path)), report
+
+
+def run_options(summary: Path) -> dict[str, Any] | None:
+    """The run.json beside a run's summary.json (in its folder or the run's), None when there is none."""
+    for run_json in (summary.parent / "run.json", summary.parent.parent / "run.json"):
         if run_json.is_file():
             try:
-                options = json.loads(run_json.read_text())
+                return json.loads(run_json.read_text())
             except (OSError, ValueError):
-                options = None
-            break
+                return None
+    return None
+
+
+def run_info(report: Report, summary: Path, options: dict[str, Any] | None) -> RunInfo:
+    """A report's identity for the diff: its host, versions, flattened model card, and options."""
     m = report.machines[0] if report.machines else None
     host = {} if m is None else {
         "CPU": m.cpu_model, "logical CPUs": m.logical_cpus,
         "memory (GiB)": None if m.memory_bytes is None else round(m.memory_bytes / 2**30, 1),
         "GPUs": ", ".join(m.gpus) or "none", "platform": m.platform, "python": m.python}
-    return RunInfo(report.run, str(path), host, dict(report.versions), _flat(report.card or {}), options), report
+    return RunInfo(report.run, str(summary), host, dict(report.versions), _flat(report.card or {}), options)
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

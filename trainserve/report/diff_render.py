@@ -111,9 +111,15 @@ def markdown(diff: Diff, figures: dict[str, bytes] | None = None, image_dir: str
     (the caller writes them), else embedded as a data URI."""
     figures = charts(diff) if figures is None else figures
     out = [f"# trainserve diff: {diff.b.name} against {diff.a.name}", "",
-           f"A: `{diff.a.summary_path}`  ", f"B: `{diff.b.summary_path}`", "", headline(diff), "",
-           NOISE_RULE.format(band=f"{diff.noise_pct:g}"), "",
-           "## What differs between the runs", ""]
+           f"A: `{diff.a.summary_path}`  ", f"B: `{diff.b.summary_path}`", ""]
+    return "\n".join(out + md_body(diff, figures, image_dir)) + "\n"
+
+
+def md_body(diff: Diff, figures: dict[str, bytes], image_dir: str | None, level: int = 2) -> list[str]:
+    """The diff's Markdown below its title, its headings at `level` (the report nests it one deeper)."""
+    h = "#" * level
+    out = [headline(diff), "", NOISE_RULE.format(band=f"{diff.noise_pct:g}"), "",
+           f"{h} What differs between the runs", ""]
     if diff.differences:
         out += ["| section | name | A | B |", "| --- | --- | --- | --- |"]
         out += [f"| {d.section} | {_md_cell(d.name)} | {_md_cell(_shown(d.a))} | {_md_cell(_shown(d.b))} |"
@@ -121,7 +127,7 @@ def markdown(diff: Diff, figures: dict[str, bytes] | None = None, image_dir: str
     else:
         out.append("Nothing differs between the runs' hosts, versions, model cards and options.")
     for title, changes in sections(diff).items():
-        out += ["", f"## {title}", ""]
+        out += ["", f"{h} {title}", ""]
         if title in figures:
             src = f"{image_dir}/{chart_file(title)}" if image_dir else \
                 f"data:image/png;base64,{base64.b64encode(figures[title]).decode()}"
@@ -130,16 +136,18 @@ def markdown(diff: Diff, figures: dict[str, bytes] | None = None, image_dir: str
         out += [f"| {c.scenario} {c.name} ({c.unit}) | {_md_cell(point_text(c.point))} | {value(c.a, c.a_spread)} | "
                 f"{value(c.b, c.b_spread)} | {change_text(c)} | {verdict(c, diff.noise_pct)} |" for c in changes]
     if diff.apart:
-        out += ["", "## Figures apart (not compared)", "", "| figure | why | values |", "| --- | --- | --- |"]
+        out += ["", f"{h} Figures apart (not compared)", "", "| figure | why | values |", "| --- | --- | --- |"]
         out += [f"| {x.model} {x.device} {x.scenario} {x.name} | {_REASON[x.reason]} | {_md_cell(apart_text(x))} |"
                 for x in diff.apart]
-    return "\n".join(out) + "\n"
+    return out
 
 
 def chart_file(title: str) -> str:
     return "diff-" + "".join(ch if ch.isalnum() else "-" for ch in title) + ".png"
 
 
+SECTION_CSS = "td.n { text-align:right; white-space:nowrap; } tr.better td { background:#eef8e6; } " \
+              "tr.worse td { background:#fdecec; }"  # what a diff inside the report page needs beyond its CSS
 CSS = """
 body { margin:0 auto; max-width:1100px; padding:20px 32px 48px; color:#1d2330;
        font: 14px/1.5 system-ui, -apple-system, "Segoe UI", Roboto, Helvetica, Arial, sans-serif; }
@@ -160,7 +168,16 @@ def html(diff: Diff, figures: dict[str, bytes] | None = None) -> str:
            f"<title>trainserve diff — {e(diff.b.name)} against {e(diff.a.name)}</title><style>{CSS}</style></head>"
            "<body>", f"<h1>{e(diff.b.name)} (B) against {e(diff.a.name)} (A)</h1>",
            f"<p class='muted'>A: <code>{e(diff.a.summary_path)}</code><br>B: <code>{e(diff.b.summary_path)}</code>"
-           f"</p><p>{e(headline(diff))}</p><p class='muted'>{e(NOISE_RULE.format(band=f'{diff.noise_pct:g}'))}</p>", "<h2>What differs between the runs</h2>"]
+           "</p>", html_body(diff, figures),
+           "<footer class='muted'>Made by <code>trainserve diff</code>.</footer></body></html>"]
+    return "\n".join(out)
+
+
+def html_body(diff: Diff, figures: dict[str, bytes], level: int = 2) -> str:
+    """The diff's HTML below its title, its headings at `level`."""
+    e, h = escape, f"h{level}"
+    out = [f"<p>{e(headline(diff))}</p><p class='muted'>{e(NOISE_RULE.format(band=f'{diff.noise_pct:g}'))}</p>",
+           f"<{h}>What differs between the runs</{h}>"]
     if diff.differences:
         out.append("<table><tr><th>section</th><th>name</th><th>A</th><th>B</th></tr>")
         out += [f"<tr><td>{e(d.section)}</td><td>{e(d.name)}</td><td>{e(_shown(d.a))}</td><td>{e(_shown(d.b))}</td>"
@@ -169,7 +186,7 @@ def html(diff: Diff, figures: dict[str, bytes] | None = None) -> str:
     else:
         out.append("<p>Nothing differs between the runs' hosts, versions, model cards and options.</p>")
     for title, changes in sections(diff).items():
-        out.append(f"<h2>{e(title)}</h2>")
+        out.append(f"<{h}>{e(title)}</{h}>")
         if title in figures:
             out.append(f"<img alt='{e(title)}: each figure of B as a percentage of A, with 95% CIs' "
                        f"src='data:image/png;base64,{base64.b64encode(figures[title]).decode()}'>")
@@ -181,11 +198,10 @@ def html(diff: Diff, figures: dict[str, bytes] | None = None) -> str:
                        f"<td class='n'>{e(change_text(c))}</td><td>{e(verdict(c, diff.noise_pct))}</td></tr>")
         out.append("</table>")
     if diff.apart:
-        out.append("<h2>Figures apart (not compared)</h2><table><tr><th>figure</th><th>why</th><th>values</th></tr>")
+        out.append(f"<{h}>Figures apart (not compared)</{h}><table><tr><th>figure</th><th>why</th><th>values</th></tr>")
         out += [f"<tr><td>{e(f'{x.model} {x.device} {x.scenario} {x.name}')}</td><td>{e(_REASON[x.reason])}</td>"
                 f"<td>{e(apart_text(x))}</td></tr>" for x in diff.apart]
         out.append("</table>")
-    out.append("<footer class='muted'>Made by <code>trainserve diff</code>.</footer></body></html>")
     return "\n".join(out)
 
 
