@@ -62,7 +62,7 @@ def test_the_command_line_parses_to_the_trees_defaults():
     group = typer.main.get_command(app)
     for name, command in COMMANDS.items():
         cmd = group if name == "trainserve" else group.commands[name]
-        params = {p.name: p for p in cmd.params if p.param_type_name == "option" and p.name != "help"}
+        params = {p.name: p for p in cmd.params if p.param_type_name in ("option", "argument") and p.name != "help"}
         assert set(params) == {o.name for o in command.options()}, name
         for o in command.options():
             p = params[o.name]

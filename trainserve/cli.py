@@ -16,6 +16,7 @@ from typing import ParamSpec, TypeVar
 
 import typer
 
+from trainserve.commands import diff as _diff
 from trainserve.commands import export as _export
 from trainserve.commands._typer import Args, options_of
 from trainserve.commands import limits as _limits
@@ -91,6 +92,7 @@ app.command("load")(user_errors(_load.load))
 app.command("limits")(user_errors(_limits.limits))
 app.command("report")(user_errors(_report.report))
 app.command("plan")(user_errors(_plan.plan))
+app.command("diff")(user_errors(_diff.diff))
 app.command("run")(user_errors(_run.run))
 
 

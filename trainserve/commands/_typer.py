@@ -55,7 +55,8 @@ def parameter(o: Option) -> inspect.Parameter:
         if default not in (REQUIRED, None):
             default = enum(default)
     # every option names itself (typer 0.27 derived `--USERS` for a field `users` whose metavar is USERS)
-    info = typer.Option(*o.cli_names, help=o.meta.help, metavar=_metavar(o))
+    info = typer.Argument(help=o.meta.help, metavar=o.flag, show_default=False) if o.meta.argument else \
+        typer.Option(*o.cli_names, help=o.meta.help, metavar=_metavar(o))
     return inspect.Parameter(o.name, inspect.Parameter.KEYWORD_ONLY, annotation=Annotated[kind, info],
                              default=inspect.Parameter.empty if default is REQUIRED else default)
 

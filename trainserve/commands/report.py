@@ -21,7 +21,7 @@ def report(o: Args) -> None:
     from trainserve.report.cost import CostOptions
 
     opts = CostOptions.of(o)
-    html, lines = write_report(existing_run_dir(o.run, o.runs_dir), opts)
+    html, lines = write_report(existing_run_dir(o.run, o.runs_dir), opts, baseline=o.baseline, runs_dir=o.runs_dir)
     for line in lines:
         typer.echo(line)
     typer.echo(f"report: {html}")

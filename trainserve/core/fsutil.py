@@ -26,12 +26,21 @@ DIR_MODE = 0o777 & ~_umask()
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Write to a temporary name in the same folder, then rename over `path`."""
+    _write_atomic(path, text, "w")
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """`write_text_atomic` for bytes (a PNG)."""
+    _write_atomic(path, data, "wb")
+
+
+def _write_atomic(path: Path, data: str | bytes, mode: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, FILE_MODE)
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            f.write(data)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

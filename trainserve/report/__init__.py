@@ -8,6 +8,7 @@ replaces a good one; `write_report` does the same and also gives the cost and pl
 from __future__ import annotations
 
 import logging
+from html import escape
 from pathlib import Path
 
 from trainserve.core.errors import UserError
@@ -23,6 +24,9 @@ from trainserve.report.plan import capacity_plan
 from trainserve.report.plots import model_figures
 from trainserve.report.render import html_report, markdown_report
 from trainserve.report.typed import to_json
+from trainserve.report import diff_plot, diff_render
+from trainserve.report.diff import diff_runs, load_run, run_info, run_options
+from trainserve.report.sections import Report
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +39,12 @@ def build_report(run_dir: Path, cost: CostOptions | None = None) -> Path:
     return write_report(run_dir, cost)[0]
 
 
-def write_report(run_dir: Path, cost: CostOptions | None = None) -> tuple[Path, list[str]]:
-    """`build_report`, and the cost and plan lines for the CLI to print (from the sections just computed)."""
+def write_report(run_dir: Path, cost: CostOptions | None = None, baseline: str | None = None,
+                 runs_dir: Path | None = None) -> tuple[Path, list[str]]:
+    """`build_report`, and the cost and plan lines for the CLI to print (from the sections just computed).
+
+    `baseline`: a run (as `trainserve diff` names one, in `runs_dir`) whose figures and the change from them
+    the report shows after its summary."""
 
     collection = collect(run_dir)
     if not collection.entries:
@@ -55,13 +63,32 @@ def write_report(run_dir: Path, cost: CostOptions | None = None) -> tuple[Path, 
         figures.update(model_figures(section))
         figures.update(attribution_figures(section))
     final = run_dir / "report"
+    base_html, base_md = "", []
+    if baseline is not None:
+        base_html, base_md, charts = baseline_section(baseline, runs_dir, report, final / "summary.json", run_dir)
+        figures.update(charts)
     with staged_dir(final) as tmp:
         for name, png in figures.items():
             (tmp / name).write_bytes(png)
         write_json_atomic(tmp / "summary.json", to_json(report))
         perf_csv.write_all(collection, tmp)  # perf_analyzer/<record>.csv: perf_analyzer's -f columns
-        write_text_atomic(tmp / "report.md", markdown_report(report, figures))
-        write_text_atomic(tmp / "report.html", html_report(report, figures))
+        write_text_atomic(tmp / "report.md", markdown_report(report, figures, base_md))
+        write_text_atomic(tmp / "report.html", html_report(report, figures, base_html))
     log.debug("report of %d records written to %s", len(collection.entries), final)
     return final / "report.html", cost_lines(report.costs, report.plan)
 
+
+
+def baseline_section(baseline: str, runs_dir: Path | None, report: Report, summary: Path,
+                     run_dir: Path) -> tuple[str, list[str], dict[str, bytes]]:
+    """The report's "Against the baseline" section as HTML and Markdown, and its charts by file name."""
+    base_info, base = load_run(baseline, runs_dir)
+    d = diff_runs(base_info, base, run_info(report, summary, run_options(run_dir / "report" / "summary.json")), report)
+    charts = diff_plot.charts(d)
+    title = f"Against the baseline {base_info.name}"
+    html = (f"<section id='baseline'><style>{diff_render.SECTION_CSS}</style><h2>{escape(title)}</h2><p>A is the baseline "
+            f"<code>{escape(base_info.summary_path)}</code>, B this run.</p>{diff_render.html_body(d, charts, 3)}"
+            "</section>")
+    md = [f"## {title}", "", f"A is the baseline `{base_info.summary_path}`, B this run.", "",
+          *diff_render.md_body(d, charts, ".", 3), ""]
+    return html, md, {diff_render.chart_file(t): png for t, png in charts.items()}

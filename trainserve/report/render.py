@@ -112,13 +112,14 @@ td.path code { overflow-wrap:anywhere; }
 """
 
 
-def html_report(summary: Report, figures: dict[str, bytes]) -> str:
+def html_report(summary: Report, figures: dict[str, bytes], baseline: str = "") -> str:
+    """The report page; `baseline`: the section that sets it against a baseline run (report/diff_render.py)."""
     parts = [
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>trainserve report — {escape(summary.run)}</title><style>{CSS}{withheld.CSS}{cost_render.CSS}"
         "</style></head><body>",
-        _html_header(summary), "<main>", scenarios.verdict_html(summary), _html_summary(summary),
+        _html_header(summary), "<main>", scenarios.verdict_html(summary), _html_summary(summary), baseline,
         scenarios.html_section(summary), cost_render.html_section(summary, figures),
         withheld.html_section(summary),
     ]
@@ -468,7 +469,7 @@ def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines + [""]
 
 
-def markdown_report(summary: Report, figures: dict[str, bytes]) -> str:
+def markdown_report(summary: Report, figures: dict[str, bytes], baseline: list[str] | None = None) -> str:
     s = summary
     md = [f"# Training vs serving — run `{s.run}`", "",
           f"{len(s.records)} profile records · generated {s.generated}", ""]
@@ -485,6 +486,7 @@ def markdown_report(summary: Report, figures: dict[str, bytes]) -> str:
     md += [""] + scenarios.verdict_md(s)
     md += ["## Summary", ""]
     md += [f"- **{h.text}**" for h in s.headline] + [f"- {c}" for c in _after_headline(s)] + [""]
+    md += baseline or []
     md += scenarios.md_section(s, _md_table)
     md += withheld.md_section(s)
     rows = []

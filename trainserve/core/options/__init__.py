@@ -8,5 +8,6 @@ docs/options.md are generated from these trees (tests/test_options.py checks tha
     load      Shared, LocustOptions (Locust's parser and web form), LoadJob
     cost      SloOptions, CostFlags (run, report, plan)
     run       RunOptions
+    diff      DiffJob
     commands  which trees each command reads (COMMANDS)
 """

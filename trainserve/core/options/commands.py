@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from trainserve.core.options.common import GlobalOptions
 from trainserve.core.options.cost import CostFlags, PlanJob, ReportJob
+from trainserve.core.options.diff import DiffJob
 from trainserve.core.options.load import LoadJob, LocustOptions
 from trainserve.core.options.run import RunOptions
 from trainserve.core.options.serve import ExportJob, LimitsJob, RepositoryOptions, ServeOptions
@@ -23,6 +24,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     command("limits", LimitsJob),
     command("report", ReportJob, CostFlags),
     command("plan", PlanJob, CostFlags, required=("qps", "slo_p99_ms")),
+    command("diff", DiffJob),
     command("run", ModelOptions, RunOptions, CostFlags),
 )}
 # Locust's own parser (loadtest/options.py) reads LocustOptions; listed here for docs/options.md

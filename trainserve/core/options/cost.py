@@ -48,6 +48,8 @@ class ReportJob(RunsDir):
     """`trainserve report`: which run (with CostFlags)."""
 
     run: str = opt(REQUIRED, "Run whose profile records to report.")
+    baseline: str | None = opt(None, "A run to set this one against: the report adds its figures, each change and "
+                                     "whether it is beyond the noise (as `trainserve diff BASELINE RUN`).")
 
 
 @dataclass(kw_only=True)

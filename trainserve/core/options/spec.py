@@ -29,6 +29,7 @@ class Opt:
     cli: bool = True  # False: a setting of the library only, not on any command line
     cli_type: Any = None  # the type typer parses when it differs from the field's (e.g. "3,64,64" -> tuple)
     required: bool = False  # the command line must give it (the field may still have a default)
+    argument: bool = False  # a positional argument (`trainserve diff RUN_A RUN_B`), named by its metavar
     # Locust: in the web UI's start form, labelled `label`, with `web_help` for words where the command
     # line's help names other options by their flags
     web: bool = False
@@ -61,6 +62,8 @@ class Option:
 
     @property
     def flag(self) -> str:
+        if self.meta.argument:
+            return self.name.upper()
         return self.meta.flags[0] if self.meta.flags else "--" + self.name.replace("_", "-")
 
     @property
@@ -70,7 +73,7 @@ class Option:
     @property
     def cli_names(self) -> tuple[str, ...]:
         """The command line's declarations: a switch without flags of its own is typer's pair --x/--no-x."""
-        if self.type is bool and not self.meta.flags:
+        if self.type is bool and not self.meta.flags and not self.meta.argument:
             return (f"{self.flag}/--no-{self.flag[2:]}",) + self.meta.aliases
         return self.names
 
