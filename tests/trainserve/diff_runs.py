@@ -1,4 +1,4 @@
-"""Crafted runs for the diff: the example report's summary.json (a real GPU host's run), copied and changed."""
+"""Runs for the diff tests: the example report's summary.json, changed figure by figure."""
 
 from __future__ import annotations
 

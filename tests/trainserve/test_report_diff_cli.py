@@ -8,7 +8,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from tests.report.conftest import scale
+from tests.trainserve.diff_runs import example, make_run, scale  # noqa: F401 (fixtures)
 from trainserve.cli import app
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.report.conftest import scale
+from tests.trainserve.diff_runs import example, make_run, scale  # noqa: F401 (fixtures)
 from trainserve.core.errors import UserError
 from trainserve.report.diff import Spread, diff_runs, load_run, parse_noise, welch_p
 from trainserve.report.diff_gate import breaches, parse_fail_on
