@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from trainserve.core.profile import ProfileRecord
-from trainserve.core.served import Bound, ClientCpu, Served, as_dict, decide_bound
+from trainserve.core.served import IN_FLIGHT_FRACTION, Bound, ClientCpu, Served, as_dict, decide_bound, in_flight
 from trainserve.loadtest.attribution import attribute, calibrate_client
 from trainserve.loadtest.clientcpu import from_results
 from trainserve.loadtest.model_info import ModelInfo
@@ -86,8 +86,7 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
         if reason.startswith("p99 "):  # "p99 X ms > Y ms" ("> SLO Y ms" in records written before the two names)
             served.bound = Bound("slo", f"{RAMP_STOP}: the next step had {reason}")
         elif "grew less" in reason:
-            served.bound = Bound("plateau", f"a plateau: {reason}, while neither the device, the front end nor the "
-                                            "client was measured saturated (a limit this run does not measure)")
+            served.bound = _plateau(near, reason)
         else:
             served.bound = Bound("load", f"the offered load: {reason or 'the ramp reached its user or time limit'}")
         return
@@ -95,6 +94,20 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
     served.bound = _decide(record, _search_client(record) or served.client, served.device_busy_fraction,
                            front if front is not None else served.frontend_cpu_cores, _search_broke(record),
                            step_server_cores=whole)
+
+
+def _plateau(near: list[dict[str, Any]], reason: str) -> Bound:
+    """Throughput stopped growing with users. Little's law tells who held it: users that each had a request in flight
+    turned into latency, so the server queued; users without one were waiting on the load generator."""
+    last = near[-1] if near else {}
+    users, n = last.get("users"), in_flight(last)
+    if users and n is not None and n < IN_FLIGHT_FRACTION * users:
+        return Bound("client", f"the client: its {users} closed-loop users kept only {n:.1f} requests in flight "
+                               f"(requests/s x mean latency), so they waited on the load generator, not the server; "
+                               "add --processes")
+    held = f" ({n:.1f} of {users} users' requests in flight: the added users became queueing)" if users and n else ""
+    return Bound("plateau", f"a plateau: {reason}{held}, while neither the device, the front end nor the client was "
+                            "measured saturated (a limit this run does not measure)")
 
 
 def _near_capacity(record: ProfileRecord) -> tuple[float | None, float | None]:

@@ -167,3 +167,25 @@ def test_a_searchs_bound_reads_the_servers_cpu_at_its_capacity_and_the_next_rate
     r = _probed_search()
     add_server_cpu(r, _timeline({0.0: 200.0, 10.0: 480.0, 20.0: 300.0, 30.0: 455.0}), 1000.0, 360.0, own, 75.0)
     assert r.served.bound.kind == "frontend" and "3.70 cores for 4 front-end processes" in r.served.bound.detail
+
+
+def _plateau_record(next_mean_ms: float) -> ProfileRecord:
+    """9 users at 1.3 ms (6,960 req/s, every user in flight), then 11 users adding < 5% throughput."""
+    r = _ramp_record()
+    r.extra["ramp"] = [
+        {"users": 9, "requests_s": 6960.0, "mean_ms": 1.3, "p99_ms": 3.0},
+        {"users": 11, "requests_s": 7100.0, "mean_ms": next_mean_ms, "p99_ms": 3.5},
+    ]
+    r.extra["saturation"] = {"users": 9, "requests_s": 6960.0, "reason": "throughput grew less than 5%"}
+    return r
+
+
+def test_a_plateau_whose_users_were_not_in_flight_is_the_clients() -> None:
+    # 11 users at 1.3 ms each carry 8,460 req/s; 7,100 measured: 9.2 requests in flight, the rest waited on Locust
+    r = _plateau_record(next_mean_ms=1.3)
+    redecide(r)
+    assert r.served.bound.kind == "client" and "kept only 9.2 requests in flight" in r.served.bound.detail
+    # the same users all in flight (latency grew to 1.55 ms): the server queued them, a plateau of the server's
+    q = _plateau_record(next_mean_ms=1.55)
+    redecide(q)
+    assert q.served.bound.kind == "plateau" and "11.0 of 11 users' requests in flight" in q.served.bound.detail

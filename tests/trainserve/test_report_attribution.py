@@ -65,7 +65,8 @@ def test_summary_carries_each_points_split_and_bound(report: Path) -> None:
     assert "the server adds 6.20 ms by its own statistics (queue 2.00 ms, compute 4.00 ms, front end 0.20 ms)" in text
     assert ("cnn on the CPU: the closed-loop ramp's highest load within its stop condition (p99 ≤ 20 ms) is 1,957 req/s "
             "at 2 users, bounded by the "
-            "ramp's stop (--ramp-stop-p99-ms): the next step had p99 31 ms > 20 ms.") in text
+            "ramp's stop (--ramp-stop-p99-ms): the next step had p99 31 ms > 20 ms; a closed-loop figure set by its "
+            "users, not a capacity (the Server scenario was not measured).") in text
 
 
 def test_html_and_markdown_show_the_stacked_bars_and_the_bounds(report: Path) -> None:
@@ -99,3 +100,17 @@ def test_the_chart_draws_one_bar_per_point_and_nothing_without_a_split() -> None
               point("CPU · batch 1 · 8 users", "cpu", None, None)]
     assert attribution_chart("m", points).startswith(b"\x89PNG")
     assert attribution_chart("m", points[2:]) is None
+
+
+def test_a_ramp_s_figure_is_named_beside_the_server_scenario_s_capacity():
+    from types import SimpleNamespace
+
+    from trainserve.report.sentences import _not_capacity
+
+    row = SimpleNamespace(capacity_req_s=55_679.0, lower_bound=False, slo_p99_ms=20.0)
+    s = SimpleNamespace(scenarios={"cuda": {"Server": row}})
+    assert _not_capacity(s, "cuda") == ("a closed-loop figure set by its users, not a capacity: the Server scenario's "
+                                        "capacity, Poisson arrivals within p99 ≤ 20 ms, is 55,679 req/s")
+    row.lower_bound = True
+    assert "is at least 55,679 req/s" in _not_capacity(s, "cuda")
+    assert "the Server scenario was not measured" in _not_capacity(s, "cpu")

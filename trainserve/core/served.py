@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 BUSY_FRACTION = 0.9  # a device, a front end or a client at or above this share of its capacity is saturated
+IN_FLIGHT_FRACTION = 0.9  # closed-loop users keep ~all their requests in flight; fewer: the client held them back
 BOUND_KINDS = ("client", "device", "frontend", "slo", "plateau", "load")
 
 
@@ -133,3 +134,9 @@ def as_dict(obj: Any) -> Any:
     import dataclasses
 
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def in_flight(row: dict[str, Any]) -> float | None:
+    """Requests a closed-loop step kept in flight on average: requests/s x mean latency (Little's law)."""
+    x, r = row.get("requests_s"), row.get("mean_ms")
+    return x * r / 1000 if isinstance(x, (int, float)) and isinstance(r, (int, float)) else None

@@ -49,6 +49,7 @@ from trainserve.report.sections import (
     Verdict,
 )
 from trainserve.report.sentences import conclusions, headline
+from trainserve.report import invariants
 from trainserve.report.verdict import screen_headline, verdict
 
 SUMMARY_SCHEMA_VERSION = 1
@@ -71,7 +72,7 @@ def analyse(collection: Collection) -> Report:
         # an ONNX file trained elsewhere (trainserve run --onnx): its training columns say so, not "not measured"
         models[name].trained_here = (collection.card or {}).get("family") != "onnx"
         models[name].scenarios = scenarios.models.get(name, {})  # the plan and cost read the Server figure
-    judged = Verdict(**verdict(entries, withheld.summary_errors(entries)))
+    judged = Verdict(**verdict(entries, withheld.summary_errors(entries), invariants.reasons(entries, models)))
     for m in models.values():  # a conclusion resting on an INVALID record says so (the headline is screened below)
         m.conclusions = conclusions(m, judged.invalid_sources)
     all_conclusions = [c for m in models.values() for c in m.conclusions]

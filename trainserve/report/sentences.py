@@ -284,8 +284,20 @@ def _capacities(s: ModelSection) -> list[tuple[str, str]]:
             continue
         slo = f" (p99 ≤ {c.slo_p99_ms:g} ms)" if c.slo_p99_ms else ""
         out.append((c.source, f"{where}: the closed-loop ramp's highest load within its stop condition{slo} is "
-                   f"{u.num(c.requests_s)} req/s at {c.users} users, bounded by {b.get('detail', 'a limit not measured')}."))
+                   f"{u.num(c.requests_s)} req/s at {c.users} users, bounded by {b.get('detail', 'a limit not measured')}"
+                   f"; {_not_capacity(s, c.device)}."))
     return out
+
+
+def _not_capacity(s: ModelSection, device: str) -> str:
+    """What a ramp's figure is beside the Server scenario's: closed-loop users set a ramp's rate, so it is not the
+    capacity; the capacity that cost and plan use is the Server scenario's, named as such."""
+    row = (s.scenarios.get(device) or {}).get("Server")
+    if row is None or row.capacity_req_s is None:
+        return "a closed-loop figure set by its users, not a capacity (the Server scenario was not measured)"
+    at_least = "at least " if row.lower_bound else ""
+    return (f"a closed-loop figure set by its users, not a capacity: the Server scenario's capacity, Poisson arrivals "
+            f"within p99 ≤ {row.slo_p99_ms:g} ms, is {at_least}{u.num(row.capacity_req_s)} req/s")
 
 
 def server_adds(s: ModelSection) -> list[str]:

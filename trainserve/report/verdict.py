@@ -11,6 +11,10 @@ A load figure is held against five checks, each a reason of its own kind:
   a latency (SingleStream, Server); an Offline figure is a throughput (as in MLPerf), so its
   percentiles are shown with their request count but do not make it invalid.
 
+Beyond each record's own flags, figures are checked against each other (report/invariants.py: a peak
+at least its parts, a meter on its record's own device, a working set on both sides of a memory
+comparison, a client-held ramp said to be the client's, every version known).
+
 The closed-loop ramp is a curve, not a figure: only its client's saturation is checked. In-process
 limits are checked for withheld figures only. Each headline entry is written only when no figure it
 rests on is INVALID (screen_headline).
@@ -21,11 +25,12 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.report.collect import Entry
+from trainserve.report.invariants import KINDS as INVARIANT_KINDS
 from trainserve.report.limits import is_limit
 from trainserve.report.sections import HeadlineConclusion, HeadlineSpeedup, ModelSection, Report
 
 MAX_ERROR_FRACTION = 0.001
-KINDS = ("unstable", "client_saturated", "errors", "withheld", "too_few_requests")
+KINDS = ("unstable", "client_saturated", "errors", "withheld", "too_few_requests") + INVARIANT_KINDS
 
 
 def reasons_of(e: Entry) -> list[dict[str, Any]]:
@@ -62,12 +67,15 @@ def reasons_of(e: Entry) -> list[dict[str, Any]]:
     return out
 
 
-def verdict(entries: list[Entry], withheld_errors: list[dict[str, Any]]) -> dict[str, Any]:
-    """summary.json's "verdict": {"result", "reasons": [{"kind", "source", "message"}], "invalid_sources"}."""
+def verdict(entries: list[Entry], withheld_errors: list[dict[str, Any]],
+            cross_checks: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """summary.json's "verdict": {"result", "reasons": [{"kind", "source", "message"}], "invalid_sources"};
+    `cross_checks` are the failed checks of figures against each other (report/invariants.py)."""
     reasons = [reason for e in entries for reason in reasons_of(e)]
     for err in withheld_errors:
         reasons.append({"kind": "withheld", "source": err.get("source"),
                         "message": f"a bound check withheld a figure: {err.get('message') or err.get('error')}"})
+    reasons += list(cross_checks)
     return {"result": "INVALID" if reasons else "VALID", "reasons": reasons, "checked": len(entries),
             "invalid_sources": sorted({r["source"] for r in reasons if r["source"]})}
 
