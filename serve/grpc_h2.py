@@ -57,7 +57,12 @@ from hpack import Decoder
 from hpack.exceptions import HPACKError
 from tritonclient.grpc import service_pb2 as pb
 
-from trainserve.serve import refusals
+from trainserve.serve import h2_rules as rules, refusals
+from trainserve.serve.h2_rules import (
+    ACK, CANCEL, COMPRESSION_ERROR, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR, GOAWAY, HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PRIORITY, PRIORITY_FLAG, PROTOCOL_ERROR,
+    PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, S_HEADER_TABLE_SIZE, S_INITIAL_WINDOW_SIZE, S_MAX_CONCURRENT_STREAMS,
+    S_MAX_FRAME_SIZE, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE, H2Error)
 from trainserve.serve.errors import RequestTimeout, TooManyConnections
 from trainserve.serve.grpc_guard import STREAM as STREAM_INFER, CallGuard
 from trainserve.core.errors import UserError
@@ -66,23 +71,19 @@ from trainserve.serve.grpc_server import GrpcConfig, GrpcServer, InferenceServic
 log = logging.getLogger(__name__)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR = \
-    0x0, 0x1, 0x3, 0x6, 0x7, 0x9
-ENHANCE_YOUR_CALM = 0xB
-S_HEADER_TABLE_SIZE, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 0x1, 0x3, 0x4, 0x5
 
 RECV_WINDOW = 1 << 24  # bytes a client may send ahead of what the server has read, per stream and per connection
 MAX_FRAME = 1 << 20  # the largest frame the server takes (advertised); fewer frames per large request
 DEFAULT_WINDOW = 65_535  # HTTP/2's initial flow-control window, until the client's SETTINGS say otherwise
-MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (with its CONTINUATIONs) ends the connection
+MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (HEADERS and CONTINUATIONs) ends the connection
+MAX_CONTINUATIONS = 32  # CONTINUATION frames in one header block past which the connection is ended
 MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one more is refused (REFUSED_STREAM)
 CONTROL_BACKLOG = 1 << 20  # unread bytes queued for a client past which its PING / SETTINGS end the connection
 RESET_BURST = 200  # calls a client may cancel at once (RST_STREAM of a call still open) ...
 RESET_RATE = 100.0  # ... and per second after that, before the connection is ended as a rapid-reset flood
 OUT_BACKLOG = 1 << 20  # bytes of a ModelStreamInfer stream's unsent replies past which it takes no more requests
-PARTIAL_FLOOR = 256 << 20  # bytes of incomplete messages one connection may hold: this, or 4 messages at the limit
+PARTIAL_FLOOR = 256 << 20  # bytes of request messages one connection may hold: this, or 4 messages at the limit
+RECENT_CLOSED = 2 * 1024  # closed streams remembered per connection, to tell their late frames from a client's errors
 
 SERVICE = "/inference.GRPCInferenceService/"
 
@@ -177,7 +178,8 @@ class _Stream:
     """One call: what has arrived of its messages, and what waits to be sent on it."""
 
     __slots__ = ("id", "path", "data", "messages", "ended", "send_window", "pending", "task", "since", "encoding",
-                 "deadline", "inbox", "closed", "recv_unacked", "admitted", "queued", "unsent", "waiter")
+                 "deadline", "inbox", "closed", "recv_unacked", "admitted", "queued", "unsent", "waiter",
+                 "parked_since")
 
     def __init__(self, stream_id: int, path: str, send_window: int) -> None:
         self.id = stream_id
@@ -198,6 +200,7 @@ class _Stream:
         self.queued = 0  # bytes of complete messages not yet taken (the inbox's, or a unary call's before END_STREAM)
         self.unsent = 0  # bytes of DATA in `pending`
         self.waiter: asyncio.Future | None = None  # set when `unsent` falls back within OUT_BACKLOG, or the stream ends
+        self.parked_since = 0.0  # loop time its reply began waiting for the client's windows (0: it is not)
 
 
 class _Connection(asyncio.Protocol):
@@ -215,6 +218,8 @@ class _Connection(asyncio.Protocol):
         self.header_block: bytearray | None = None  # a header block waiting for its CONTINUATION frames
         self.header_stream = 0
         self.header_flags = 0
+        self.header_frames = 0  # CONTINUATION frames of the header block so far
+        self.closed_ids: dict[int, bool] = {}  # recently closed stream -> whether the client may still send on it
         self.peer_window = DEFAULT_WINDOW  # the client's initial window for each stream
         self.peer_frame = 16_384  # the largest frame the client takes
         self.send_window = DEFAULT_WINDOW  # connection-level window for what the server sends
@@ -291,12 +296,13 @@ class _Connection(asyncio.Protocol):
         buf += data
         pos = 0
         if not self.preface:
-            if len(buf) < 24:
-                if not PREFACE.startswith(bytes(buf)):
+            if len(buf) < 33:  # the preface, and the header of the client's first frame (SETTINGS, RFC 9113 §3.4)
+                if not PREFACE.startswith(bytes(buf[:24])):
                     self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
                 return
-            if buf[:24] != PREFACE:
-                self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+            if buf[:24] != PREFACE or buf[27] != SETTINGS:
+                self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface" if buf[:24] != PREFACE
+                              else "the connection preface was not followed by SETTINGS")
                 return
             self.preface = True
             pos = 24
@@ -306,16 +312,25 @@ class _Connection(asyncio.Protocol):
             while end - pos >= 9:
                 hi, lo, kind, flags, stream_id = _HEAD.unpack_from(buf, pos)
                 length = (hi << 16) | lo
-                if length > MAX_FRAME:
-                    self._abandon(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds {MAX_FRAME}")
+                if length > MAX_HEADER_BLOCK and (length > MAX_FRAME or kind == HEADERS or kind == CONTINUATION):
+                    if length > MAX_FRAME:
+                        self._abandon(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds {MAX_FRAME}")
+                    else:  # refused from its frame header, before a byte of it is buffered or decoded
+                        self._flood(f"a header block of {length} bytes, more than {MAX_HEADER_BLOCK}")
                     return
                 if end - pos - 9 < length:
                     break
                 start, pos = pos + 9, pos + 9 + length
-                if kind == DATA and self.header_block is None:
-                    self._data(flags, stream_id & 0x7FFFFFFF, view[start:pos])
-                else:
-                    self._frame_in(kind, flags, stream_id & 0x7FFFFFFF, bytes(view[start:pos]))
+                try:
+                    if kind == DATA and self.header_block is None:
+                        self._data(flags, stream_id & 0x7FFFFFFF, view[start:pos])
+                    else:
+                        self._frame_in(kind, flags, stream_id & 0x7FFFFFFF, bytes(view[start:pos]))
+                except H2Error as error:
+                    if not error.stream:
+                        self._abandon(error.code, error.why)
+                        return
+                    self._reset(error.stream, error.code, error.why)
                 if self.transport is None or self.transport.is_closing():
                     return
         finally:
@@ -325,41 +340,46 @@ class _Connection(asyncio.Protocol):
 
     def _frame_in(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self.header_block is not None and kind != CONTINUATION:
-            self._abandon(PROTOCOL_ERROR, "a header block was interrupted")
-            return
-        if kind == DATA:
-            self._data(flags, stream_id, payload)
-        elif kind == HEADERS:
+            raise H2Error(PROTOCOL_ERROR, "a header block was interrupted")
+        if kind == HEADERS:
             self._headers(flags, stream_id, payload)
         elif kind == CONTINUATION:
             if self.header_block is None or stream_id != self.header_stream:
-                self._abandon(PROTOCOL_ERROR, "CONTINUATION without a header block")
-                return
+                raise H2Error(PROTOCOL_ERROR, "CONTINUATION without a header block")
             self.header_block += payload
-            if len(self.header_block) > MAX_HEADER_BLOCK:
-                self._abandon(PROTOCOL_ERROR, "header block too large")
+            self.header_frames += 1
+            if len(self.header_block) > MAX_HEADER_BLOCK or self.header_frames > MAX_CONTINUATIONS:
+                self._flood(f"a header block of more than {MAX_HEADER_BLOCK} bytes or {MAX_CONTINUATIONS} "
+                            "CONTINUATION frames")
                 return
             if flags & END_HEADERS:
                 block, self.header_block = bytes(self.header_block), None
                 self._header_block(self.header_stream, self.header_flags, block)
-        elif kind == SETTINGS:
-            if not flags & ACK and not self._backlogged():
-                self._settings(payload)
-        elif kind == WINDOW_UPDATE:
-            self._window_update(stream_id, payload)
-        elif kind == PING:
-            if not flags & ACK and self.transport is not None and not self._backlogged():
-                self.transport.write(_frame(PING, ACK, 0, payload))
-        elif kind == RST_STREAM:
-            stream = self.streams.get(stream_id)
-            if stream is not None:
-                self._forget(stream, cancel=True)
-                self._cancelled_by_client()
-        elif kind == GOAWAY:
-            self.going_away = True
-        elif kind == PUSH_PROMISE:
-            self._abandon(PROTOCOL_ERROR, "a client may not push")
-        # PRIORITY and unknown frame types are ignored, as HTTP/2 asks
+        else:
+            rules.check_control(kind, flags, stream_id, len(payload))
+            if kind == SETTINGS:
+                if not flags & ACK and not self._backlogged():
+                    self._settings(payload)
+            elif kind == WINDOW_UPDATE:
+                self._window_update(stream_id, payload)
+            elif kind == PING:
+                if not flags & ACK and self.transport is not None and not self._backlogged():
+                    self.transport.write(_frame(PING, ACK, 0, payload))
+            elif kind == RST_STREAM:
+                if stream_id > self.last_stream:
+                    raise H2Error(PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
+                if (stream := self.streams.get(stream_id)) is not None:
+                    stream.ended = True  # closed by the client: what it sends on it later is an error
+                    self._forget(stream, cancel=True)
+                    self._cancelled_by_client()
+            elif kind == PRIORITY:  # otherwise ignored: RFC 9113 deprecates its scheme
+                if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
+                    raise H2Error(PROTOCOL_ERROR, f"stream {stream_id} depends on itself", stream_id)
+            elif kind == GOAWAY:
+                self.going_away = True
+            elif kind == PUSH_PROMISE:
+                raise H2Error(PROTOCOL_ERROR, "a client may not push")
+        # unknown frame types are ignored, as HTTP/2 asks
 
     def _cancelled_by_client(self) -> None:
         """One open call cancelled by the client: a token of the reset bucket spent, the connection ended as a
@@ -372,86 +392,100 @@ class _Connection(asyncio.Protocol):
                         "after them (RST_STREAM)")
 
     def _settings(self, payload: bytes) -> None:
-        if len(payload) % 6:
-            self._abandon(FRAME_SIZE_ERROR, "SETTINGS of a length not a multiple of 6")
-            return
-        for i in range(0, len(payload), 6):
-            ident, value = struct.unpack_from(">HL", payload, i)
+        for ident, value in rules.settings(payload):
             if ident == S_INITIAL_WINDOW_SIZE:
-                if value > 0x7FFFFFFF:
-                    self._abandon(FLOW_CONTROL_ERROR, "initial window too large")
-                    return
                 delta, self.peer_window = value - self.peer_window, value
                 for stream in self.streams.values():
                     stream.send_window += delta
+                    if stream.send_window > MAX_WINDOW:
+                        raise H2Error(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE={value} takes stream "
+                                                          f"{stream.id}'s window past 2^31-1")
             elif ident == S_MAX_FRAME_SIZE:
-                self.peer_frame = max(16_384, min(value, (1 << 24) - 1))
+                self.peer_frame = value
         assert self.transport is not None
         self.transport.write(_frame(SETTINGS, ACK, 0))
         self._flush_all()
 
     def _window_update(self, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            self._abandon(FRAME_SIZE_ERROR, "WINDOW_UPDATE of a length other than 4")
-            return
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if stream_id == 0:
+            if not increment:
+                raise H2Error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 on the connection")
             self.send_window += increment
+            if self.send_window > MAX_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, "the connection's window past 2^31-1")
             self._flush_all()
         elif (stream := self.streams.get(stream_id)) is not None:
+            if not increment:
+                raise H2Error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0", stream_id)
             stream.send_window += increment
+            if stream.send_window > MAX_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, "the stream's window past 2^31-1", stream_id)
             self._flush(stream)
+        elif stream_id > self.last_stream:
+            raise H2Error(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}")
+        # else for a stream already closed, which a client may still credit: ignored
 
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if flags & PADDED:
-            if not payload:
-                self._abandon(PROTOCOL_ERROR, "padding longer than the frame")
-                return
-            pad = payload[0]
-            payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
+            payload = rules.unpad(payload)  # type: ignore[assignment]
         if flags & PRIORITY_FLAG:
+            if len(payload) < 5:
+                raise H2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
+            if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:  # a connection error: the block is
+                raise H2Error(PROTOCOL_ERROR, f"stream {stream_id} depends on itself")  # left undecoded
             payload = payload[5:]
         if not flags & END_HEADERS:
             self.header_block, self.header_stream, self.header_flags = bytearray(payload), stream_id, flags
+            self.header_frames = 0
             return
         self._header_block(stream_id, flags, payload)
 
-    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]] | None:
-        """The block's header fields; a block of one-byte indexed fields alone (a repeated call's) changes no
-        table, so the same bytes decode to the same fields until a block that does (which clears the cache)."""
+    def _decode(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], str]:
+        """The block's header fields, and why they are not a well-formed request ('' when they are). A block of
+        one-byte indexed fields alone (a repeated call's) changes no table, so the same bytes decode to the same
+        fields and verdict until a block that does (which clears the cache)."""
         indexed_only = block and not block.translate(None, _HIGH_BYTES)
-        if indexed_only and (fields := self.block_cache.get(block)) is not None:
-            return fields
+        if indexed_only and (decoded := self.block_cache.get(block)) is not None:
+            return decoded
         if not indexed_only:
             self.block_cache.clear()
+            rules.check_size_updates(block)
         try:
             fields = self.decoder.decode(block, raw=True)
         except (HPACKError, ValueError, IndexError) as error:
-            self._abandon(COMPRESSION_ERROR, f"header block cannot be decoded: {error}")
-            return None
+            raise H2Error(COMPRESSION_ERROR, f"header block cannot be decoded: {error}") from None
+        decoded = (fields, rules.request_problem(fields))
         if indexed_only and len(self.block_cache) < 64:
-            self.block_cache[block] = fields
-        return fields
+            self.block_cache[block] = decoded
+        return decoded
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
-        fields = self._decode(block)
-        if fields is None:
-            return
+        fields, problem = self._decode(block)  # first, whatever follows: the decoding table is the connection's
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client: the end of its messages
-            if flags & END_STREAM:
-                self._end_of_messages(stream)
+            if stream.ended:
+                raise H2Error(STREAM_CLOSED, "HEADERS after the stream's END_STREAM", stream_id)
+            if not flags & END_STREAM:
+                raise H2Error(PROTOCOL_ERROR, "trailers without END_STREAM", stream_id)
+            if why := rules.trailers_problem(fields):
+                raise H2Error(PROTOCOL_ERROR, why, stream_id)
+            self._end_of_messages(stream)
             return
-        if stream_id % 2 == 0 or stream_id <= self.last_stream:
-            if stream_id > 0 and stream_id <= self.last_stream:
-                return  # a late frame for a stream already answered and forgotten
-            self._abandon(PROTOCOL_ERROR, f"stream id {stream_id} is not a new client stream")
-            return
+        if stream_id % 2 == 0:
+            raise H2Error(PROTOCOL_ERROR, f"stream id {stream_id} is not a client stream")
+        if stream_id <= self.last_stream:
+            late_ok = self.closed_ids.get(stream_id)
+            if late_ok:
+                return  # trailers of a call the server ended while the client was still sending
+            if late_ok is None:
+                raise H2Error(PROTOCOL_ERROR, f"stream id {stream_id} is not above the last, {self.last_stream}")
+            raise H2Error(STREAM_CLOSED, f"HEADERS on stream {stream_id}, already closed")
         self.last_stream = stream_id
+        if problem:
+            raise H2Error(PROTOCOL_ERROR, f"a malformed request: {problem}", stream_id)
         if len(self.streams) >= MAX_STREAMS:  # past what the SETTINGS allowed: the client may retry it later
-            assert self.transport is not None
-            self.transport.write(_frame(RST_STREAM, 0, stream_id, REFUSED_STREAM.to_bytes(4, "big")))
-            return
+            raise H2Error(REFUSED_STREAM, f"more than {MAX_STREAMS} streams at once", stream_id)
         path = ""
         stream = _Stream(stream_id, "", self.peer_window)
         for name, value in fields:
@@ -483,16 +517,22 @@ class _Connection(asyncio.Protocol):
     def _data(self, flags: int, stream_id: int, payload: bytes | memoryview) -> None:
         n = len(payload)
         self.recv_unacked += n
+        if self.recv_unacked > RECV_WINDOW:
+            raise H2Error(FLOW_CONTROL_ERROR, f"{self.recv_unacked} bytes of DATA where the window was {RECV_WINDOW}")
         stream = self.streams.get(stream_id)
-        if stream is not None and not stream.closed:  # else for a stream already answered: dropped
-            if flags & PADDED and payload:
-                pad = payload[0]
-                payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
+        if stream is not None:
+            if stream.ended:
+                raise H2Error(STREAM_CLOSED, "DATA after the stream's END_STREAM", stream_id)
+            stream.recv_unacked += n
+            if stream.recv_unacked > RECV_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, f"{stream.recv_unacked} bytes of DATA where the stream's window "
+                                                  f"was {RECV_WINDOW}", stream_id)
+            if flags & PADDED:
+                payload = rules.unpad(payload)
             if payload:
-                if self.partial + len(payload) > self.partial_budget:
+                if self.partial + self.queued + len(payload) > self.partial_budget:
                     self._refuse_memory(stream)
                 else:
-                    stream.recv_unacked += n
                     self.partial += len(payload)
                     if stream.data:
                         stream.data += payload
@@ -502,9 +542,38 @@ class _Connection(asyncio.Protocol):
                         self._end_of_messages(stream)
             elif flags & END_STREAM:
                 self._end_of_messages(stream)
+        else:
+            self._data_elsewhere(flags, stream_id, payload)
         half = RECV_WINDOW // 2  # (tested here first: the common frame owes no credit, and calls nothing)
         if self.recv_unacked >= half or (stream is not None and stream.recv_unacked >= half):
             self._credit(stream)
+
+    def _data_elsewhere(self, flags: int, stream_id: int, payload: bytes | memoryview) -> None:
+        """DATA on no open stream: an error on stream 0, an idle stream or one the client had closed; dropped on
+        one the server ended while the client was still sending (its frames may still be on their way)."""
+        if stream_id == 0 or stream_id > self.last_stream:
+            raise H2Error(PROTOCOL_ERROR, f"DATA on {'stream 0' if not stream_id else f'idle stream {stream_id}'}")
+        if flags & PADDED:
+            rules.unpad(payload)
+        if self.closed_ids.get(stream_id) is False:
+            raise H2Error(STREAM_CLOSED, f"DATA on stream {stream_id}, already closed")
+
+    def _reset(self, stream_id: int, code: int, why: str) -> None:
+        """A stream error: RST_STREAM with `code`, the call ended if open; what the client still sends on it is
+        dropped."""
+        log.debug("gRPC stream %d of %s reset: %s", stream_id, self.peer, why)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(_frame(RST_STREAM, 0, stream_id, code.to_bytes(4, "big")))
+        if (stream := self.streams.get(stream_id)) is not None:
+            self._forget(stream, cancel=True)
+        self._remember_closed(stream_id, True)
+
+    def _remember_closed(self, stream_id: int, late_ok: bool) -> None:
+        """Remember a closed stream (the last RECENT_CLOSED): `late_ok`, whether the client may still send on it."""
+        closed = self.closed_ids
+        closed[stream_id] = late_ok
+        if len(closed) > RECENT_CLOSED:
+            del closed[next(iter(closed))]
 
     def _credit(self, stream: _Stream | None) -> None:
         """WINDOW_UPDATE for what arrived, once half a window of it is owed, while no more than half a window of
@@ -675,6 +744,13 @@ class _Connection(asyncio.Protocol):
                 stream.pending.pop(0)
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
+        if stream.pending:  # waits for the client's windows: reset if they stay shut past the deadline
+            if not stream.parked_since and not stream.closed:
+                stream.parked_since = self.server.loop.time()
+                self.server.parked[stream] = self
+        elif stream.parked_since:
+            stream.parked_since = 0.0
+            self.server.parked.pop(stream, None)
         if stream.waiter is not None and stream.unsent <= OUT_BACKLOG and not self.write_paused:
             self._wake(stream)
 
@@ -709,16 +785,23 @@ class _Connection(asyncio.Protocol):
         stream.unsent = 0
         self._forget(stream, cancel=False)
 
+    def leave(self, stream: _Stream) -> None:
+        """The call no longer counts against the connection cap (it ended, or only its reply waits to be sent)."""
+        if stream.admitted:
+            stream.admitted = False
+            self.server.guard.leave(self.key)
+
     def _forget(self, stream: _Stream, cancel: bool) -> None:
         stream.closed = True
         self.partial -= len(stream.data)
         stream.data = bytearray()
         stream.messages = []
         self.streams.pop(stream.id, None)
+        self._remember_closed(stream.id, not stream.ended)
         self.server.waiting.pop(stream, None)
-        if stream.admitted:
-            stream.admitted = False
-            self.server.guard.leave(self.key)
+        if stream.parked_since:
+            self.server.parked.pop(stream, None)
+        self.leave(stream)
         if cancel and stream.task is not None and not stream.task.done() \
                 and stream.task is not asyncio.current_task():
             stream.task.cancel()
@@ -743,6 +826,7 @@ class H2GrpcServer:
         self.guard = CallGuard(self.config.max_connections, self.config.body_timeout_s, refusals.of(core))
         self.connections: set[_Connection] = set()
         self.waiting: dict[_Stream, _Connection] = {}  # unary calls whose message has not all arrived
+        self.parked: dict[_Stream, _Connection] = {}  # streams whose replies wait for the client's windows
         self.partial_budget = max(PARTIAL_FLOOR, 4 * self.config.max_message_bytes)  # bytes per connection
         self.methods = {m.name: m for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods}
         self._request_types = {name: m.input_type._concrete_class for name, m in self.methods.items()}
@@ -779,7 +863,9 @@ class H2GrpcServer:
         return True
 
     async def _sweep(self) -> None:
-        """Forever: end the unary calls whose message has not all arrived within the body deadline."""
+        """Forever: end the unary calls whose message has not all arrived within the body deadline, and reset
+        the streams whose replies waited that long for the client's windows (a client that never reads would
+        otherwise hold them, and their memory, for as long as it stays connected)."""
         timeout = self.config.body_timeout_s
         every = max(0.05, timeout / 4)
         while True:
@@ -789,6 +875,9 @@ class H2GrpcServer:
                 if stream.since < late:
                     self.guard.refusals.add("grpc", "body_timeout")
                     conn._answer_status(stream, *_status(RequestTimeout(timeout)))
+            for stream, conn in list(self.parked.items()):
+                if stream.parked_since < late and not stream.closed:
+                    conn._reset(stream.id, CANCEL, f"its reply waited more than {timeout:g} s for the client's window")
 
     # --- calls -------------------------------------------------------------------------------------------
     def _parse(self, method: str, message: bytes) -> Any:
@@ -829,8 +918,10 @@ class H2GrpcServer:
         finally:
             if timer is not None:
                 timer.cancel()
-            if not stream.closed and not stream.pending:  # a reply still waiting for the client's window stays
+            if not stream.closed and not stream.pending:
                 conn._finished(stream)
+            else:  # a reply still waiting for the client's window stays, no longer counted as a call in progress
+                conn.leave(stream)
 
     async def serve_stream(self, conn: _Connection, stream: _Stream) -> None:
         inbox = stream.inbox
@@ -868,8 +959,10 @@ class H2GrpcServer:
                 conn._answer_status(stream, code, message)
         finally:
             await responses.aclose()
-            if not stream.closed and not stream.pending:  # a reply still waiting for the client's window stays
+            if not stream.closed and not stream.pending:
                 conn._finished(stream)
+            else:  # a reply still waiting for the client's window stays, no longer counted as a call in progress
+                conn.leave(stream)
 
     # --- stop --------------------------------------------------------------------------------------------
     def idle_check(self) -> None:
