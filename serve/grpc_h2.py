@@ -48,9 +48,7 @@ import os
 import socket
 import struct
 import time
-import zlib
 from typing import Any
-from urllib.parse import quote
 
 import grpc
 from hpack import Decoder
@@ -58,6 +56,9 @@ from hpack.exceptions import HPACKError
 from tritonclient.grpc import service_pb2 as pb
 
 from trainserve.serve import h2_rules as rules, refusals
+from trainserve.serve.grpc_wire import (
+    HEAD, MESSAGE, OK_TRAILERS, RESPONSE_HEADERS, SERVICE, Aborted, complete_messages, frame, inflate, status_trailers,
+    timeout_s, too_many)
 from trainserve.serve.h2_rules import (
     ACK, CANCEL, COMPRESSION_ERROR, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR, GOAWAY, HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PRIORITY, PRIORITY_FLAG, PROTOCOL_ERROR,
@@ -85,75 +86,7 @@ OUT_BACKLOG = 1 << 20  # bytes of a ModelStreamInfer stream's unsent replies pas
 PARTIAL_FLOOR = 256 << 20  # bytes of request messages one connection may hold: this, or 4 messages at the limit
 RECENT_CLOSED = 2 * 1024  # closed streams remembered per connection, to tell their late frames from a client's errors
 
-SERVICE = "/inference.GRPCInferenceService/"
-
-_HEAD = struct.Struct(">BHBBL")  # a frame header: length (24 bits as 8 + 16), type, flags, stream id
-_MESSAGE = struct.Struct(">BL")  # a gRPC message's prefix: compressed flag, length
 _HIGH_BYTES = bytes(range(128, 256))
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    n = len(payload)
-    return _HEAD.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
-
-
-def _int(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer with an N-bit prefix, `first` holding the representation's high bits."""
-    top = (1 << prefix_bits) - 1
-    if value < top:
-        return bytes([first | value])
-    out, value = [first | top], value - top
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(name: bytes, value: bytes) -> bytes:
-    """A header field as a literal without indexing, new name, no Huffman coding: the server's blocks never
-    touch the client's decoding table."""
-    return b"\x00" + _int(len(name), 7, 0) + name + _int(len(value), 7, 0) + value
-
-
-# The reply's header block: ":status: 200" (static table entry 8) and content-type: application/grpc
-_RESPONSE_HEADERS = b"\x88" + b"\x0f\x10" + _int(16, 7, 0) + b"application/grpc"
-_OK_TRAILERS = _literal(b"grpc-status", b"0")
-
-
-def _trailers(code: grpc.StatusCode, message: str) -> bytes:
-    block = _literal(b"grpc-status", str(code.value[0]).encode())
-    if message:  # percent-encoded as gRPC's spec asks (everything outside printable ASCII, and %)
-        block += _literal(b"grpc-message", quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode())
-    return block
-
-
-def _timeout_s(value: bytes) -> float | None:
-    """grpc-timeout ("100m", "5S", ...) in seconds; None when malformed (then ignored, as grpc does)."""
-    units = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-    if len(value) < 2 or value[-1:] not in units or not value[:-1].isdigit():
-        return None
-    return int(value[:-1]) * units[value[-1:]]
-
-
-def _too_many(path: str, n: int) -> str:
-    return f"the {path[len(SERVICE):]} call carried {n} messages; it takes one"
-
-
-def _complete_messages(data: bytearray, pos: int) -> int:
-    """How many whole messages `data` holds from `pos` on (for the answer to a unary call that sent several)."""
-    n = 0
-    while len(data) - pos >= 5 and len(data) - pos - 5 >= (length := _MESSAGE.unpack_from(data, pos)[1]):
-        n, pos = n + 1, pos + 5 + length
-    return n
-
-
-class _Aborted(Exception):
-    """context.abort(code, details) from a servicer method: the call ends with that status."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
 
 
 class _Context:
@@ -165,7 +98,7 @@ class _Context:
         self._peer = peer
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise _Aborted(code, details)
+        raise Aborted(code, details)
 
     def peer(self) -> str:
         return self._peer
@@ -249,8 +182,8 @@ class _Connection(asyncio.Protocol):
         self.server.connections.add(self)
         settings = struct.pack(">HLHLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
                                S_HEADER_TABLE_SIZE, 4096, S_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
-        self.transport.write(_frame(SETTINGS, 0, 0, settings)
-                             + _frame(WINDOW_UPDATE, 0, 0, (RECV_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")))
+        self.transport.write(frame(SETTINGS, 0, 0, settings)
+                             + frame(WINDOW_UPDATE, 0, 0, (RECV_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -272,7 +205,7 @@ class _Connection(asyncio.Protocol):
         """A connection error: GOAWAY with `code`, then close (`abort`: at once, dropping what is unsent)."""
         if self.transport is not None and not self.transport.is_closing():
             log.debug("gRPC connection %s closed: %s", self.peer, why)
-            self.transport.write(_frame(GOAWAY, 0, 0, struct.pack(">LL", self.last_stream, code) + why.encode()[:200]))
+            self.transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self.last_stream, code) + why.encode()[:200]))
             self.transport.abort() if abort else self.transport.close()
 
     def _flood(self, why: str, abort: bool = False) -> None:
@@ -310,7 +243,7 @@ class _Connection(asyncio.Protocol):
         view = memoryview(buf)  # DATA payloads are read through it: copied once, into their stream
         try:
             while end - pos >= 9:
-                hi, lo, kind, flags, stream_id = _HEAD.unpack_from(buf, pos)
+                hi, lo, kind, flags, stream_id = HEAD.unpack_from(buf, pos)
                 length = (hi << 16) | lo
                 if length > MAX_HEADER_BLOCK and (length > MAX_FRAME or kind == HEADERS or kind == CONTINUATION):
                     if length > MAX_FRAME:
@@ -364,7 +297,7 @@ class _Connection(asyncio.Protocol):
                 self._window_update(stream_id, payload)
             elif kind == PING:
                 if not flags & ACK and self.transport is not None and not self._backlogged():
-                    self.transport.write(_frame(PING, ACK, 0, payload))
+                    self.transport.write(frame(PING, ACK, 0, payload))
             elif kind == RST_STREAM:
                 if stream_id > self.last_stream:
                     raise H2Error(PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
@@ -403,7 +336,7 @@ class _Connection(asyncio.Protocol):
             elif ident == S_MAX_FRAME_SIZE:
                 self.peer_frame = value
         assert self.transport is not None
-        self.transport.write(_frame(SETTINGS, ACK, 0))
+        self.transport.write(frame(SETTINGS, ACK, 0))
         self._flush_all()
 
     def _window_update(self, stream_id: int, payload: bytes) -> None:
@@ -493,7 +426,7 @@ class _Connection(asyncio.Protocol):
                 path = value.decode("latin-1")
             elif name == b"grpc-encoding":
                 stream.encoding = value
-            elif name == b"grpc-timeout" and (timeout := _timeout_s(value)) is not None:
+            elif name == b"grpc-timeout" and (timeout := timeout_s(value)) is not None:
                 stream.deadline = self.server.loop.time() + timeout  # from when the call began, as the client counts
         stream.path = path
         self.streams[stream_id] = stream
@@ -563,7 +496,7 @@ class _Connection(asyncio.Protocol):
         dropped."""
         log.debug("gRPC stream %d of %s reset: %s", stream_id, self.peer, why)
         if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_frame(RST_STREAM, 0, stream_id, code.to_bytes(4, "big")))
+            self.transport.write(frame(RST_STREAM, 0, stream_id, code.to_bytes(4, "big")))
         if (stream := self.streams.get(stream_id)) is not None:
             self._forget(stream, cancel=True)
         self._remember_closed(stream_id, True)
@@ -581,11 +514,11 @@ class _Connection(asyncio.Protocol):
         half = RECV_WINDOW // 2
         if stream is not None and stream.recv_unacked >= half and stream.queued <= half and not stream.ended \
                 and not stream.closed and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_frame(WINDOW_UPDATE, 0, stream.id, stream.recv_unacked.to_bytes(4, "big")))
+            self.transport.write(frame(WINDOW_UPDATE, 0, stream.id, stream.recv_unacked.to_bytes(4, "big")))
             stream.recv_unacked = 0
         if self.recv_unacked >= half and self.queued <= half and self.transport is not None \
                 and not self.transport.is_closing():
-            self.transport.write(_frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
+            self.transport.write(frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
             self.recv_unacked = 0
 
     def _release(self, stream: _Stream) -> None:
@@ -620,7 +553,7 @@ class _Connection(asyncio.Protocol):
         limit = self.server.config.max_message_bytes
         pos = 0
         while len(data) - pos >= 5:
-            compressed, length = _MESSAGE.unpack_from(data, pos)
+            compressed, length = MESSAGE.unpack_from(data, pos)
             if length > limit:
                 self._answer_status(stream, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                     f"Received message larger than max ({length} vs. {limit})")
@@ -628,8 +561,8 @@ class _Connection(asyncio.Protocol):
             if len(data) - pos - 5 < length:
                 break
             if stream.inbox is None and stream.messages:  # answered now, not held until END_STREAM
-                n = len(stream.messages) + _complete_messages(data, pos)
-                self._answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, _too_many(stream.path, n))
+                n = len(stream.messages) + complete_messages(data, pos)
+                self._answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, too_many(stream.path, n))
                 return False
             if pos == 0 and len(data) == 5 + length:  # the whole of what arrived: handed on without a copy
                 message: Any = memoryview(data)[5:]
@@ -640,8 +573,8 @@ class _Connection(asyncio.Protocol):
                 pos += 5 + length
             if compressed:
                 try:
-                    message = self._inflate(stream, message, limit)
-                except _Aborted as aborted:
+                    message = inflate(stream.encoding, message, limit)
+                except Aborted as aborted:
                     self._answer_status(stream, aborted.code, aborted.details)
                     return False
             if stream.inbox is None:
@@ -656,25 +589,6 @@ class _Connection(asyncio.Protocol):
             del data[:pos]
             self.partial -= pos
         return True
-
-    @staticmethod
-    def _inflate(stream: _Stream, message: bytes, limit: int) -> bytes:
-        if stream.encoding == b"gzip":
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif stream.encoding == b"deflate":
-            inflater = zlib.decompressobj()
-        else:
-            raise _Aborted(grpc.StatusCode.UNIMPLEMENTED,
-                           f"a compressed message with grpc-encoding '{stream.encoding.decode('latin-1')}': this "
-                           "server inflates gzip and deflate only; send those or uncompressed messages")
-        try:
-            out = inflater.decompress(message, limit + 1)
-        except zlib.error as error:
-            raise _Aborted(grpc.StatusCode.INTERNAL, f"the compressed message cannot be inflated: {error}") from None
-        if len(out) > limit or inflater.unconsumed_tail:
-            raise _Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"Received message larger than max (more than {limit} bytes inflated vs. {limit})")
-        return out
 
     def _end_of_messages(self, stream: _Stream) -> None:
         if stream.ended or stream.closed:
@@ -698,14 +612,14 @@ class _Connection(asyncio.Protocol):
             return
         out = []
         if headers:
-            out.append(_frame(HEADERS, END_HEADERS, stream.id, _RESPONSE_HEADERS))
+            out.append(frame(HEADERS, END_HEADERS, stream.id, RESPONSE_HEADERS))
         if message is not None:
-            body = _MESSAGE.pack(0, len(message)) + message
+            body = MESSAGE.pack(0, len(message)) + message
             n = len(body)
             if not stream.pending and n <= self.send_window and n <= stream.send_window and n <= self.peer_frame:
                 self.send_window -= n
                 stream.send_window -= n
-                out.append(_HEAD.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id) + body)
+                out.append(HEAD.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id) + body)
             else:
                 stream.pending.append((body, DATA, False))
                 stream.unsent += n
@@ -713,7 +627,7 @@ class _Connection(asyncio.Protocol):
             if stream.pending:
                 stream.pending.append((trailers, HEADERS, True))
             else:
-                out.append(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id, trailers))
+                out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, trailers))
                 self._finished(stream)
         if out:
             self.transport.write(b"".join(out))
@@ -726,7 +640,7 @@ class _Connection(asyncio.Protocol):
         while stream.pending:
             payload, kind, end = stream.pending[0]
             if kind == HEADERS:
-                out.append(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id, payload))
+                out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, payload))
                 stream.pending.pop(0)
                 self._finished(stream)
                 break
@@ -737,7 +651,7 @@ class _Connection(asyncio.Protocol):
             self.send_window -= len(chunk)
             stream.send_window -= len(chunk)
             stream.unsent -= len(chunk)
-            out.append(_frame(DATA, 0, stream.id, chunk))
+            out.append(frame(DATA, 0, stream.id, chunk))
             if rest:
                 stream.pending[0] = (rest, kind, end)
             else:
@@ -774,10 +688,10 @@ class _Connection(asyncio.Protocol):
         The stream is reset after it when the client has not finished sending, so that it stops."""
         unfinished = not stream.ended
         if not stream.closed and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id,
-                                        _RESPONSE_HEADERS + _trailers(code, message)))
+            self.transport.write(frame(HEADERS, END_HEADERS | END_STREAM, stream.id,
+                                        RESPONSE_HEADERS + status_trailers(code, message)))
             if unfinished:
-                self.transport.write(_frame(RST_STREAM, 0, stream.id, NO_ERROR.to_bytes(4, "big")))
+                self.transport.write(frame(RST_STREAM, 0, stream.id, NO_ERROR.to_bytes(4, "big")))
         self._finished(stream)
 
     def _finished(self, stream: _Stream) -> None:
@@ -892,22 +806,22 @@ class H2GrpcServer:
         try:
             if stream.deadline is not None:
                 if stream.deadline <= self.loop.time():  # passed while the message arrived: not run at all
-                    raise _Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                    raise Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
                 timer = self.loop.call_at(stream.deadline, stream.task.cancel)  # type: ignore[union-attr]
             if len(stream.messages) != 1:  # more than one is answered as it arrives (_split_messages)
-                raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT if not stream.messages else grpc.StatusCode.UNIMPLEMENTED,
-                               f"the {method} call carried no request message" if not stream.messages
-                               else _too_many(stream.path, len(stream.messages)))
+                raise Aborted(grpc.StatusCode.INVALID_ARGUMENT if not stream.messages else grpc.StatusCode.UNIMPLEMENTED,
+                              f"the {method} call carried no request message" if not stream.messages
+                              else too_many(stream.path, len(stream.messages)))
             request = self._parse(method, stream.messages.pop())
             if isinstance(request, Malformed):
-                raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                raise Aborted(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             if method == "ModelInfer":
                 response = await self.servicer._infer(request)
             else:
                 response = await getattr(self.servicer, method)(request, _Context(conn.peer))
             del request
-            conn.send(stream, response.SerializeToString(), _OK_TRAILERS, headers=True)
-        except _Aborted as aborted:
+            conn.send(stream, response.SerializeToString(), OK_TRAILERS, headers=True)
+        except Aborted as aborted:
             conn._answer_status(stream, aborted.code, aborted.details)
         except asyncio.CancelledError:
             if stream.closed or conn.transport is None or conn.transport.is_closing():
@@ -946,7 +860,7 @@ class H2GrpcServer:
                 conn.send(stream, response.SerializeToString(), None, headers=not headers_sent)
                 headers_sent = True
             if headers_sent:
-                conn.send(stream, None, _OK_TRAILERS, headers=False)
+                conn.send(stream, None, OK_TRAILERS, headers=False)
             else:
                 conn._answer_status(stream, grpc.StatusCode.OK, "")
         except asyncio.CancelledError:
@@ -954,7 +868,7 @@ class H2GrpcServer:
         except Exception as error:
             code, message = _status(error)
             if headers_sent:
-                conn.send(stream, None, _trailers(code, message), headers=False)
+                conn.send(stream, None, status_trailers(code, message), headers=False)
             else:
                 conn._answer_status(stream, code, message)
         finally:
@@ -979,7 +893,7 @@ class H2GrpcServer:
         self._server.close()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.transport.is_closing():
-                conn.transport.write(_frame(GOAWAY, 0, 0, struct.pack(">LL", conn.last_stream, NO_ERROR)))
+                conn.transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", conn.last_stream, NO_ERROR)))
         self.servicer.drain_streams()
         self.idle_check()
         assert self._idle is not None
