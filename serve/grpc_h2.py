@@ -13,26 +13,31 @@ What it implements of HTTP/2 (RFC 9113) and gRPC over it:
 - the connection preface, SETTINGS (and their ACK), PING (answered), WINDOW_UPDATE both ways, RST_STREAM,
   GOAWAY, CONTINUATION, padding; PRIORITY is ignored; HPACK via the `hpack` package (Huffman and the dynamic
   table), with a header block made only of indexed fields (what a gRPC client sends from its second call on)
-  decoded once per connection;
+  decoded and validated once per connection. What a client may not send (serve/h2_rules.py: control frames'
+  streams and lengths, SETTINGS ranges, window arithmetic, padding, idle and closed streams, malformed request
+  headers) is answered with the RFC's connection error (GOAWAY) or stream error (RST_STREAM);
 - flow control, credited as the server consumes, so that one connection holds a bounded amount of memory:
-  the client may send RECV_WINDOW (16 MiB) per stream and per connection ahead of the server's credit, given
-  back (WINDOW_UPDATE) half a window at a time and only while at most half a window of complete messages
-  waits to be taken, on the stream (ModelStreamInfer's requests the servicer has not taken) and on the
-  connection (those of all its streams, and unary messages waiting for their END_STREAM). Bytes of a message
-  still arriving do not hold the credit back (a message may be larger than the window, and several may arrive
-  interleaved); they are bounded by the connection's budget instead (the larger of PARTIAL_FLOOR, 256 MiB, and
-  4 messages at the limit): the call whose DATA would pass it is answered RESOURCE_EXHAUSTED and counted as a
-  refusal (`memory`), and the connection goes on. ModelStreamInfer takes no further request while more than
-  OUT_BACKLOG bytes of its replies wait for the client's windows, or while the connection's socket holds that
-  much unread, so a client that never reads its answers ends up stopped by flow control instead of growing
+  the client may send RECV_WINDOW (16 MiB) per stream and per connection ahead of the server's credit, and
+  no more (FLOW_CONTROL_ERROR), given back (WINDOW_UPDATE) half a window at a time and only while at most half
+  a window of complete messages waits to be taken, on the stream (ModelStreamInfer's requests the servicer has
+  not taken) and on the connection (those of all its streams, and unary messages waiting for their
+  END_STREAM). All request bytes a connection holds, messages still arriving and complete ones waiting, are
+  bounded by its budget (the larger of PARTIAL_FLOOR, 256 MiB, and 4 messages at the limit): the call whose
+  DATA would pass it is answered RESOURCE_EXHAUSTED and counted as a refusal (`memory`), and the connection
+  goes on. A header block costs at most MAX_HEADER_BLOCK bytes in at most MAX_CONTINUATIONS CONTINUATION
+  frames (checked from the frame headers, before buffering) and two table-size updates at its start.
+  ModelStreamInfer takes no further request while more than OUT_BACKLOG bytes of its replies wait for the
+  client's windows, or while the connection's socket holds that much unread, so a client that never reads its answers ends up stopped by flow control instead of growing
   the server's memory. A unary call's second message is answered UNIMPLEMENTED at once. Replies wait for
-  the client's windows;
+  the client's windows for at most --body-timeout-s, then their stream is reset (CANCEL);
 - unary methods and the bidirectional ModelStreamInfer; gzip and deflate request messages (grpc-encoding),
   inflated up to the message limit; grpc-timeout as the call's deadline;
 - the body deadline and the connection cap of serve/grpc_guard.py: a unary call whose message has not
   arrived within --body-timeout-s answers DEADLINE_EXCEEDED; a call on one more connection than
-  --max-connections with calls in flight answers UNAVAILABLE; both counted as refusals;
-- two floods end the connection with GOAWAY ENHANCE_YOUR_CALM, counted as refusals (`flood`): PINGs or
+  --max-connections with calls in flight (a reply only waiting for the client's window is not one) answers
+  UNAVAILABLE; both counted as refusals;
+- three floods end the connection with GOAWAY ENHANCE_YOUR_CALM, counted as refusals (`flood`): a header
+  block past its bounds, PINGs or
   SETTINGS sent while more than CONTROL_BACKLOG bytes of the server's answers wait unread (each would queue
   one more answer), and calls cancelled by the client (RST_STREAM) faster than RESET_RATE per second beyond a
   burst of RESET_BURST (the "rapid reset" pattern: each cancelled call may already have reached the model,
