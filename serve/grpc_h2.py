@@ -13,26 +13,31 @@ What it implements of HTTP/2 (RFC 9113) and gRPC over it:
 - the connection preface, SETTINGS (and their ACK), PING (answered), WINDOW_UPDATE both ways, RST_STREAM,
   GOAWAY, CONTINUATION, padding; PRIORITY is ignored; HPACK via the `hpack` package (Huffman and the dynamic
   table), with a header block made only of indexed fields (what a gRPC client sends from its second call on)
-  decoded once per connection;
+  decoded and validated once per connection. What a client may not send (serve/h2_rules.py: control frames'
+  streams and lengths, SETTINGS ranges, window arithmetic, padding, idle and closed streams, malformed request
+  headers) is answered with the RFC's connection error (GOAWAY) or stream error (RST_STREAM);
 - flow control, credited as the server consumes, so that one connection holds a bounded amount of memory:
-  the client may send RECV_WINDOW (16 MiB) per stream and per connection ahead of the server's credit, given
-  back (WINDOW_UPDATE) half a window at a time and only while at most half a window of complete messages
-  waits to be taken, on the stream (ModelStreamInfer's requests the servicer has not taken) and on the
-  connection (those of all its streams, and unary messages waiting for their END_STREAM). Bytes of a message
-  still arriving do not hold the credit back (a message may be larger than the window, and several may arrive
-  interleaved); they are bounded by the connection's budget instead (the larger of PARTIAL_FLOOR, 256 MiB, and
-  4 messages at the limit): the call whose DATA would pass it is answered RESOURCE_EXHAUSTED and counted as a
-  refusal (`memory`), and the connection goes on. ModelStreamInfer takes no further request while more than
-  OUT_BACKLOG bytes of its replies wait for the client's windows, or while the connection's socket holds that
-  much unread, so a client that never reads its answers ends up stopped by flow control instead of growing
+  the client may send RECV_WINDOW (16 MiB) per stream and per connection ahead of the server's credit, and
+  no more (FLOW_CONTROL_ERROR), given back (WINDOW_UPDATE) half a window at a time and only while at most half
+  a window of complete messages waits to be taken, on the stream (ModelStreamInfer's requests the servicer has
+  not taken) and on the connection (those of all its streams, and unary messages waiting for their
+  END_STREAM). All request bytes a connection holds, messages still arriving and complete ones waiting, are
+  bounded by its budget (the larger of PARTIAL_FLOOR, 256 MiB, and 4 messages at the limit): the call whose
+  DATA would pass it is answered RESOURCE_EXHAUSTED and counted as a refusal (`memory`), and the connection
+  goes on. A header block costs at most MAX_HEADER_BLOCK bytes in at most MAX_CONTINUATIONS CONTINUATION
+  frames (checked from the frame headers, before buffering) and two table-size updates at its start.
+  ModelStreamInfer takes no further request while more than OUT_BACKLOG bytes of its replies wait for the
+  client's windows, or while the connection's socket holds that much unread, so a client that never reads its answers ends up stopped by flow control instead of growing
   the server's memory. A unary call's second message is answered UNIMPLEMENTED at once. Replies wait for
-  the client's windows;
+  the client's windows for at most --body-timeout-s, then their stream is reset (CANCEL);
 - unary methods and the bidirectional ModelStreamInfer; gzip and deflate request messages (grpc-encoding),
   inflated up to the message limit; grpc-timeout as the call's deadline;
 - the body deadline and the connection cap of serve/grpc_guard.py: a unary call whose message has not
   arrived within --body-timeout-s answers DEADLINE_EXCEEDED; a call on one more connection than
-  --max-connections with calls in flight answers UNAVAILABLE; both counted as refusals;
-- two floods end the connection with GOAWAY ENHANCE_YOUR_CALM, counted as refusals (`flood`): PINGs or
+  --max-connections with calls in flight (a reply only waiting for the client's window is not one) answers
+  UNAVAILABLE; both counted as refusals;
+- three floods end the connection with GOAWAY ENHANCE_YOUR_CALM, counted as refusals (`flood`): a header
+  block past its bounds, PINGs or
   SETTINGS sent while more than CONTROL_BACKLOG bytes of the server's answers wait unread (each would queue
   one more answer), and calls cancelled by the client (RST_STREAM) faster than RESET_RATE per second beyond a
   burst of RESET_BURST (the "rapid reset" pattern: each cancelled call may already have reached the model,
@@ -48,16 +53,22 @@ import os
 import socket
 import struct
 import time
-import zlib
 from typing import Any
-from urllib.parse import quote
 
 import grpc
 from hpack import Decoder
 from hpack.exceptions import HPACKError
 from tritonclient.grpc import service_pb2 as pb
 
-from trainserve.serve import refusals
+from trainserve.serve import h2_rules as rules, refusals
+from trainserve.serve.grpc_wire import (
+    HEAD, MESSAGE, OK_TRAILERS, RESPONSE_HEADERS, SERVICE, Aborted, complete_messages, frame, inflate, status_trailers,
+    timeout_s, too_many)
+from trainserve.serve.h2_rules import (
+    ACK, CANCEL, COMPRESSION_ERROR, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR,
+    FRAME_SIZE_ERROR, GOAWAY, HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PRIORITY, PRIORITY_FLAG, PROTOCOL_ERROR,
+    PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, S_HEADER_TABLE_SIZE, S_INITIAL_WINDOW_SIZE, S_MAX_CONCURRENT_STREAMS,
+    S_MAX_FRAME_SIZE, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE, H2Error)
 from trainserve.serve.errors import RequestTimeout, TooManyConnections
 from trainserve.serve.grpc_guard import STREAM as STREAM_INFER, CallGuard
 from trainserve.core.errors import UserError
@@ -66,93 +77,21 @@ from trainserve.serve.grpc_server import GrpcConfig, GrpcServer, InferenceServic
 log = logging.getLogger(__name__)
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
-END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
-NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR, REFUSED_STREAM, COMPRESSION_ERROR = \
-    0x0, 0x1, 0x3, 0x6, 0x7, 0x9
-ENHANCE_YOUR_CALM = 0xB
-S_HEADER_TABLE_SIZE, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = 0x1, 0x3, 0x4, 0x5
 
 RECV_WINDOW = 1 << 24  # bytes a client may send ahead of what the server has read, per stream and per connection
 MAX_FRAME = 1 << 20  # the largest frame the server takes (advertised); fewer frames per large request
 DEFAULT_WINDOW = 65_535  # HTTP/2's initial flow-control window, until the client's SETTINGS say otherwise
-MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (with its CONTINUATIONs) ends the connection
+MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (HEADERS and CONTINUATIONs) ends the connection
+MAX_CONTINUATIONS = 32  # CONTINUATION frames in one header block past which the connection is ended
 MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one more is refused (REFUSED_STREAM)
 CONTROL_BACKLOG = 1 << 20  # unread bytes queued for a client past which its PING / SETTINGS end the connection
 RESET_BURST = 200  # calls a client may cancel at once (RST_STREAM of a call still open) ...
 RESET_RATE = 100.0  # ... and per second after that, before the connection is ended as a rapid-reset flood
 OUT_BACKLOG = 1 << 20  # bytes of a ModelStreamInfer stream's unsent replies past which it takes no more requests
-PARTIAL_FLOOR = 256 << 20  # bytes of incomplete messages one connection may hold: this, or 4 messages at the limit
+PARTIAL_FLOOR = 256 << 20  # bytes of request messages one connection may hold: this, or 4 messages at the limit
+RECENT_CLOSED = 2 * 1024  # closed streams remembered per connection, to tell their late frames from a client's errors
 
-SERVICE = "/inference.GRPCInferenceService/"
-
-_HEAD = struct.Struct(">BHBBL")  # a frame header: length (24 bits as 8 + 16), type, flags, stream id
-_MESSAGE = struct.Struct(">BL")  # a gRPC message's prefix: compressed flag, length
 _HIGH_BYTES = bytes(range(128, 256))
-
-
-def _frame(kind: int, flags: int, stream: int, payload: bytes = b"") -> bytes:
-    n = len(payload)
-    return _HEAD.pack(n >> 16, n & 0xFFFF, kind, flags, stream) + payload
-
-
-def _int(value: int, prefix_bits: int, first: int) -> bytes:
-    """An HPACK integer with an N-bit prefix, `first` holding the representation's high bits."""
-    top = (1 << prefix_bits) - 1
-    if value < top:
-        return bytes([first | value])
-    out, value = [first | top], value - top
-    while value >= 128:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _literal(name: bytes, value: bytes) -> bytes:
-    """A header field as a literal without indexing, new name, no Huffman coding: the server's blocks never
-    touch the client's decoding table."""
-    return b"\x00" + _int(len(name), 7, 0) + name + _int(len(value), 7, 0) + value
-
-
-# The reply's header block: ":status: 200" (static table entry 8) and content-type: application/grpc
-_RESPONSE_HEADERS = b"\x88" + b"\x0f\x10" + _int(16, 7, 0) + b"application/grpc"
-_OK_TRAILERS = _literal(b"grpc-status", b"0")
-
-
-def _trailers(code: grpc.StatusCode, message: str) -> bytes:
-    block = _literal(b"grpc-status", str(code.value[0]).encode())
-    if message:  # percent-encoded as gRPC's spec asks (everything outside printable ASCII, and %)
-        block += _literal(b"grpc-message", quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~").encode())
-    return block
-
-
-def _timeout_s(value: bytes) -> float | None:
-    """grpc-timeout ("100m", "5S", ...) in seconds; None when malformed (then ignored, as grpc does)."""
-    units = {b"H": 3600.0, b"M": 60.0, b"S": 1.0, b"m": 1e-3, b"u": 1e-6, b"n": 1e-9}
-    if len(value) < 2 or value[-1:] not in units or not value[:-1].isdigit():
-        return None
-    return int(value[:-1]) * units[value[-1:]]
-
-
-def _too_many(path: str, n: int) -> str:
-    return f"the {path[len(SERVICE):]} call carried {n} messages; it takes one"
-
-
-def _complete_messages(data: bytearray, pos: int) -> int:
-    """How many whole messages `data` holds from `pos` on (for the answer to a unary call that sent several)."""
-    n = 0
-    while len(data) - pos >= 5 and len(data) - pos - 5 >= (length := _MESSAGE.unpack_from(data, pos)[1]):
-        n, pos = n + 1, pos + 5 + length
-    return n
-
-
-class _Aborted(Exception):
-    """context.abort(code, details) from a servicer method: the call ends with that status."""
-
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self.code, self.details = code, details
 
 
 class _Context:
@@ -164,7 +103,7 @@ class _Context:
         self._peer = peer
 
     async def abort(self, code: grpc.StatusCode, details: str = "") -> None:
-        raise _Aborted(code, details)
+        raise Aborted(code, details)
 
     def peer(self) -> str:
         return self._peer
@@ -177,7 +116,8 @@ class _Stream:
     """One call: what has arrived of its messages, and what waits to be sent on it."""
 
     __slots__ = ("id", "path", "data", "messages", "ended", "send_window", "pending", "task", "since", "encoding",
-                 "deadline", "inbox", "closed", "recv_unacked", "admitted", "queued", "unsent", "waiter")
+                 "deadline", "inbox", "closed", "recv_unacked", "admitted", "queued", "unsent", "waiter",
+                 "parked_since")
 
     def __init__(self, stream_id: int, path: str, send_window: int) -> None:
         self.id = stream_id
@@ -198,6 +138,7 @@ class _Stream:
         self.queued = 0  # bytes of complete messages not yet taken (the inbox's, or a unary call's before END_STREAM)
         self.unsent = 0  # bytes of DATA in `pending`
         self.waiter: asyncio.Future | None = None  # set when `unsent` falls back within OUT_BACKLOG, or the stream ends
+        self.parked_since = 0.0  # loop time its reply began waiting for the client's windows (0: it is not)
 
 
 class _Connection(asyncio.Protocol):
@@ -215,6 +156,8 @@ class _Connection(asyncio.Protocol):
         self.header_block: bytearray | None = None  # a header block waiting for its CONTINUATION frames
         self.header_stream = 0
         self.header_flags = 0
+        self.header_frames = 0  # CONTINUATION frames of the header block so far
+        self.closed_ids: dict[int, bool] = {}  # recently closed stream -> whether the client may still send on it
         self.peer_window = DEFAULT_WINDOW  # the client's initial window for each stream
         self.peer_frame = 16_384  # the largest frame the client takes
         self.send_window = DEFAULT_WINDOW  # connection-level window for what the server sends
@@ -244,8 +187,8 @@ class _Connection(asyncio.Protocol):
         self.server.connections.add(self)
         settings = struct.pack(">HLHLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
                                S_HEADER_TABLE_SIZE, 4096, S_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
-        self.transport.write(_frame(SETTINGS, 0, 0, settings)
-                             + _frame(WINDOW_UPDATE, 0, 0, (RECV_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")))
+        self.transport.write(frame(SETTINGS, 0, 0, settings)
+                             + frame(WINDOW_UPDATE, 0, 0, (RECV_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.server.connections.discard(self)
@@ -267,7 +210,7 @@ class _Connection(asyncio.Protocol):
         """A connection error: GOAWAY with `code`, then close (`abort`: at once, dropping what is unsent)."""
         if self.transport is not None and not self.transport.is_closing():
             log.debug("gRPC connection %s closed: %s", self.peer, why)
-            self.transport.write(_frame(GOAWAY, 0, 0, struct.pack(">LL", self.last_stream, code) + why.encode()[:200]))
+            self.transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", self.last_stream, code) + why.encode()[:200]))
             self.transport.abort() if abort else self.transport.close()
 
     def _flood(self, why: str, abort: bool = False) -> None:
@@ -291,12 +234,13 @@ class _Connection(asyncio.Protocol):
         buf += data
         pos = 0
         if not self.preface:
-            if len(buf) < 24:
-                if not PREFACE.startswith(bytes(buf)):
+            if len(buf) < 33:  # the preface, and the header of the client's first frame (SETTINGS, RFC 9113 §3.4)
+                if not PREFACE.startswith(bytes(buf[:24])):
                     self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
                 return
-            if buf[:24] != PREFACE:
-                self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface")
+            if buf[:24] != PREFACE or buf[27] != SETTINGS:
+                self._abandon(PROTOCOL_ERROR, "not an HTTP/2 connection preface" if buf[:24] != PREFACE
+                              else "the connection preface was not followed by SETTINGS")
                 return
             self.preface = True
             pos = 24
@@ -304,18 +248,27 @@ class _Connection(asyncio.Protocol):
         view = memoryview(buf)  # DATA payloads are read through it: copied once, into their stream
         try:
             while end - pos >= 9:
-                hi, lo, kind, flags, stream_id = _HEAD.unpack_from(buf, pos)
+                hi, lo, kind, flags, stream_id = HEAD.unpack_from(buf, pos)
                 length = (hi << 16) | lo
-                if length > MAX_FRAME:
-                    self._abandon(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds {MAX_FRAME}")
+                if length > MAX_HEADER_BLOCK and (length > MAX_FRAME or kind == HEADERS or kind == CONTINUATION):
+                    if length > MAX_FRAME:
+                        self._abandon(FRAME_SIZE_ERROR, f"a frame of {length} bytes exceeds {MAX_FRAME}")
+                    else:  # refused from its frame header, before a byte of it is buffered or decoded
+                        self._flood(f"a header block of {length} bytes, more than {MAX_HEADER_BLOCK}")
                     return
                 if end - pos - 9 < length:
                     break
                 start, pos = pos + 9, pos + 9 + length
-                if kind == DATA and self.header_block is None:
-                    self._data(flags, stream_id & 0x7FFFFFFF, view[start:pos])
-                else:
-                    self._frame_in(kind, flags, stream_id & 0x7FFFFFFF, bytes(view[start:pos]))
+                try:
+                    if kind == DATA and self.header_block is None:
+                        self._data(flags, stream_id & 0x7FFFFFFF, view[start:pos])
+                    else:
+                        self._frame_in(kind, flags, stream_id & 0x7FFFFFFF, bytes(view[start:pos]))
+                except H2Error as error:
+                    if not error.stream:
+                        self._abandon(error.code, error.why)
+                        return
+                    self._reset(error.stream, error.code, error.why)
                 if self.transport is None or self.transport.is_closing():
                     return
         finally:
@@ -325,41 +278,46 @@ class _Connection(asyncio.Protocol):
 
     def _frame_in(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self.header_block is not None and kind != CONTINUATION:
-            self._abandon(PROTOCOL_ERROR, "a header block was interrupted")
-            return
-        if kind == DATA:
-            self._data(flags, stream_id, payload)
-        elif kind == HEADERS:
+            raise H2Error(PROTOCOL_ERROR, "a header block was interrupted")
+        if kind == HEADERS:
             self._headers(flags, stream_id, payload)
         elif kind == CONTINUATION:
             if self.header_block is None or stream_id != self.header_stream:
-                self._abandon(PROTOCOL_ERROR, "CONTINUATION without a header block")
-                return
+                raise H2Error(PROTOCOL_ERROR, "CONTINUATION without a header block")
             self.header_block += payload
-            if len(self.header_block) > MAX_HEADER_BLOCK:
-                self._abandon(PROTOCOL_ERROR, "header block too large")
+            self.header_frames += 1
+            if len(self.header_block) > MAX_HEADER_BLOCK or self.header_frames > MAX_CONTINUATIONS:
+                self._flood(f"a header block of more than {MAX_HEADER_BLOCK} bytes or {MAX_CONTINUATIONS} "
+                            "CONTINUATION frames")
                 return
             if flags & END_HEADERS:
                 block, self.header_block = bytes(self.header_block), None
                 self._header_block(self.header_stream, self.header_flags, block)
-        elif kind == SETTINGS:
-            if not flags & ACK and not self._backlogged():
-                self._settings(payload)
-        elif kind == WINDOW_UPDATE:
-            self._window_update(stream_id, payload)
-        elif kind == PING:
-            if not flags & ACK and self.transport is not None and not self._backlogged():
-                self.transport.write(_frame(PING, ACK, 0, payload))
-        elif kind == RST_STREAM:
-            stream = self.streams.get(stream_id)
-            if stream is not None:
-                self._forget(stream, cancel=True)
-                self._cancelled_by_client()
-        elif kind == GOAWAY:
-            self.going_away = True
-        elif kind == PUSH_PROMISE:
-            self._abandon(PROTOCOL_ERROR, "a client may not push")
-        # PRIORITY and unknown frame types are ignored, as HTTP/2 asks
+        else:
+            rules.check_control(kind, flags, stream_id, len(payload))
+            if kind == SETTINGS:
+                if not flags & ACK and not self._backlogged():
+                    self._settings(payload)
+            elif kind == WINDOW_UPDATE:
+                self._window_update(stream_id, payload)
+            elif kind == PING:
+                if not flags & ACK and self.transport is not None and not self._backlogged():
+                    self.transport.write(frame(PING, ACK, 0, payload))
+            elif kind == RST_STREAM:
+                if stream_id > self.last_stream:
+                    raise H2Error(PROTOCOL_ERROR, f"RST_STREAM on idle stream {stream_id}")
+                if (stream := self.streams.get(stream_id)) is not None:
+                    stream.ended = True  # closed by the client: what it sends on it later is an error
+                    self._forget(stream, cancel=True)
+                    self._cancelled_by_client()
+            elif kind == PRIORITY:  # otherwise ignored: RFC 9113 deprecates its scheme
+                if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:
+                    raise H2Error(PROTOCOL_ERROR, f"stream {stream_id} depends on itself", stream_id)
+            elif kind == GOAWAY:
+                self.going_away = True
+            elif kind == PUSH_PROMISE:
+                raise H2Error(PROTOCOL_ERROR, "a client may not push")
+        # unknown frame types are ignored, as HTTP/2 asks
 
     def _cancelled_by_client(self) -> None:
         """One open call cancelled by the client: a token of the reset bucket spent, the connection ended as a
@@ -372,86 +330,100 @@ class _Connection(asyncio.Protocol):
                         "after them (RST_STREAM)")
 
     def _settings(self, payload: bytes) -> None:
-        if len(payload) % 6:
-            self._abandon(FRAME_SIZE_ERROR, "SETTINGS of a length not a multiple of 6")
-            return
-        for i in range(0, len(payload), 6):
-            ident, value = struct.unpack_from(">HL", payload, i)
+        for ident, value in rules.settings(payload):
             if ident == S_INITIAL_WINDOW_SIZE:
-                if value > 0x7FFFFFFF:
-                    self._abandon(FLOW_CONTROL_ERROR, "initial window too large")
-                    return
                 delta, self.peer_window = value - self.peer_window, value
                 for stream in self.streams.values():
                     stream.send_window += delta
+                    if stream.send_window > MAX_WINDOW:
+                        raise H2Error(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE={value} takes stream "
+                                                          f"{stream.id}'s window past 2^31-1")
             elif ident == S_MAX_FRAME_SIZE:
-                self.peer_frame = max(16_384, min(value, (1 << 24) - 1))
+                self.peer_frame = value
         assert self.transport is not None
-        self.transport.write(_frame(SETTINGS, ACK, 0))
+        self.transport.write(frame(SETTINGS, ACK, 0))
         self._flush_all()
 
     def _window_update(self, stream_id: int, payload: bytes) -> None:
-        if len(payload) != 4:
-            self._abandon(FRAME_SIZE_ERROR, "WINDOW_UPDATE of a length other than 4")
-            return
         increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if stream_id == 0:
+            if not increment:
+                raise H2Error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 on the connection")
             self.send_window += increment
+            if self.send_window > MAX_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, "the connection's window past 2^31-1")
             self._flush_all()
         elif (stream := self.streams.get(stream_id)) is not None:
+            if not increment:
+                raise H2Error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0", stream_id)
             stream.send_window += increment
+            if stream.send_window > MAX_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, "the stream's window past 2^31-1", stream_id)
             self._flush(stream)
+        elif stream_id > self.last_stream:
+            raise H2Error(PROTOCOL_ERROR, f"WINDOW_UPDATE on idle stream {stream_id}")
+        # else for a stream already closed, which a client may still credit: ignored
 
     def _headers(self, flags: int, stream_id: int, payload: bytes) -> None:
         if flags & PADDED:
-            if not payload:
-                self._abandon(PROTOCOL_ERROR, "padding longer than the frame")
-                return
-            pad = payload[0]
-            payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
+            payload = rules.unpad(payload)  # type: ignore[assignment]
         if flags & PRIORITY_FLAG:
+            if len(payload) < 5:
+                raise H2Error(FRAME_SIZE_ERROR, "HEADERS too short for its priority fields")
+            if int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == stream_id:  # a connection error: the block is
+                raise H2Error(PROTOCOL_ERROR, f"stream {stream_id} depends on itself")  # left undecoded
             payload = payload[5:]
         if not flags & END_HEADERS:
             self.header_block, self.header_stream, self.header_flags = bytearray(payload), stream_id, flags
+            self.header_frames = 0
             return
         self._header_block(stream_id, flags, payload)
 
-    def _decode(self, block: bytes) -> list[tuple[bytes, bytes]] | None:
-        """The block's header fields; a block of one-byte indexed fields alone (a repeated call's) changes no
-        table, so the same bytes decode to the same fields until a block that does (which clears the cache)."""
+    def _decode(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], str]:
+        """The block's header fields, and why they are not a well-formed request ('' when they are). A block of
+        one-byte indexed fields alone (a repeated call's) changes no table, so the same bytes decode to the same
+        fields and verdict until a block that does (which clears the cache)."""
         indexed_only = block and not block.translate(None, _HIGH_BYTES)
-        if indexed_only and (fields := self.block_cache.get(block)) is not None:
-            return fields
+        if indexed_only and (decoded := self.block_cache.get(block)) is not None:
+            return decoded
         if not indexed_only:
             self.block_cache.clear()
+            rules.check_size_updates(block)
         try:
             fields = self.decoder.decode(block, raw=True)
         except (HPACKError, ValueError, IndexError) as error:
-            self._abandon(COMPRESSION_ERROR, f"header block cannot be decoded: {error}")
-            return None
+            raise H2Error(COMPRESSION_ERROR, f"header block cannot be decoded: {error}") from None
+        decoded = (fields, rules.request_problem(fields))
         if indexed_only and len(self.block_cache) < 64:
-            self.block_cache[block] = fields
-        return fields
+            self.block_cache[block] = decoded
+        return decoded
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
-        fields = self._decode(block)
-        if fields is None:
-            return
+        fields, problem = self._decode(block)  # first, whatever follows: the decoding table is the connection's
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client: the end of its messages
-            if flags & END_STREAM:
-                self._end_of_messages(stream)
+            if stream.ended:
+                raise H2Error(STREAM_CLOSED, "HEADERS after the stream's END_STREAM", stream_id)
+            if not flags & END_STREAM:
+                raise H2Error(PROTOCOL_ERROR, "trailers without END_STREAM", stream_id)
+            if why := rules.trailers_problem(fields):
+                raise H2Error(PROTOCOL_ERROR, why, stream_id)
+            self._end_of_messages(stream)
             return
-        if stream_id % 2 == 0 or stream_id <= self.last_stream:
-            if stream_id > 0 and stream_id <= self.last_stream:
-                return  # a late frame for a stream already answered and forgotten
-            self._abandon(PROTOCOL_ERROR, f"stream id {stream_id} is not a new client stream")
-            return
+        if stream_id % 2 == 0:
+            raise H2Error(PROTOCOL_ERROR, f"stream id {stream_id} is not a client stream")
+        if stream_id <= self.last_stream:
+            late_ok = self.closed_ids.get(stream_id)
+            if late_ok:
+                return  # trailers of a call the server ended while the client was still sending
+            if late_ok is None:
+                raise H2Error(PROTOCOL_ERROR, f"stream id {stream_id} is not above the last, {self.last_stream}")
+            raise H2Error(STREAM_CLOSED, f"HEADERS on stream {stream_id}, already closed")
         self.last_stream = stream_id
+        if problem:
+            raise H2Error(PROTOCOL_ERROR, f"a malformed request: {problem}", stream_id)
         if len(self.streams) >= MAX_STREAMS:  # past what the SETTINGS allowed: the client may retry it later
-            assert self.transport is not None
-            self.transport.write(_frame(RST_STREAM, 0, stream_id, REFUSED_STREAM.to_bytes(4, "big")))
-            return
+            raise H2Error(REFUSED_STREAM, f"more than {MAX_STREAMS} streams at once", stream_id)
         path = ""
         stream = _Stream(stream_id, "", self.peer_window)
         for name, value in fields:
@@ -459,7 +431,7 @@ class _Connection(asyncio.Protocol):
                 path = value.decode("latin-1")
             elif name == b"grpc-encoding":
                 stream.encoding = value
-            elif name == b"grpc-timeout" and (timeout := _timeout_s(value)) is not None:
+            elif name == b"grpc-timeout" and (timeout := timeout_s(value)) is not None:
                 stream.deadline = self.server.loop.time() + timeout  # from when the call began, as the client counts
         stream.path = path
         self.streams[stream_id] = stream
@@ -483,16 +455,22 @@ class _Connection(asyncio.Protocol):
     def _data(self, flags: int, stream_id: int, payload: bytes | memoryview) -> None:
         n = len(payload)
         self.recv_unacked += n
+        if self.recv_unacked > RECV_WINDOW:
+            raise H2Error(FLOW_CONTROL_ERROR, f"{self.recv_unacked} bytes of DATA where the window was {RECV_WINDOW}")
         stream = self.streams.get(stream_id)
-        if stream is not None and not stream.closed:  # else for a stream already answered: dropped
-            if flags & PADDED and payload:
-                pad = payload[0]
-                payload = payload[1:len(payload) - pad] if pad < len(payload) else b""
+        if stream is not None:
+            if stream.ended:
+                raise H2Error(STREAM_CLOSED, "DATA after the stream's END_STREAM", stream_id)
+            stream.recv_unacked += n
+            if stream.recv_unacked > RECV_WINDOW:
+                raise H2Error(FLOW_CONTROL_ERROR, f"{stream.recv_unacked} bytes of DATA where the stream's window "
+                                                  f"was {RECV_WINDOW}", stream_id)
+            if flags & PADDED:
+                payload = rules.unpad(payload)
             if payload:
-                if self.partial + len(payload) > self.partial_budget:
+                if self.partial + self.queued + len(payload) > self.partial_budget:
                     self._refuse_memory(stream)
                 else:
-                    stream.recv_unacked += n
                     self.partial += len(payload)
                     if stream.data:
                         stream.data += payload
@@ -502,9 +480,38 @@ class _Connection(asyncio.Protocol):
                         self._end_of_messages(stream)
             elif flags & END_STREAM:
                 self._end_of_messages(stream)
+        else:
+            self._data_elsewhere(flags, stream_id, payload)
         half = RECV_WINDOW // 2  # (tested here first: the common frame owes no credit, and calls nothing)
         if self.recv_unacked >= half or (stream is not None and stream.recv_unacked >= half):
             self._credit(stream)
+
+    def _data_elsewhere(self, flags: int, stream_id: int, payload: bytes | memoryview) -> None:
+        """DATA on no open stream: an error on stream 0, an idle stream or one the client had closed; dropped on
+        one the server ended while the client was still sending (its frames may still be on their way)."""
+        if stream_id == 0 or stream_id > self.last_stream:
+            raise H2Error(PROTOCOL_ERROR, f"DATA on {'stream 0' if not stream_id else f'idle stream {stream_id}'}")
+        if flags & PADDED:
+            rules.unpad(payload)
+        if self.closed_ids.get(stream_id) is False:
+            raise H2Error(STREAM_CLOSED, f"DATA on stream {stream_id}, already closed")
+
+    def _reset(self, stream_id: int, code: int, why: str) -> None:
+        """A stream error: RST_STREAM with `code`, the call ended if open; what the client still sends on it is
+        dropped."""
+        log.debug("gRPC stream %d of %s reset: %s", stream_id, self.peer, why)
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(frame(RST_STREAM, 0, stream_id, code.to_bytes(4, "big")))
+        if (stream := self.streams.get(stream_id)) is not None:
+            self._forget(stream, cancel=True)
+        self._remember_closed(stream_id, True)
+
+    def _remember_closed(self, stream_id: int, late_ok: bool) -> None:
+        """Remember a closed stream (the last RECENT_CLOSED): `late_ok`, whether the client may still send on it."""
+        closed = self.closed_ids
+        closed[stream_id] = late_ok
+        if len(closed) > RECENT_CLOSED:
+            del closed[next(iter(closed))]
 
     def _credit(self, stream: _Stream | None) -> None:
         """WINDOW_UPDATE for what arrived, once half a window of it is owed, while no more than half a window of
@@ -512,11 +519,11 @@ class _Connection(asyncio.Protocol):
         half = RECV_WINDOW // 2
         if stream is not None and stream.recv_unacked >= half and stream.queued <= half and not stream.ended \
                 and not stream.closed and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_frame(WINDOW_UPDATE, 0, stream.id, stream.recv_unacked.to_bytes(4, "big")))
+            self.transport.write(frame(WINDOW_UPDATE, 0, stream.id, stream.recv_unacked.to_bytes(4, "big")))
             stream.recv_unacked = 0
         if self.recv_unacked >= half and self.queued <= half and self.transport is not None \
                 and not self.transport.is_closing():
-            self.transport.write(_frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
+            self.transport.write(frame(WINDOW_UPDATE, 0, 0, self.recv_unacked.to_bytes(4, "big")))
             self.recv_unacked = 0
 
     def _release(self, stream: _Stream) -> None:
@@ -551,7 +558,7 @@ class _Connection(asyncio.Protocol):
         limit = self.server.config.max_message_bytes
         pos = 0
         while len(data) - pos >= 5:
-            compressed, length = _MESSAGE.unpack_from(data, pos)
+            compressed, length = MESSAGE.unpack_from(data, pos)
             if length > limit:
                 self._answer_status(stream, grpc.StatusCode.RESOURCE_EXHAUSTED,
                                     f"Received message larger than max ({length} vs. {limit})")
@@ -559,8 +566,8 @@ class _Connection(asyncio.Protocol):
             if len(data) - pos - 5 < length:
                 break
             if stream.inbox is None and stream.messages:  # answered now, not held until END_STREAM
-                n = len(stream.messages) + _complete_messages(data, pos)
-                self._answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, _too_many(stream.path, n))
+                n = len(stream.messages) + complete_messages(data, pos)
+                self._answer_status(stream, grpc.StatusCode.UNIMPLEMENTED, too_many(stream.path, n))
                 return False
             if pos == 0 and len(data) == 5 + length:  # the whole of what arrived: handed on without a copy
                 message: Any = memoryview(data)[5:]
@@ -571,8 +578,8 @@ class _Connection(asyncio.Protocol):
                 pos += 5 + length
             if compressed:
                 try:
-                    message = self._inflate(stream, message, limit)
-                except _Aborted as aborted:
+                    message = inflate(stream.encoding, message, limit)
+                except Aborted as aborted:
                     self._answer_status(stream, aborted.code, aborted.details)
                     return False
             if stream.inbox is None:
@@ -587,25 +594,6 @@ class _Connection(asyncio.Protocol):
             del data[:pos]
             self.partial -= pos
         return True
-
-    @staticmethod
-    def _inflate(stream: _Stream, message: bytes, limit: int) -> bytes:
-        if stream.encoding == b"gzip":
-            inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)
-        elif stream.encoding == b"deflate":
-            inflater = zlib.decompressobj()
-        else:
-            raise _Aborted(grpc.StatusCode.UNIMPLEMENTED,
-                           f"a compressed message with grpc-encoding '{stream.encoding.decode('latin-1')}': this "
-                           "server inflates gzip and deflate only; send those or uncompressed messages")
-        try:
-            out = inflater.decompress(message, limit + 1)
-        except zlib.error as error:
-            raise _Aborted(grpc.StatusCode.INTERNAL, f"the compressed message cannot be inflated: {error}") from None
-        if len(out) > limit or inflater.unconsumed_tail:
-            raise _Aborted(grpc.StatusCode.RESOURCE_EXHAUSTED,
-                           f"Received message larger than max (more than {limit} bytes inflated vs. {limit})")
-        return out
 
     def _end_of_messages(self, stream: _Stream) -> None:
         if stream.ended or stream.closed:
@@ -629,14 +617,14 @@ class _Connection(asyncio.Protocol):
             return
         out = []
         if headers:
-            out.append(_frame(HEADERS, END_HEADERS, stream.id, _RESPONSE_HEADERS))
+            out.append(frame(HEADERS, END_HEADERS, stream.id, RESPONSE_HEADERS))
         if message is not None:
-            body = _MESSAGE.pack(0, len(message)) + message
+            body = MESSAGE.pack(0, len(message)) + message
             n = len(body)
             if not stream.pending and n <= self.send_window and n <= stream.send_window and n <= self.peer_frame:
                 self.send_window -= n
                 stream.send_window -= n
-                out.append(_HEAD.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id) + body)
+                out.append(HEAD.pack(n >> 16, n & 0xFFFF, DATA, 0, stream.id) + body)
             else:
                 stream.pending.append((body, DATA, False))
                 stream.unsent += n
@@ -644,7 +632,7 @@ class _Connection(asyncio.Protocol):
             if stream.pending:
                 stream.pending.append((trailers, HEADERS, True))
             else:
-                out.append(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id, trailers))
+                out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, trailers))
                 self._finished(stream)
         if out:
             self.transport.write(b"".join(out))
@@ -657,7 +645,7 @@ class _Connection(asyncio.Protocol):
         while stream.pending:
             payload, kind, end = stream.pending[0]
             if kind == HEADERS:
-                out.append(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id, payload))
+                out.append(frame(HEADERS, END_HEADERS | END_STREAM, stream.id, payload))
                 stream.pending.pop(0)
                 self._finished(stream)
                 break
@@ -668,13 +656,20 @@ class _Connection(asyncio.Protocol):
             self.send_window -= len(chunk)
             stream.send_window -= len(chunk)
             stream.unsent -= len(chunk)
-            out.append(_frame(DATA, 0, stream.id, chunk))
+            out.append(frame(DATA, 0, stream.id, chunk))
             if rest:
                 stream.pending[0] = (rest, kind, end)
             else:
                 stream.pending.pop(0)
         if out and self.transport is not None and not self.transport.is_closing():
             self.transport.write(b"".join(out))
+        if stream.pending:  # waits for the client's windows: reset if they stay shut past the deadline
+            if not stream.parked_since and not stream.closed:
+                stream.parked_since = self.server.loop.time()
+                self.server.parked[stream] = self
+        elif stream.parked_since:
+            stream.parked_since = 0.0
+            self.server.parked.pop(stream, None)
         if stream.waiter is not None and stream.unsent <= OUT_BACKLOG and not self.write_paused:
             self._wake(stream)
 
@@ -698,10 +693,10 @@ class _Connection(asyncio.Protocol):
         The stream is reset after it when the client has not finished sending, so that it stops."""
         unfinished = not stream.ended
         if not stream.closed and self.transport is not None and not self.transport.is_closing():
-            self.transport.write(_frame(HEADERS, END_HEADERS | END_STREAM, stream.id,
-                                        _RESPONSE_HEADERS + _trailers(code, message)))
+            self.transport.write(frame(HEADERS, END_HEADERS | END_STREAM, stream.id,
+                                        RESPONSE_HEADERS + status_trailers(code, message)))
             if unfinished:
-                self.transport.write(_frame(RST_STREAM, 0, stream.id, NO_ERROR.to_bytes(4, "big")))
+                self.transport.write(frame(RST_STREAM, 0, stream.id, NO_ERROR.to_bytes(4, "big")))
         self._finished(stream)
 
     def _finished(self, stream: _Stream) -> None:
@@ -709,16 +704,23 @@ class _Connection(asyncio.Protocol):
         stream.unsent = 0
         self._forget(stream, cancel=False)
 
+    def leave(self, stream: _Stream) -> None:
+        """The call no longer counts against the connection cap (it ended, or only its reply waits to be sent)."""
+        if stream.admitted:
+            stream.admitted = False
+            self.server.guard.leave(self.key)
+
     def _forget(self, stream: _Stream, cancel: bool) -> None:
         stream.closed = True
         self.partial -= len(stream.data)
         stream.data = bytearray()
         stream.messages = []
         self.streams.pop(stream.id, None)
+        self._remember_closed(stream.id, not stream.ended)
         self.server.waiting.pop(stream, None)
-        if stream.admitted:
-            stream.admitted = False
-            self.server.guard.leave(self.key)
+        if stream.parked_since:
+            self.server.parked.pop(stream, None)
+        self.leave(stream)
         if cancel and stream.task is not None and not stream.task.done() \
                 and stream.task is not asyncio.current_task():
             stream.task.cancel()
@@ -743,6 +745,7 @@ class H2GrpcServer:
         self.guard = CallGuard(self.config.max_connections, self.config.body_timeout_s, refusals.of(core))
         self.connections: set[_Connection] = set()
         self.waiting: dict[_Stream, _Connection] = {}  # unary calls whose message has not all arrived
+        self.parked: dict[_Stream, _Connection] = {}  # streams whose replies wait for the client's windows
         self.partial_budget = max(PARTIAL_FLOOR, 4 * self.config.max_message_bytes)  # bytes per connection
         self.methods = {m.name: m for m in pb.DESCRIPTOR.services_by_name["GRPCInferenceService"].methods}
         self._request_types = {name: m.input_type._concrete_class for name, m in self.methods.items()}
@@ -779,7 +782,9 @@ class H2GrpcServer:
         return True
 
     async def _sweep(self) -> None:
-        """Forever: end the unary calls whose message has not all arrived within the body deadline."""
+        """Forever: end the unary calls whose message has not all arrived within the body deadline, and reset
+        the streams whose replies waited that long for the client's windows (a client that never reads would
+        otherwise hold them, and their memory, for as long as it stays connected)."""
         timeout = self.config.body_timeout_s
         every = max(0.05, timeout / 4)
         while True:
@@ -789,6 +794,9 @@ class H2GrpcServer:
                 if stream.since < late:
                     self.guard.refusals.add("grpc", "body_timeout")
                     conn._answer_status(stream, *_status(RequestTimeout(timeout)))
+            for stream, conn in list(self.parked.items()):
+                if stream.parked_since < late and not stream.closed:
+                    conn._reset(stream.id, CANCEL, f"its reply waited more than {timeout:g} s for the client's window")
 
     # --- calls -------------------------------------------------------------------------------------------
     def _parse(self, method: str, message: bytes) -> Any:
@@ -803,22 +811,22 @@ class H2GrpcServer:
         try:
             if stream.deadline is not None:
                 if stream.deadline <= self.loop.time():  # passed while the message arrived: not run at all
-                    raise _Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+                    raise Aborted(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
                 timer = self.loop.call_at(stream.deadline, stream.task.cancel)  # type: ignore[union-attr]
             if len(stream.messages) != 1:  # more than one is answered as it arrives (_split_messages)
-                raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT if not stream.messages else grpc.StatusCode.UNIMPLEMENTED,
-                               f"the {method} call carried no request message" if not stream.messages
-                               else _too_many(stream.path, len(stream.messages)))
+                raise Aborted(grpc.StatusCode.INVALID_ARGUMENT if not stream.messages else grpc.StatusCode.UNIMPLEMENTED,
+                              f"the {method} call carried no request message" if not stream.messages
+                              else too_many(stream.path, len(stream.messages)))
             request = self._parse(method, stream.messages.pop())
             if isinstance(request, Malformed):
-                raise _Aborted(grpc.StatusCode.INVALID_ARGUMENT, request.message)
+                raise Aborted(grpc.StatusCode.INVALID_ARGUMENT, request.message)
             if method == "ModelInfer":
                 response = await self.servicer._infer(request)
             else:
                 response = await getattr(self.servicer, method)(request, _Context(conn.peer))
             del request
-            conn.send(stream, response.SerializeToString(), _OK_TRAILERS, headers=True)
-        except _Aborted as aborted:
+            conn.send(stream, response.SerializeToString(), OK_TRAILERS, headers=True)
+        except Aborted as aborted:
             conn._answer_status(stream, aborted.code, aborted.details)
         except asyncio.CancelledError:
             if stream.closed or conn.transport is None or conn.transport.is_closing():
@@ -829,8 +837,10 @@ class H2GrpcServer:
         finally:
             if timer is not None:
                 timer.cancel()
-            if not stream.closed and not stream.pending:  # a reply still waiting for the client's window stays
+            if not stream.closed and not stream.pending:
                 conn._finished(stream)
+            else:  # a reply still waiting for the client's window stays, no longer counted as a call in progress
+                conn.leave(stream)
 
     async def serve_stream(self, conn: _Connection, stream: _Stream) -> None:
         inbox = stream.inbox
@@ -855,7 +865,7 @@ class H2GrpcServer:
                 conn.send(stream, response.SerializeToString(), None, headers=not headers_sent)
                 headers_sent = True
             if headers_sent:
-                conn.send(stream, None, _OK_TRAILERS, headers=False)
+                conn.send(stream, None, OK_TRAILERS, headers=False)
             else:
                 conn._answer_status(stream, grpc.StatusCode.OK, "")
         except asyncio.CancelledError:
@@ -863,13 +873,15 @@ class H2GrpcServer:
         except Exception as error:
             code, message = _status(error)
             if headers_sent:
-                conn.send(stream, None, _trailers(code, message), headers=False)
+                conn.send(stream, None, status_trailers(code, message), headers=False)
             else:
                 conn._answer_status(stream, code, message)
         finally:
             await responses.aclose()
-            if not stream.closed and not stream.pending:  # a reply still waiting for the client's window stays
+            if not stream.closed and not stream.pending:
                 conn._finished(stream)
+            else:  # a reply still waiting for the client's window stays, no longer counted as a call in progress
+                conn.leave(stream)
 
     # --- stop --------------------------------------------------------------------------------------------
     def idle_check(self) -> None:
@@ -886,7 +898,7 @@ class H2GrpcServer:
         self._server.close()
         for conn in list(self.connections):
             if conn.transport is not None and not conn.transport.is_closing():
-                conn.transport.write(_frame(GOAWAY, 0, 0, struct.pack(">LL", conn.last_stream, NO_ERROR)))
+                conn.transport.write(frame(GOAWAY, 0, 0, struct.pack(">LL", conn.last_stream, NO_ERROR)))
         self.servicer.drain_streams()
         self.idle_check()
         assert self._idle is not None

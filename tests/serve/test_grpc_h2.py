@@ -418,7 +418,9 @@ def test_a_stream_whose_replies_are_not_read_stops_being_credited_and_resumes_wh
         client = RawClient(ports["grpc"])  # its windows for the replies: HTTP/2's 65,535 bytes, not raised
         try:
             message = infer_message(np.ones((1, 4), np.float32), "x" * 60_000)  # each reply echoes the id
-            window = {0: RECV_WINDOW, 1: RECV_WINDOW, 3: RECV_WINDOW}  # the server's SETTINGS and first update
+            # the streams' windows from the server's SETTINGS; the connection's HTTP/2's first, grown by the
+            # server's WINDOW_UPDATEs (the first of them among the frames read back)
+            window = {0: 65_535, 1: RECV_WINDOW, 3: RECV_WINDOW}
             replies = {1: b"", 3: b""}
             client.sock.sendall(frame(HEADERS, 0x4, 1, client.headers_block(STREAM_INFER)))
             sent = {1: send_until_blocked(client, 1, message, window, replies)}
@@ -485,3 +487,125 @@ def test_a_connection_past_its_budget_of_messages_still_arriving_has_that_call_r
         with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as other:
             x = grpcclient.InferInput("input", [1, 4], "FP32").set_data_from_numpy(np.ones((1, 4), np.float32))
             assert other.infer("classifier", [x]).as_numpy("logits").shape == (1, 3)
+
+
+def goaway_code(client: RawClient, timeout_s: float = 3) -> int | None:
+    """The error code of the GOAWAY the server sends next (None if none came before it closed or timeout_s)."""
+    try:
+        frames = client.frames(lambda fs: any(k == GOAWAY for k, _, _, _ in fs), timeout_s=timeout_s)
+    except ConnectionResetError:
+        return None
+    return next((int.from_bytes(p[4:8], "big") for k, _, _, p in frames if k == GOAWAY), None)
+
+
+def test_data_past_the_granted_window_ends_the_connection_with_flow_control_error(server):
+    from trainserve.serve.grpc_h2 import RECV_WINDOW
+
+    mib = 1 << 20
+    client = RawClient(server[1])
+    try:
+        # one complete 1 MiB message per call, without END_STREAM, blind to the windows: the server grants
+        # RECV_WINDOW, credits half a window once while no more than that waits, then no more: 24 MiB in all
+        message = b"\x00" + (mib - 5).to_bytes(4, "big") + bytes(mib - 5)
+        granted = RECV_WINDOW + RECV_WINDOW // 2
+        client.sock.sendall(b"".join(frame(HEADERS, 0x4, 1 + 2 * i, client.headers_block(INFER))
+                                     + frame(DATA, 0, 1 + 2 * i, message) for i in range(granted // mib + 1)))
+        assert goaway_code(client) == 0x3, "DATA past the window granted was accepted"  # FLOW_CONTROL_ERROR
+    finally:
+        client.close()
+    with grpcclient.InferenceServerClient(f"127.0.0.1:{server[1]}") as other:
+        assert other.is_server_ready()
+
+
+def test_complete_messages_waiting_for_their_calls_end_count_against_the_connections_budget(tmp_path, monkeypatch):
+    from trainserve.serve import grpc_h2
+
+    monkeypatch.setattr(grpc_h2, "PARTIAL_FLOOR", 0)  # the budget: 4 messages at the limit, 1 MiB
+    repo = make_repository(tmp_path / "repo")
+    with running_server(repo, max_body_bytes=1 << 18) as (srv, ports):
+        h2 = next(f for f in srv.frontends if f.name == "grpc")
+        client = RawClient(ports["grpc"], settings=struct.pack(">HL", 0x4, 1 << 20))  # room for a reply
+        message = infer_message(np.ones((1, 4), np.float32), "x" * 200_010)  # 5 fit in the budget, a 6th not
+        try:
+            client.sock.sendall(frame(WINDOW_UPDATE, 0, 0, (1 << 20).to_bytes(4, "big")) + b"".join(
+                frame(HEADERS, 0x4, s, client.headers_block(INFER)) + frame(DATA, 0, s, message)
+                for s in (1, 3, 5, 7, 9, 11)))  # whole messages, no END_STREAM
+            frames = client.frames(ended(11), timeout_s=3)
+            fields = client.status(frames, 11)
+            assert fields.get("grpc-status") == "8", f"a sixth waiting message was held: {fields}"
+            assert not any(k == HEADERS and s != 11 for k, _, s, _ in frames), "another call was answered"
+            conn = next(iter(h2.connections))
+            assert conn.partial + conn.queued <= h2.partial_budget
+            client.sock.sendall(frame(DATA, 0x1, 1))  # the others go on
+            frames = client.frames(ended(1))
+            assert client.status(frames, 1)["grpc-status"] == "0"
+            assert conn.queued == 4 * (len(message) - 5)
+        finally:
+            client.close()
+
+
+def test_a_megabyte_of_table_size_updates_is_refused_at_once_while_another_client_is_served(server):
+    import concurrent.futures
+    import threading
+
+    srv, port = server
+    h2 = next(f for f in srv.frontends if f.name == "grpc")
+
+    def loop_cpu_s() -> float:  # CPU time of the server's event-loop thread
+        answer: concurrent.futures.Future = concurrent.futures.Future()
+        h2.loop.call_soon_threadsafe(lambda: answer.set_result(time.thread_time()))
+        return answer.result(timeout=10)
+
+    before = srv.core.refusals.get("grpc", "flood")
+    other = grpcclient.InferenceServerClient(f"127.0.0.1:{port}")
+    client = RawClient(port)
+    latency: list[float] = []
+
+    def other_call() -> None:
+        began = time.monotonic()
+        assert other.is_server_ready()
+        latency.append(time.monotonic() - began)
+
+    try:
+        assert other.is_server_ready()  # connected before
+        client.frames(lambda fs: any(k == SETTINGS for k, _, _, _ in fs))
+        cpu = loop_cpu_s()
+        block = b"\x20" * (1 << 20)  # a dynamic-table size update to 0, over and over: a frame of the largest size
+        try:
+            client.sock.sendall(frame(HEADERS, 0x5, 1, block))
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # ended while it was still sending
+        caller = threading.Thread(target=other_call)
+        caller.start()
+        code = goaway_code(client)
+        caller.join(timeout=10)
+        cpu = loop_cpu_s() - cpu
+        assert cpu < 0.010, f"{cpu * 1e3:.1f} ms of the event loop's CPU for one header block"
+        assert latency and latency[0] < 0.5, f"another client's call waited {latency} s"
+        assert code in (0xB, None), code  # ENHANCE_YOUR_CALM (None: the close overtook it)
+        assert srv.core.refusals.get("grpc", "flood") == before + 1, "the block was not refused"
+    finally:
+        client.close()
+        other.close()
+
+
+def test_replies_parked_on_a_zero_window_free_the_connection_cap_and_are_reset_at_the_deadline(tmp_path):
+    repo = make_repository(tmp_path / "repo")
+    with running_server(repo, max_connections=2, body_timeout_s=0.4) as (srv, ports):
+        h2 = next(f for f in srv.frontends if f.name == "grpc")
+        stalled = [RawClient(ports["grpc"], settings=struct.pack(">HL", 0x4, 0)) for _ in range(2)]
+        began = time.monotonic()
+        try:
+            for client in stalled:  # ServerReady, whose reply can never be sent into a window of 0
+                client.sock.sendall(frame(HEADERS, 0x4, 1, client.headers_block(
+                    "/inference.GRPCInferenceService/ServerReady")) + frame(DATA, 0x1, 1, bytes(5)))
+                assert client.frames(lambda fs: any(k == HEADERS for k, _, _, _ in fs)), "no reply began"
+            with grpcclient.InferenceServerClient(f"127.0.0.1:{ports['grpc']}") as fresh:
+                assert fresh.is_server_ready(), "a new client was locked out by replies waiting for a window"
+            for client in stalled:
+                frames = client.frames(lambda fs: any(k == RST_STREAM for k, _, _, _ in fs), timeout_s=3)
+                assert (RST_STREAM, 0, 1, (8).to_bytes(4, "big")) in frames, "a parked reply was never reset"
+            assert time.monotonic() - began < 2.0 and not h2.parked and h2.guard.peers == {}
+        finally:
+            for client in stalled:
+                client.close()

@@ -74,7 +74,8 @@ class ServeOptions:
     max_body_bytes: int = opt(64 * 1024 * 1024, "Largest request body accepted (413 beyond).", unit="bytes")
     body_timeout_s: float = opt(30.0, "An HTTP request head or body not fully received this many seconds after it "
                                       "began is answered 408 and its connection closed; a gRPC ModelInfer message, "
-                                      "DEADLINE_EXCEEDED.", unit="s")
+                                      "DEADLINE_EXCEEDED; a gRPC reply that waited this long for the client's "
+                                      "flow-control window, its stream reset.", unit="s")
     max_connections: int = opt(1024, "Open HTTP connections at most; a connection beyond it is answered 503 and "
                                      "closed at once. gRPC: client connections with calls in flight at most; a call "
                                      "from one more is answered UNAVAILABLE.")
