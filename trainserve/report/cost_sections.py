@@ -54,6 +54,7 @@ class TrainCost:
     energy_usd_per_million_samples: float | None
     usd_per_million_samples: float | None
     energy_note: str | None  # why there is no energy figure; None: there is one
+    energy_status: str  # trainserve.core.meters.energy_status, as the report's other tables say it
     run: RunCost | RunNotKnown
 
 
@@ -76,6 +77,7 @@ class InferCost:
     energy_usd_per_million_inferences: float | None
     usd_per_million_inferences: float | None
     energy_note: str | None  # why there is no energy figure; None: there is one
+    energy_status: str  # trainserve.core.meters.energy_status, as the report's other tables say it
 
 
 @dataclass

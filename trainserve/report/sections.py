@@ -74,7 +74,11 @@ class Column:
     mean_power_w: float | None
     energy_j: float | None
     energy_per_sample_j: float | None
-    energy_source: str | None  # "nvml" (the GPU's), "rapl" (the CPU packages'), or None
+    energy_source: str | None  # "nvml" (the GPU's), "rapl" (the CPU packages'), "estimate" (the CPU's), or None
+    energy_meter: str | None  # the meter by name and what it reads, e.g. "NVML device 0 (cuda:0)"
+    # trainserve.core.meters.energy_status: "measured", "estimated" or "not measured" (the figures above are
+    # then null, whatever the record carries: another device's reading is not this one's)
+    energy_status: str
     # what the measurement held, for the cost section (report/cost.py): cores, threads, GPUs, epochs
     host_logical_cpus: int | None
     torch_threads: int | None
@@ -383,6 +387,9 @@ class ScenarioRow:
     reasons: list[str]
     repeats: int
     ci95: dict[str, dict[str, float]]  # per figure with repeats: {n, mean, sd, half_width, low, high}
+    energy_per_sample_j: float | None  # null unless energy_status is "measured" or "estimated"
+    energy_source: str | None
+    energy_status: str  # trainserve.core.meters.energy_status
 
 
 @dataclass
