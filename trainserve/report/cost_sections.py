@@ -54,8 +54,9 @@ class TrainCost:
     energy_usd_per_million_samples: float | None
     usd_per_million_samples: float | None
     energy_note: str | None  # why there is no energy figure; None: there is one
-    energy_status: str  # trainserve.core.meters.energy_status, as the report's other tables say it
     run: RunCost | RunNotKnown
+    # trainserve.core.meters.energy_status, as the report's other tables say it (None: an older summary.json)
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)
 
 
 # --- serving ------------------------------------------------------------------------------------
@@ -77,7 +78,8 @@ class InferCost:
     energy_usd_per_million_inferences: float | None
     usd_per_million_inferences: float | None
     energy_note: str | None  # why there is no energy figure; None: there is one
-    energy_status: str  # trainserve.core.meters.energy_status, as the report's other tables say it
+    # trainserve.core.meters.energy_status, as the report's other tables say it (None: an older summary.json)
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass

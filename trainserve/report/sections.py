@@ -75,10 +75,6 @@ class Column:
     energy_j: float | None
     energy_per_sample_j: float | None
     energy_source: str | None  # "nvml" (the GPU's), "rapl" (the CPU packages'), "estimate" (the CPU's), or None
-    energy_meter: str | None  # the meter by name and what it reads, e.g. "NVML device 0 (cuda:0)"
-    # trainserve.core.meters.energy_status: "measured", "estimated" or "not measured" (the figures above are
-    # then null, whatever the record carries: another device's reading is not this one's)
-    energy_status: str
     # what the measurement held, for the cost section (report/cost.py): cores, threads, GPUs, epochs
     host_logical_cpus: int | None
     torch_threads: int | None
@@ -93,6 +89,11 @@ class Column:
     warnings: list[str]
     bound: dict[str, str] | None  # what limited this figure (core/served.py), None before attribution
     limit: Batch1Limit | SaturatedLimit | None = field(default=None, metadata=OPTIONAL)
+    # trainserve.core.meters.energy_status: "measured", "estimated" or "not measured" (the energy figures are
+    # then null, whatever the record carries: another device's reading is not this one's); None only in a
+    # summary.json written before it was stated
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)
+    energy_meter: str | None = field(default=None, metadata=OPTIONAL)  # e.g. "NVML device 0 (cuda:0)"
 
     @property
     def p50_ms(self) -> float | None:
@@ -387,9 +388,10 @@ class ScenarioRow:
     reasons: list[str]
     repeats: int
     ci95: dict[str, dict[str, float]]  # per figure with repeats: {n, mean, sd, half_width, low, high}
-    energy_per_sample_j: float | None  # null unless energy_status is "measured" or "estimated"
-    energy_source: str | None
-    energy_status: str  # trainserve.core.meters.energy_status
+    # null unless energy_status is "measured" or "estimated"; all three None in an older summary.json
+    energy_per_sample_j: float | None = field(default=None, metadata=OPTIONAL)
+    energy_source: str | None = field(default=None, metadata=OPTIONAL)
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)  # trainserve.core.meters.energy_status
 
 
 @dataclass
