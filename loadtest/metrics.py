@@ -56,6 +56,7 @@ class MetricsScraper:
         self.url, self.model, self.interval_s, self.timeout_s = url, model, interval_s, timeout_s
         self.scrapes: list[tuple[float, dict[str, list[tuple[dict[str, str], float]]]]] = []
         self.error: str | None = None
+        self._wall_offset_s = time.time() - time.monotonic()  # a scrape's wall time: its monotonic time + this
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -86,21 +87,34 @@ class MetricsScraper:
             self._thread.join(self.timeout_s + 1)
         self.scrape_once()
 
-    def summary(self) -> dict[str, Any]:
-        """Gauge means/maxima and counter deltas over the scraped window (None where not served)."""
+    def summary(self, wall_window: tuple[float, float] | None = None) -> dict[str, Any]:
+        """Gauge means/maxima and counter deltas over the scraped window (None where not served).
+
+        `wall_window` (wall-clock start and end, time.time()) narrows them to the scrapes inside it, e.g. the
+        windows a capacity search's figure comes from; with fewer than two scrapes inside, the whole load
+        counts, and "wall_window" says so."""
         if not self.scrapes:
             return {"scrapes": 0, "error": self.error}
-        out: dict[str, Any] = {"scrapes": len(self.scrapes), "window_s": round(self.scrapes[-1][0] - self.scrapes[0][0], 3),
+        scrapes, narrowed = self.scrapes, None
+        if wall_window is not None:
+            start, end = wall_window
+            inside = [sc for sc in self.scrapes if start <= sc[0] + self._wall_offset_s <= end]
+            narrowed = len(inside) >= 2 and inside[-1][0] > inside[0][0]
+            scrapes = inside if narrowed else self.scrapes
+        out: dict[str, Any] = {"scrapes": len(scrapes), "window_s": round(scrapes[-1][0] - scrapes[0][0], 3),
                                "error": self.error}
+        if wall_window is not None:
+            out["wall_window"] = {"start": round(wall_window[0], 3), "end": round(wall_window[1], 3),
+                                  "narrowed": narrowed}
         for g in GAUGES:
             values = []
-            for _, m in self.scrapes:
+            for _, m in scrapes:
                 series = [v for _, v in m.get(g) or []]
                 if series:  # several GPUs: utilisation is their mean, power and memory their sum
                     values.append(sum(series) / len(series) if g.endswith("utilization") else sum(series))
             out[g] = {"mean": round(sum(values) / len(values), 4), "max": round(max(values), 4),
                       "timeline": [round(v, 4) for v in values]} if values else None
-        first, last = self.scrapes[0][1], self.scrapes[-1][1]
+        first, last = scrapes[0][1], scrapes[-1][1]
         for c in COUNTERS:
             model = None if c == "nv_energy_consumption" else self.model
             a, b = _total(first.get(c), model), _total(last.get(c), model)

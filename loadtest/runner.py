@@ -32,11 +32,13 @@ from trainserve.loadtest.options import strip_scheme
 from trainserve.loadtest.search import highest_rate
 from trainserve.loadtest.servedrecord import ServedWindow, instances_of
 from trainserve.loadtest.windows import percentiles_short
+from trainserve.core import meters
 from trainserve.core.errors import UserError
 from trainserve.core.options.load import LoadJob
 from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 from trainserve.core.runs import run_dir
+from trainserve.core.telemetry import EnergyReading, fill_energy
 
 log = logging.getLogger(__name__)
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
@@ -173,7 +175,8 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         scraper.stop()
         served.stop()
         results = pool_repeats(runs)
-        record = build_record(config, info, target, results, scraper.summary(), returncode)
+        record = build_record(config, info, target, results, scraper.summary(figure_wall_window(results)),
+                              returncode)
         served.annotate(record, results, instances_of(info.config.get("instance_group")), config.p99_limit_ms)
         for f in [*staging.glob(f"{target}_*.csv"), *staging.glob(f"{target}.html")]:
             os.replace(f, out_dir / f.name)
@@ -187,6 +190,14 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         raise UserError(f"the load test did not complete cleanly ({reason}; first error: {first}); "
                         f"partial results written to {path}")
     return path, record
+
+
+def figure_wall_window(results: dict[str, Any]) -> tuple[float, float] | None:
+    """A capacity search's figure's windows (wall clock), so its server figures cover that rate alone and not
+    the other rates the search tried; None for a plain load."""
+    figure = (results.get("search") or {}).get("figure") or {}
+    start, end = figure.get("wall_start"), figure.get("wall_end")
+    return (start, end) if start is not None and end is not None else None
 
 
 def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
@@ -235,10 +246,10 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
     record.speed.latency = LatencyStats(count=ok, mean_ms=lat.get("mean_ms"), p50_ms=lat.get("p50_ms"),
                                         p90_ms=lat.get("p90_ms"), p95_ms=lat.get("p95_ms"), p99_ms=lat.get("p99_ms"),
                                         p999_ms=lat.get("p999_ms"), max_ms=lat.get("max_ms"), min_ms=lat.get("min_ms"))
-    _apply_server_metrics(record, server, ok * config.batch)
     gen = results.get("load_generator") or {}
     v = record.validity
     v.window_s, v.samples = window, ok * config.batch
+    _apply_server_metrics(record, server, ok * config.batch)
     v.warmup_excluded = int(results.get("warmup_excluded") or 0)
     v.stability = None if config.ramp else results.get("stability")
     # the client's own saturation (record.served.client, set by ServedWindow.annotate) is added there;
@@ -288,32 +299,52 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
     return record
 
 
+# the meter of a figure read off the server's metrics page (Triton's names; NVML underneath)
+SERVER_NVML_METER = "NVML via the server's /metrics"
+
+
 def _apply_server_metrics(record: ProfileRecord, server: dict[str, Any], samples: int) -> None:
-    u, e = record.utilization, record.energy
-    gpu = server.get("nv_gpu_utilization")
+    """The record's utilization and energy from the server's metrics, each only from its own device's meter.
+
+    A server exposes its host's GPU gauges whatever device the model runs on (Triton does the same), so a
+    CPU record takes none of them: they would be the idle GPU's. Its energy is left to a CPU meter
+    (trainserve run's _ServerWatch: RAPL or the labelled estimate). The energy covers the record's measured
+    window: the mean power over the scrapes times that window."""
+    u = record.utilization
+    cuda = record.device == "cuda"
+    gpu = server.get("nv_gpu_utilization") if cuda else None
     if gpu:
         u.gpu_util_mean_percent = round(gpu["mean"] * 100, 2)
         u.gpu_util_max_percent = round(gpu["max"] * 100, 2)
-    mem = server.get("nv_gpu_memory_used_bytes")
+    mem = server.get("nv_gpu_memory_used_bytes") if cuda else None
     if mem:
         u.gpu_mem_used_max_bytes = int(mem["max"])
+    if gpu or mem:
+        u.gpu_meter = SERVER_NVML_METER
     cpu = server.get("nv_cpu_utilization")
     if cpu:
         u.cpu_system_mean_percent = round(cpu["mean"] * 100, 2)
     gt, ct = (gpu or {}).get("timeline") or [], (cpu or {}).get("timeline") or []
     u.timeline = [{"t_s": float(i),  # one scrape per second
-                   "gpu_util_percent": round(gt[i] * 100, 2) if i < len(gt) else None,
+                   **({"gpu_util_percent": round(gt[i] * 100, 2) if i < len(gt) else None} if cuda else {}),
                    "cpu_system_percent": round(ct[i] * 100, 2) if i < len(ct) else None}
                   for i in range(max(len(gt), len(ct)))]
-    power = server.get("nv_gpu_power_usage")
+    if cuda:
+        fill_energy(record, _server_energy(server), samples, record.validity.window_s)
+
+
+def _server_energy(server: dict[str, Any]) -> EnergyReading | None:
+    """The GPU's energy over the scraped window: NVML's counter, else its power gauge's mean × the window."""
+    span = server.get("window_s") or 0.0
+    if span <= 0:
+        return None
+    energy, power = server.get("nv_energy_consumption"), server.get("nv_gpu_power_usage")
+    if energy is not None and server.get("nv_gpu_utilization"):
+        return EnergyReading(energy, span, meters.NVML, f"{SERVER_NVML_METER} (nv_energy_consumption)", "cuda")
     if power:
-        e.mean_power_w = round(power["mean"], 2)
-        e.source = "nvml"
-    energy = server.get("nv_energy_consumption")
-    if energy is not None and gpu:
-        e.energy_j = round(energy, 3)
-        e.energy_per_sample_j = round(energy / samples, 6) if samples else None
-        e.source = "nvml"
+        return EnergyReading(power["mean"] * span, span, meters.NVML_POWER,
+                             f"{SERVER_NVML_METER} (nv_gpu_power_usage)", "cuda")
+    return None
 
 
 def repeat_row(results: dict[str, Any]) -> dict[str, Any]:

@@ -7,11 +7,14 @@ which alone samples the server process's CPU, and re-decides the bounds with it.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
+from trainserve.core import meters
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.served import IN_FLIGHT_FRACTION, Bound, ClientCpu, Served, as_dict, decide_bound, in_flight
+from trainserve.core.telemetry import EnergyReading, fill_energy
 from trainserve.loadtest.attribution import attribute, calibrate_client
 from trainserve.loadtest.clientcpu import from_results
 from trainserve.loadtest.model_info import ModelInfo
@@ -204,6 +207,34 @@ def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], starte
         if system is not None:
             row["system_cpu_percent"] = round(system, 2)
     redecide(record)
+
+
+def add_cpu_energy(record: ProfileRecord, summary: dict[str, Any], started_wall: float) -> None:
+    """A CPU server's energy from the sampler that watched its process (trainserve run): RAPL's package counters
+    where readable, else the TDP × utilisation estimate (trainserve/core/meters.py), labelled as such.
+
+    The load stage sees the server only through its metrics page, which has no CPU energy, so a CPU record
+    leaves it empty for this. A capacity search's estimate takes the server's utilisation in the figure's own
+    windows; RAPL's counters are read at the load's ends only, so there its mean power is the whole search's,
+    and its meter says so."""
+    window = record.validity.window_s
+    if record.device != "cpu" or record.energy.source is not None or not window:
+        return
+    figure = (record.extra.get("search") or {}).get("figure") or {}
+    t0, t1 = figure.get("wall_start"), figure.get("wall_end")
+    if summary.get("cpu_energy_j") is not None and summary.get("window_s"):
+        meter = meters.RAPL_METER + (" (mean power over the whole search)" if t0 is not None else "")
+        reading = EnergyReading(summary["cpu_energy_j"], summary["window_s"], meters.RAPL, meter, "cpu")
+    else:
+        percent = summary.get("cpu_process_mean_percent")
+        if t0 is not None and t1 is not None:
+            percent = _mean_in(summary.get("timeline") or [], "cpu_process_percent", started_wall, t0, t1) or percent
+        est = meters.estimate_cpu_power(percent, record.host.get("logical_cpus") or os.cpu_count(),
+                                        record.host.get("cpu_model") or meters.host_cpu_model())
+        if est is None:
+            return
+        reading = EnergyReading(est.power_w * window, window, meters.ESTIMATE, est.meter, "cpu")
+    fill_energy(record, reading, record.validity.samples, window)
 
 
 def _mean_in(timeline: list[dict[str, Any]], key: str, started_wall: float, t0: float, t1: float) -> float | None:

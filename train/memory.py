@@ -17,6 +17,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from trainserve.core.meters import PROCESS_RSS, TORCH_ALLOCATOR
 from trainserve.core.profile import Memory
 
 # Bytes per element of the optimizer state per parameter (fp32 moments).
@@ -271,17 +272,20 @@ class MemoryTracker:
             memory.cuda_allocated_peak_bytes = torch.cuda.max_memory_allocated() - self._cuda_base
             memory.cuda_reserved_peak_bytes = torch.cuda.max_memory_reserved()
             memory.peak_bytes = memory.cuda_allocated_peak_bytes
+            memory.peak_meter, memory.peak_device = TORCH_ALLOCATOR, f"cuda:{torch.cuda.current_device()}"
             memory.activations_bytes = max(0, memory.peak_bytes - known)
             return {"source": "cuda_allocator_peak_and_tensor_sizes", "notes": []}
         if self.cpu_step_peak is not None and parts_known:
             # the same accounting as the CUDA allocator's peak: what lived at a steady step's start (weights,
             # optimizer state; gradients were set to None) plus the most the step allocated on top
             memory.peak_bytes = self.weights + self.optimizer + self.cpu_step_peak
+            memory.peak_meter, memory.peak_device = "torch profiler's CPU memory + tensor sizes", "cpu"
             memory.activations_bytes = max(0, memory.peak_bytes - known)
             return {"source": "torch_profiler_cpu_memory_and_tensor_sizes", "step_peak_bytes": self.cpu_step_peak,
                     "notes": ["CPU working set: weights and optimizer state from tensor sizes plus the peak bytes "
                               "torch's CPU allocator held above them during one profiled warm-up step"]}
         memory.peak_bytes = memory.rss_growth_bytes
+        memory.peak_meter, memory.peak_device = f"{PROCESS_RSS}, growth over training", "cpu"
         memory.activations_bytes = max(0, memory.peak_bytes - known)
         return {"source": "rss_growth_and_tensor_sizes",
                 "notes": ["CPU peak is the process RSS growth over training; it includes allocator and library caches "

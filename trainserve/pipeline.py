@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.meters import PROCESS_RSS
 from trainserve.core.fsutil import write_json_atomic
 from trainserve.core.options.run import RUN_DEVICES, RunOptions
 from trainserve.core.options.train import ModelOptions
@@ -34,7 +35,7 @@ from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import Sampler
 from trainserve.loadtest.clientcpu import process_cap
-from trainserve.loadtest.servedrecord import add_server_cpu
+from trainserve.loadtest.servedrecord import add_cpu_energy, add_server_cpu
 from trainserve.report import write_report
 from trainserve.report.cost import DEFAULT_SLO_P99_MS
 from trainserve.train.models import FAMILIES
@@ -462,8 +463,9 @@ def _sweep_point_line(line: str) -> str | None:
 
 
 class _ServerWatch:
-    """The server process's own CPU and memory while a load runs (the load stage sees the server only
-    through its metrics endpoint, whose CPU memory figure is the whole machine's)."""
+    """The server process's own CPU, memory and (on a CPU server) energy while a load runs (the load stage sees
+    the server only through its metrics endpoint, whose CPU memory figure is the whole machine's and which has
+    no CPU energy)."""
 
     def __init__(self, pid: int) -> None:
         self.sampler = Sampler(interval_s=0.2, pid=pid)
@@ -491,11 +493,13 @@ class _ServerWatch:
             m.rss_peak_bytes = s["rss_max_bytes"]
         if m.peak_bytes is None and record.device == "cpu":
             m.peak_bytes = s["rss_max_bytes"]
+            m.peak_meter, m.peak_device = PROCESS_RSS, "cpu"
         if u.cpu_process_mean_percent is None:
             u.cpu_process_mean_percent = s["cpu_process_mean_percent"]
             u.cpu_process_max_percent = s["cpu_process_max_percent"]
         record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
             "sampled_by": "trainserve run (the server's pid and its children)"}
+        add_cpu_energy(record, s, self.started_wall)
         own = self.own.summary()
         add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"],
                        own["timeline"], own["cpu_process_mean_percent"])

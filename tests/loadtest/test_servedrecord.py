@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.served import ClientCpu, Served, as_dict
-from trainserve.loadtest.servedrecord import add_server_cpu, instances_of, redecide
+from trainserve.loadtest.servedrecord import add_cpu_energy, add_server_cpu, instances_of, redecide
 
 
 def _ramp_record() -> ProfileRecord:
@@ -189,3 +191,47 @@ def test_a_plateau_whose_users_were_not_in_flight_is_the_clients() -> None:
     q = _plateau_record(next_mean_ms=1.55)
     redecide(q)
     assert q.served.bound.kind == "plateau" and "11.0 of 11 users' requests in flight" in q.served.bound.detail
+
+
+def _cpu_record(search: dict | None = None) -> ProfileRecord:
+    r = ProfileRecord(phase="infer", model="m", backend="onnxruntime", device="cpu",
+                      host={"logical_cpus": 16, "cpu_model": "Intel(R) Xeon(R) Platinum 8480+"})
+    r.validity.window_s, r.validity.samples = 10.0, 1000
+    if search is not None:
+        r.extra["search"] = search
+    return r
+
+
+def _watched(cpu_energy_j: float | None = None) -> dict:
+    """The sampler's summary of a CPU server: 4 cores busy for 5 s, then 8 (the search's figure)."""
+    timeline = [{"t_s": float(t), "cpu_process_percent": 400.0 if t < 5 else 800.0} for t in range(10)]
+    return {"window_s": 10.0, "cpu_energy_j": cpu_energy_j, "cpu_process_mean_percent": 600.0, "timeline": timeline}
+
+
+def test_a_cpu_servers_energy_without_rapl_is_an_estimate_that_says_so() -> None:
+    r = _cpu_record()
+    add_cpu_energy(r, _watched(), started_wall=100.0)
+    e = r.energy
+    assert (e.source, e.device) == ("estimate", "cpu") and e.meter.startswith("estimate: TDP 350 W")
+    assert e.mean_power_w == pytest.approx(350 * 6 / 16)
+    assert e.energy_per_sample_j == pytest.approx(350 * 6 / 16 * 10 / 1000)
+
+
+def test_a_cpu_servers_search_estimate_reads_the_figures_own_windows() -> None:
+    r = _cpu_record({"figure": {"wall_start": 105.0, "wall_end": 109.0}})
+    add_cpu_energy(r, _watched(), started_wall=100.0)
+    assert r.energy.mean_power_w == pytest.approx(350 * 8 / 16)
+
+
+def test_a_cpu_servers_energy_is_rapls_where_readable() -> None:
+    r = _cpu_record()
+    add_cpu_energy(r, _watched(cpu_energy_j=1500.0), started_wall=100.0)
+    assert r.energy.source == "rapl" and r.energy.meter == "RAPL package counters"
+    assert r.energy.mean_power_w == pytest.approx(150.0) and r.energy.energy_per_sample_j == pytest.approx(1.5)
+
+
+def test_a_gpu_record_is_left_to_nvml() -> None:
+    r = ProfileRecord(phase="infer", model="m", backend="onnxruntime", device="cuda")
+    r.validity.window_s, r.validity.samples = 10.0, 1000
+    add_cpu_energy(r, _watched(cpu_energy_j=1500.0), started_wall=100.0)
+    assert r.energy.source is None

@@ -254,3 +254,50 @@ def test_report_without_qps_has_no_plan_and_default_prices(tmp_path):
     build_report(run)
     s = json.loads((run / "report" / "summary.json").read_text())
     assert s["plan"] is None and s["costs"]["prices"] == to_json(Prices())
+
+
+def _metered_run(tmp_path: Path) -> Path:
+    """The verdict test's run with energies: NVML on every GPU record (the Server search's too), the CPU
+    estimate on the CPU's SingleStream and Server records, and an older CPU record carrying the idle GPU's NVML."""
+    from tests.trainserve import test_report_verdict as v
+
+    records = v._records()
+    for name, r in records.items():
+        e = r.energy
+        if r.device == "cuda":
+            e.source, e.meter, e.device, e.mean_power_w, e.energy_per_sample_j = "nvml", "NVML device 0", "cuda:0", \
+                300.0, 0.036
+        elif name in ("embedded-cpu-batch1", "embedded-cpu-server"):
+            e.source, e.meter, e.device, e.mean_power_w, e.energy_per_sample_j = \
+                "estimate", "estimate: TDP 350 W × process CPU utilisation 25.0%", "cpu", 87.5, 0.36
+        elif name == "embedded-cpu-saturated":
+            e.source, e.mean_power_w, e.energy_per_sample_j = "nvml", 72.0, 0.10546
+            r.utilization.gpu_mem_used_max_bytes = 483 * 2**20
+    return v._run(tmp_path, records)
+
+
+def test_every_table_says_the_same_of_each_records_energy(tmp_path):
+    html = build_report(_metered_run(tmp_path), CostOptions(slo_p99_ms=50.0, qps=1000.0))
+    s = json.loads((html.parent / "summary.json").read_text())
+    served = s["models"]["cnn"]["infer"]["onnxruntime"]
+    costs = s["costs"]["models"]["cnn"]["infer"]
+    cost_rows = {(d, r["kind"]): r for d, dev in costs.items() for r in dev["rows"]}
+    # the GPU's Server capacity row carries the search record's own NVML energy, like the GPU's other rows
+    gpu_server = cost_rows[("cuda", "Server scenario")]
+    assert gpu_server["kwh_per_million_inferences"] == pytest.approx(0.01) and gpu_server["energy_status"] == "measured"
+    assert s["scenarios"]["models"]["cnn"]["cuda"]["Server"]["energy_status"] == "measured"
+    # the CPU estimate: "estimated" in the side-by-side column, the scenario row and the cost row alike
+    cpu_b1 = served["cpu"]["batch1"]
+    assert cpu_b1["energy_status"] == "estimated" and cpu_b1["energy_meter"].startswith("estimate: TDP 350 W")
+    assert cost_rows[("cpu", "batch1")]["energy_status"] == "estimated"
+    assert s["scenarios"]["models"]["cnn"]["cpu"]["SingleStream"]["energy_status"] == "estimated"
+    # the CPU record carrying the GPU's NVML reading: not measured everywhere, and no GPU figure shown
+    cpu_sat = served["cpu"]["saturated"]
+    assert cpu_sat["energy_status"] == "not measured" and cpu_sat["mean_power_w"] is None
+    assert cpu_sat["energy_per_sample_j"] is None and cpu_sat["memory"]["gpu_mem_used_max_bytes"] is None
+    assert s["scenarios"]["models"]["cnn"]["cpu"]["Offline"]["energy_status"] == "not measured"
+    assert cost_rows[("cpu", "saturated")]["energy_status"] == "not measured"
+    md = (html.parent / "report.md").read_text()
+    assert "| ≈ 88 W (estimated) |" in md and "| ≈ 360.00 mJ (estimated) |" in md
+    assert "| ≈ 0.100 kWh (estimated) |" in md
+    assert "72 W" not in md and "105.46 mJ" not in md and "483 MiB" not in md

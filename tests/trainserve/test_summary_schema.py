@@ -59,3 +59,11 @@ def test_a_wrong_summary_does_not_validate(real_summary, break_it):
     s = copy.deepcopy(real_summary)
     break_it(s)
     assert _errors(s)
+
+
+def test_an_energy_status_outside_the_three_does_not_validate(real_summary):
+    s = copy.deepcopy(real_summary)
+    view = s["models"]["cnn"]["train"]["cuda"]
+    assert view["energy_status"] in ("measured", "estimated", "not measured")
+    view["energy_status"] = "guessed"
+    assert _errors(s)

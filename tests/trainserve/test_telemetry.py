@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 import types
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainserve.core import telemetry
+from trainserve.core import meters, telemetry
 from trainserve.core.errors import UserError
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.telemetry import Sampler
@@ -160,18 +161,54 @@ def test_rapl_sums_packages_and_handles_wraparound(tmp_path: Path):
     assert not telemetry._Rapl(str(tmp_path / "missing")).ok
 
 
-def test_cpu_record_without_rapl_has_null_energy(monkeypatch):
+def test_cpu_record_without_rapl_has_an_energy_labelled_estimated(monkeypatch):
     monkeypatch.setitem(sys.modules, "pynvml", None)
     real = telemetry._Rapl
     monkeypatch.setattr(telemetry, "_Rapl", lambda *a: real("/nonexistent"))
+    monkeypatch.setattr(meters, "host_cpu_model", lambda: "Intel(R) Xeon(R) Platinum 8480+")
     with Sampler(interval_s=0.05) as s:
+        _busy(0.3)
         _wait_ticks(s, 2)
     record = ProfileRecord(phase="train", model="cnn", backend="torch", device="cpu")
-    s.apply(record, samples=10)
-    assert record.energy.energy_j is None and record.energy.source is None
-    assert record.energy.energy_per_sample_j is None
+    summary = s.apply(record, samples=10)
+    e = record.energy
+    assert e.source == "estimate" and e.device == "cpu"
+    assert e.meter.startswith("estimate: TDP 350 W × process CPU utilisation")
+    share = summary["cpu_process_mean_percent"] / 100 / os.cpu_count()
+    assert e.mean_power_w == pytest.approx(350 * share, rel=1e-3)
+    assert e.energy_per_sample_j == pytest.approx(e.energy_j / 10, rel=1e-3)
+    assert meters.energy_status("cpu", e.source) == "estimated"
     assert record.utilization.cpu_process_mean_percent is not None
     assert record.validity.warnings == []
+
+
+def test_cpu_record_on_a_gpu_host_carries_no_gpu_reading(monkeypatch, tmp_path: Path):
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml())
+    monkeypatch.setattr(telemetry, "NVML_UTIL_PERIOD_S", 0.03)
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "energy_uj").write_text("0\n")
+    (zone / "max_energy_range_uj").write_text("1000000000\n")
+    real = telemetry._Rapl
+    monkeypatch.setattr(telemetry, "_Rapl", lambda *a: real(str(tmp_path)))
+    with Sampler(interval_s=0.02) as s:
+        _wait_ticks(s, 6)
+        (zone / "energy_uj").write_text("3000000\n")  # 3 J on the CPU package
+        _wait_ticks(s, 8)
+    record = ProfileRecord(phase="infer", model="cnn", backend="onnxruntime", device="cpu")
+    s.apply(record, samples=100)
+    u, e = record.utilization, record.energy
+    assert u.gpu_util_mean_percent is None and u.gpu_mem_used_max_bytes is None and u.gpu_meter is None
+    assert all(not k.startswith("gpu_") for p in u.timeline for k in p)
+    assert (e.source, e.meter, e.device) == ("rapl", meters.RAPL_METER, "cpu")
+    assert e.energy_j == pytest.approx(3.0) and e.energy_per_sample_j == pytest.approx(0.03)
+    # the GPU's readings stay in the telemetry block, under their own names
+    assert record.extra["telemetry"]["gpu_energy_source"] == "nvml"
+
+    gpu = ProfileRecord(phase="infer", model="cnn", backend="onnxruntime", device="cuda")
+    s.apply(gpu, samples=100)
+    assert (gpu.energy.source, gpu.energy.meter, gpu.energy.device) == ("nvml", "NVML device 0", "cuda:0")
+    assert gpu.utilization.gpu_meter == "NVML device 0" and gpu.utilization.gpu_mem_used_max_bytes == 3 * 2**30
 
 
 def test_timeline_is_bounded(monkeypatch):

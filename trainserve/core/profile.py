@@ -101,6 +101,9 @@ class Memory:
     max_batch: dict[str, Any] = field(default_factory=dict)  # {"train": N, "infer": M, "ratio": M/N}
     gpu_released: bool | None = None  # device memory back to its level before the run
     gpu_held_bytes: int | None = None  # bytes still held after the run (NVML)
+    # what peak_bytes was read from (trainserve/core/meters.py), e.g. "process RSS (psutil)", and on which device
+    peak_meter: str | None = None
+    peak_device: str | None = None  # "cpu" or "cuda:N"
 
 
 @dataclass
@@ -111,6 +114,8 @@ class Utilization:
     cpu_process_mean_percent: float | None = None  # 100 = one core
     cpu_process_max_percent: float | None = None
     cpu_system_mean_percent: float | None = None  # 0..100 over all cores
+    # the meter of the gpu_* fields, e.g. "NVML device 0"; None on a CPU record, which carries no GPU reading
+    gpu_meter: str | None = None
     timeline: list[dict[str, Any]] = field(default_factory=list)  # [{"t_s":..., "gpu_util":...}, ...]
 
 
@@ -119,7 +124,11 @@ class Energy:
     mean_power_w: float | None = None
     energy_j: float | None = None
     energy_per_sample_j: float | None = None
-    source: str | None = None  # "nvml", "rapl", or null when not measurable
+    # "nvml", "nvml-power" (a GPU's), "rapl", "estimate" (a CPU's), or null when not measurable;
+    # trainserve.core.meters.energy_status tells measured, estimated and not measured apart
+    source: str | None = None
+    meter: str | None = None  # the meter by name, e.g. "NVML device 0", "estimate: TDP 350 W × ..."
+    device: str | None = None  # the device it measures: "cpu" or "cuda:N"
 
 
 @dataclass

@@ -27,6 +27,7 @@ import time
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from trainserve.core import meters
 from trainserve.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -528,32 +529,44 @@ class Sampler:
     def apply(self, record: ProfileRecord, samples: int) -> dict[str, Any]:
         """Fill record.utilization and record.energy from the window; `samples` = rows processed in it.
 
-        Energy is the GPU's (NVML) for a cuda record and the CPU packages' (RAPL) for a cpu record;
-        the other one, and the sampler's own overhead, go to record.extra["telemetry"].
+        A record takes only its own device's meters: a cuda record NVML's utilization, memory and energy;
+        a cpu record no GPU reading at all (a CPU run on a GPU host would otherwise carry the idle GPU's),
+        and the CPU packages' RAPL energy, else the TDP × utilisation estimate (trainserve/core/meters.py).
+        Everything read, and the sampler's own overhead, stays in record.extra["telemetry"].
         Returns the summary it used.
         """
         s = self.summary()
         u = record.utilization
-        u.gpu_util_mean_percent = s["gpu_util_mean_percent"]
-        u.gpu_util_max_percent = s["gpu_util_max_percent"]
-        u.gpu_mem_used_max_bytes = s["gpu_mem_used_max_bytes"]
+        if record.device == "cuda" and s["gpu_available"]:
+            u.gpu_util_mean_percent = s["gpu_util_mean_percent"]
+            u.gpu_util_max_percent = s["gpu_util_max_percent"]
+            u.gpu_mem_used_max_bytes = s["gpu_mem_used_max_bytes"]
+            u.gpu_meter = meters.nvml_meter(self.gpu_index)
         u.cpu_process_mean_percent = s["cpu_process_mean_percent"]
         u.cpu_process_max_percent = s["cpu_process_max_percent"]
         u.cpu_system_mean_percent = s["cpu_system_mean_percent"]
-        u.timeline = s["timeline"]
-        if record.device == "cuda":
-            joules, source = s["gpu_energy_j"], s["gpu_energy_source"]
-        else:
-            joules, source = s["cpu_energy_j"], s["cpu_energy_source"]
-        e = record.energy
-        e.energy_j, e.source = joules, source
-        e.mean_power_w = _round(joules / s["window_s"]) if joules is not None and s["window_s"] > 0 else None
-        e.energy_per_sample_j = _round(joules / samples, 9) if joules is not None and samples > 0 else None
+        u.timeline = s["timeline"] if record.device == "cuda" else [_cpu_point(p) for p in s["timeline"]]
+        fill_energy(record, self.energy_reading(record.device, s), samples, s["window_s"])
         record.extra["telemetry"] = {k: v for k, v in s.items() if k != "timeline"}
         warning = low_gpu_util_warning(s) if record.device == "cuda" else None
         if warning and warning not in record.validity.warnings:
             record.validity.warnings.append(warning)
         return s
+
+    def energy_reading(self, device: str, summary: dict[str, Any] | None = None) -> EnergyReading | None:
+        """The window's energy on `device` by that device's own meter (or the CPU estimate); None: none."""
+        s = self.summary() if summary is None else summary
+        if device == "cuda":
+            if s["gpu_energy_j"] is None:
+                return None
+            return EnergyReading(s["gpu_energy_j"], s["window_s"], s["gpu_energy_source"],
+                                 meters.nvml_meter(self.gpu_index), meters.gpu_device(self.gpu_index))
+        if s["cpu_energy_j"] is not None:
+            return EnergyReading(s["cpu_energy_j"], s["window_s"], meters.RAPL, meters.RAPL_METER, "cpu")
+        est = meters.estimate_cpu_power(s["cpu_process_mean_percent"], os.cpu_count(), meters.host_cpu_model())
+        if est is None or s["window_s"] <= 0:
+            return None
+        return EnergyReading(est.power_w * s["window_s"], s["window_s"], meters.ESTIMATE, est.meter, "cpu")
 
     # -- internals
 
@@ -642,6 +655,39 @@ class Sampler:
                 self._timeline = self._timeline[::2]
                 self._stride *= 2
         self._ticks += 1
+
+
+@dataclass(frozen=True)
+class EnergyReading:
+    """Energy over a window by one named meter on one device."""
+
+    joules: float
+    window_s: float  # the span the joules cover
+    source: str  # trainserve.core.meters: NVML, NVML_POWER, RAPL or ESTIMATE
+    meter: str  # e.g. "NVML device 0"
+    device: str  # "cpu" or "cuda:N"
+
+
+def fill_energy(record: ProfileRecord, reading: EnergyReading | None, samples: int,
+                window_s: float | None = None) -> None:
+    """record.energy from one reading: mean power over the reading's span, energy over `window_s` (the
+    record's measured window; the reading's own span when None), per sample over `samples` rows."""
+    e = record.energy
+    if reading is None:
+        e.mean_power_w = e.energy_j = e.energy_per_sample_j = e.source = e.meter = e.device = None
+        return
+    power = reading.joules / reading.window_s if reading.window_s > 0 else None
+    span = reading.window_s if window_s is None else window_s
+    joules = reading.joules if span == reading.window_s else (power * span if power is not None else None)
+    e.mean_power_w = _round(power)
+    e.energy_j = _round(joules)
+    e.energy_per_sample_j = _round(joules / samples, 9) if joules is not None and samples > 0 else None
+    e.source, e.meter, e.device = reading.source, reading.meter, reading.device
+
+
+def _cpu_point(point: dict[str, Any]) -> dict[str, Any]:
+    """A timeline point of a CPU record: the GPU's readings left out (they are not this device's)."""
+    return {k: v for k, v in point.items() if not k.startswith("gpu_")}
 
 
 def low_gpu_util_warning(summary: dict[str, Any]) -> str | None:

@@ -25,6 +25,7 @@ from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.attribution import attribution_section, bound_of
 from trainserve.report.collect import Collection, Entry
+from trainserve.report.energy import NO_ENERGY, own_energy
 from trainserve.report.limits import is_limit, limits_section
 from trainserve.report.memory_compare import memory_compare
 from trainserve.report.scenarios import scenarios_section
@@ -108,9 +109,9 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> Column
         throughput, requests_s = point.get("throughput_samples_s"), point.get("requests_s")
         concurrency = point.get("users", concurrency)
     m = r.memory
-    energy_per_sample = r.energy.energy_per_sample_j
-    if energy_per_sample is None and r.energy.energy_j is not None and r.validity.samples > 0:
-        energy_per_sample = r.energy.energy_j / r.validity.samples
+    # a ramp step's share of the ramp's energy is not known: the record's energy covers every step
+    energy = own_energy(r) if point is None else NO_ENERGY
+    cpu = r.device == "cpu"  # a CPU column takes no GPU reading (older records carried the host GPU's)
     return Column(
         source=e.source,
         scenario=scenario,
@@ -135,15 +136,17 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> Column
             activations_bytes=m.activations_bytes,
             cuda_reserved_peak_bytes=m.cuda_reserved_peak_bytes,
             rss_peak_bytes=m.rss_peak_bytes,
-            gpu_mem_used_max_bytes=r.utilization.gpu_mem_used_max_bytes,
+            gpu_mem_used_max_bytes=None if cpu else r.utilization.gpu_mem_used_max_bytes,
         ),
-        gpu_util_mean_percent=r.utilization.gpu_util_mean_percent,
+        gpu_util_mean_percent=None if cpu else r.utilization.gpu_util_mean_percent,
         cpu_process_mean_percent=r.utilization.cpu_process_mean_percent,
         cpu_system_mean_percent=r.utilization.cpu_system_mean_percent,
-        mean_power_w=r.energy.mean_power_w,
-        energy_j=r.energy.energy_j,
-        energy_per_sample_j=energy_per_sample,
+        mean_power_w=energy.mean_power_w,
+        energy_j=energy.energy_j,
+        energy_per_sample_j=energy.energy_per_sample_j,
         energy_source=r.energy.source,
+        energy_meter=energy.meter,
+        energy_status=energy.status,
         host_logical_cpus=(r.host or {}).get("logical_cpus"),
         torch_threads=r.settings.get("torch_threads"),
         world_size=r.settings.get("world_size"),

@@ -6,9 +6,10 @@ measurable time; the results are the typed sections of report/cost_sections.py. 
 - hardware: the resources the measurement held × their price per hour ÷ the throughput. A CPU
   measurement holds its threads' cores (training: torch's threads; a server: every logical CPU of its
   host, since it was not pinned); a GPU one holds its GPUs (the GPU price includes the host's share).
-- energy: the measured energy per sample × the price of a kWh, only where the device's own energy
-  was measured (NVML for a GPU, RAPL for a CPU) and only for a measurement whose energy covers exactly
-  that load (not one step of a ramp); elsewhere "not measured", never an estimate.
+- energy: the energy per sample × the price of a kWh, only where it is the device's own
+  (trainserve.core.meters.energy_status: NVML for a GPU, RAPL for a CPU, or the CPU's labelled TDP ×
+  utilisation estimate, shown "≈ … (estimated)" here as in the report's other tables) and only for a
+  measurement whose energy covers exactly that load (not one step of a ramp); elsewhere "not measured".
 
 Cloud prices already include power, so the energy part is what electricity adds on owned hardware; it
 is shown beside the hardware part, and the total is their sum.
@@ -22,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainserve.core.errors import UserError
+from trainserve.core.meters import energy_note, energy_status
 from trainserve.core.options.cost import CostFlags, SloOptions
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
@@ -118,9 +120,10 @@ def held(device: str, point: Column | OperatingPoint | None, prices: Prices, pha
 
 
 def own_energy(device: str, source: str | None) -> bool:
-    """The energy figure measures this device: NVML for a GPU, RAPL for a CPU (a CPU server's record on a
-    GPU host carries the idle GPU's NVML energy, which is not the CPU's)."""
-    return (device == "cuda" and source == "nvml") or (device == "cpu" and source == "rapl")
+    """The energy figure is this device's: its own meter's or the CPU estimate (trainserve.core.meters.energy_status,
+    which the report's other tables read too); a CPU server's older record on a GPU host carries the idle GPU's
+    NVML energy, which is not the CPU's."""
+    return energy_status(device, source) != "not measured"
 
 
 @dataclass
@@ -181,6 +184,7 @@ def _train_row(basis: str, device: str, p: OperatingPoint | Column, run_samples:
                      kwh_per_million_samples=m.kwh, energy_usd_per_million_samples=m.energy_usd,
                      usd_per_million_samples=m.usd,
                      energy_note=None if energy is not None else _energy_note(device, p.energy_source),
+                     energy_status=energy_status(device, p.energy_source) if energy is not None else "not measured",
                      run=_per_run(run_samples, p.throughput_samples_s, res, energy, prices))
 
 
@@ -248,7 +252,9 @@ def frontier(section: ModelSection, device: str) -> list[LoadPoint]:
     if server and server.capacity_req_s:  # the open-loop capacity search (report/scenarios.py)
         points.append(LoadPoint(SERVER, server.source, server.batch_size, None,
                                 server.capacity_req_s * server.batch_size, server.capacity_req_s, server.p99_ms, 0,
-                                None, lower_bound=server.lower_bound, valid=server.valid, reasons=server.reasons))
+                                server.energy_per_sample_j if own_energy(device, server.energy_source) else None,
+                                energy_source=server.energy_source, lower_bound=server.lower_bound,
+                                valid=server.valid, reasons=server.reasons))
     for kind, v in (("batch1", per.batch1), ("saturated", per.saturated)):
         if v and not v.ramp_point:
             energy = v.energy_per_sample_j if own_energy(device, v.energy_source) else None
@@ -324,13 +330,12 @@ def _infer_row(basis: str, device: str, p: LoadPoint, res: Held, prices: Prices)
                      users=p.users, throughput_samples_s=p.throughput_samples_s, requests_s=p.requests_s,
                      p99_ms=p.p99_ms, hardware_usd_per_million_inferences=m.hardware_usd,
                      kwh_per_million_inferences=m.kwh, energy_usd_per_million_inferences=m.energy_usd,
-                     usd_per_million_inferences=m.usd, energy_note=note)
+                     usd_per_million_inferences=m.usd, energy_note=note,
+                     energy_status=energy_status(device, p.energy_source) if note is None else "not measured")
 
 
 def _energy_note(device: str, source: str | None) -> str:
-    if source and not own_energy(device, source):
-        return f"not measured: the record's energy is {source.upper()}'s, not the {DEVICE_LABEL[device]}'s"
-    return "not measured" + (" (no RAPL energy counter readable)" if device == "cpu" else " (no NVML energy)")
+    return energy_note(device, source)
 
 
 def _slo_note(device: str, slo: float, floor: float | None) -> str:

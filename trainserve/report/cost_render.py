@@ -14,6 +14,7 @@ from trainserve.report import sentences
 from trainserve.report import units as u
 from trainserve.report.cost import BASIS, SERVER
 from trainserve.report.cost_sections import ModelCosts, RunCost
+from trainserve.report.energy import marked
 from trainserve.report.plots import alt_text, safe_name
 from trainserve.report.sections import Report
 
@@ -32,8 +33,10 @@ def infer_rows(c: ModelCosts) -> list[list[str]]:
             load = f"{u.num(r.throughput_samples_s)} samples/s, batch {r.batch_size} × {users} ({r.kind})"
             rows.append([DEVICE_LABEL[d], BASIS[r.basis], load, u.ms(r.p99_ms), sentences.held(dev),
                          u.usd(r.hardware_usd_per_million_inferences),
-                         u.kwh(r.kwh_per_million_inferences) if r.kwh_per_million_inferences is not None
-                         else r.energy_note, u.usd(r.energy_usd_per_million_inferences),
+                         marked(u.kwh(r.kwh_per_million_inferences), r.energy_status)
+                         if r.kwh_per_million_inferences is not None else r.energy_note,
+                         marked(u.usd(r.energy_usd_per_million_inferences), r.energy_status)
+                         if r.energy_usd_per_million_inferences is not None else u.MISSING,
                          u.usd(r.usd_per_million_inferences)])
     return rows
 
@@ -46,13 +49,15 @@ def train_rows(c: ModelCosts) -> list[list[str]]:
             if isinstance(run, RunCost):
                 hours = (f"{u.num(run.hardware_hours)} {r.unit}-hours" if run.hardware_hours is not None
                          else u.MISSING)
-                usd, kwh = u.usd(run.usd), u.kwh(run.kwh) if run.kwh is not None else "not measured"
+                usd = u.usd(run.usd)
+                kwh = marked(u.kwh(run.kwh), r.energy_status) if run.kwh is not None else "not measured"
             else:  # the run's size is not known
                 hours, usd, kwh = run.note, u.usd(None), u.MISSING
             rows.append([DEVICE_LABEL[d], BASIS[r.basis], f"{r.batch_size} {r.precision}",
                          u.num(r.throughput_samples_s), sentences.held(r), u.usd(r.hardware_usd_per_million_samples),
-                         u.kwh(r.kwh_per_million_samples) if r.kwh_per_million_samples is not None
-                         else r.energy_note, u.usd(r.usd_per_million_samples), hours, usd, kwh])
+                         marked(u.kwh(r.kwh_per_million_samples), r.energy_status)
+                         if r.kwh_per_million_samples is not None else r.energy_note,
+                         u.usd(r.usd_per_million_samples), hours, usd, kwh])
     return rows
 
 

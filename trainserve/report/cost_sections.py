@@ -55,6 +55,8 @@ class TrainCost:
     usd_per_million_samples: float | None
     energy_note: str | None  # why there is no energy figure; None: there is one
     run: RunCost | RunNotKnown
+    # trainserve.core.meters.energy_status, as the report's other tables say it (None: an older summary.json)
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)
 
 
 # --- serving ------------------------------------------------------------------------------------
@@ -76,6 +78,8 @@ class InferCost:
     energy_usd_per_million_inferences: float | None
     usd_per_million_inferences: float | None
     energy_note: str | None  # why there is no energy figure; None: there is one
+    # trainserve.core.meters.energy_status, as the report's other tables say it (None: an older summary.json)
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass

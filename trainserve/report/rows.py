@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
+from trainserve.report.energy import marked
 from trainserve.report.limits import row_limit, row_vs_limit
 from trainserve.report.sections import Column, InferSpeedup, TrainSpeedup
 from trainserve.report.withheld import guard
@@ -62,14 +63,15 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("· gradients", _mem("gradients_bytes", True)),
         ("· optimizer state", _mem("optimizer_bytes", True)),
         ("· activations, temporaries", _mem("activations_bytes", True)),
-        ("GPU memory used (NVML max)", _mem("gpu_mem_used_max_bytes")),
+        ("GPU memory used (NVML max)", lambda v: "" if v.device == "cpu" else u.nbytes(v.memory.gpu_mem_used_max_bytes)),
     ]),
     ("Utilization and energy", [
         ("GPU utilization, mean", lambda v: NOT_SAMPLED if v.gpu_util_mean_percent is None and v.device == "cuda"
          else u.percent(v.gpu_util_mean_percent)),
         ("CPU, process mean (100% = 1 core)", lambda v: u.percent(v.cpu_process_mean_percent)),
-        ("mean power", lambda v: u.watts(v.mean_power_w)),
-        ("energy per sample", lambda v: u.joules(v.energy_per_sample_j)),
+        ("mean power", lambda v: marked(u.watts(v.mean_power_w), v.energy_status)),
+        ("energy per sample", lambda v: marked(u.joules(v.energy_per_sample_j), v.energy_status)),
+        ("energy meter (device)", lambda v: v.energy_meter or u.MISSING),
     ]),
     ("Compute", [
         ("FLOPs per sample", lambda v: u.flops(v.flops_per_sample)),

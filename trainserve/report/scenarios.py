@@ -20,6 +20,7 @@ from typing import Any
 from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
+from trainserve.report.energy import own_energy
 from trainserve.report.limits import is_limit
 from trainserve.report.sections import NoiseRow, PerScenario, Report, ScenarioRow, Scenarios
 from trainserve.report.stats import ci95, within_noise
@@ -56,6 +57,7 @@ def row(e: Entry, scenario: str) -> ScenarioRow:
         k: (v * r.batch_size if k not in ("n",) else v) for k, v in ci["requests_s"].items()}
     stability = r.validity.stability or {}
     reasons = reasons_of(e)
+    energy = own_energy(r)
     return ScenarioRow(
         source=e.source, scenario=scenario, device=r.device, backend=r.backend, batch_size=r.batch_size,
         users=r.concurrency, requests_s=r.speed.requests_s, throughput_samples_s=r.speed.throughput_samples_s,
@@ -65,7 +67,8 @@ def row(e: Entry, scenario: str) -> ScenarioRow:
         p999_ms=lat.p999_ms, count=lat.count, warmup_excluded=r.validity.warmup_excluded,
         percentiles_short=list(r.extra.get("percentiles_short") or []), stable=stability.get("stable"),
         stability_reason=stability.get("reason"), valid=not reasons, reasons=[x["message"] for x in reasons],
-        repeats=len(reps) or 1, ci95={k: v for k, v in ci.items() if v})
+        repeats=len(reps) or 1, ci95={k: v for k, v in ci.items() if v},
+        energy_per_sample_j=energy.energy_per_sample_j, energy_source=r.energy.source, energy_status=energy.status)
 
 
 def scenarios_section(entries: list[Entry], model_of: Any) -> Scenarios:

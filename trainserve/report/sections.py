@@ -74,7 +74,7 @@ class Column:
     mean_power_w: float | None
     energy_j: float | None
     energy_per_sample_j: float | None
-    energy_source: str | None  # "nvml" (the GPU's), "rapl" (the CPU packages'), or None
+    energy_source: str | None  # "nvml" (the GPU's), "rapl" (the CPU packages'), "estimate" (the CPU's), or None
     # what the measurement held, for the cost section (report/cost.py): cores, threads, GPUs, epochs
     host_logical_cpus: int | None
     torch_threads: int | None
@@ -89,6 +89,11 @@ class Column:
     warnings: list[str]
     bound: dict[str, str] | None  # what limited this figure (core/served.py), None before attribution
     limit: Batch1Limit | SaturatedLimit | None = field(default=None, metadata=OPTIONAL)
+    # trainserve.core.meters.energy_status: "measured", "estimated" or "not measured" (the energy figures are
+    # then null, whatever the record carries: another device's reading is not this one's); None only in a
+    # summary.json written before it was stated
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)
+    energy_meter: str | None = field(default=None, metadata=OPTIONAL)  # e.g. "NVML device 0 (cuda:0)"
 
     @property
     def p50_ms(self) -> float | None:
@@ -383,6 +388,10 @@ class ScenarioRow:
     reasons: list[str]
     repeats: int
     ci95: dict[str, dict[str, float]]  # per figure with repeats: {n, mean, sd, half_width, low, high}
+    # null unless energy_status is "measured" or "estimated"; all three None in an older summary.json
+    energy_per_sample_j: float | None = field(default=None, metadata=OPTIONAL)
+    energy_source: str | None = field(default=None, metadata=OPTIONAL)
+    energy_status: str | None = field(default=None, metadata=OPTIONAL)  # trainserve.core.meters.energy_status
 
 
 @dataclass

@@ -344,8 +344,9 @@ def assumptions(c: Costs) -> list[str]:
         "Held: a training run holds its torch threads' cores or its GPUs; a CPU server every logical CPU of its "
         "host (it was not pinned); a GPU server its GPU. Hardware $ = held × price per hour ÷ throughput.",
         f"SLO: p99 ≤ {c.slo_p99_ms:g} ms, over one-row requests with no failed request.",
-        "Energy: the device's own measured energy (NVML for a GPU, RAPL for a CPU) × the kWh price; cloud prices "
-        "already include power, so it is what electricity adds on owned hardware. Elsewhere: not measured.",
+        "Energy: the device's own energy × the kWh price: measured by NVML for a GPU and RAPL for a CPU, or where "
+        "RAPL is unreadable estimated as the CPU's TDP × its measured utilisation (marked ≈ … (estimated)); cloud "
+        "prices already include power, so it is what electricity adds on owned hardware. Elsewhere: not measured.",
     ]
 
 
