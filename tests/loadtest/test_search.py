@@ -65,7 +65,7 @@ def test_budget_bounds_the_search_and_an_unbracketed_capacity_is_a_lower_bound()
     result = search.result()
     assert len(result["probes"]) == 3  # 3 s each, a 10 s budget
     assert result["lower_bound"] and result["capacity_req_s"] == 400.0
-    assert "were spent" in result["stop_reason"]
+    assert result["budget_ended"] and "budget ended before it bracketed capacity" in result["stop_reason"]
 
 
 def test_errors_above_the_bound_fail_a_rate() -> None:
