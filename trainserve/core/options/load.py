@@ -129,9 +129,10 @@ class LoadJob(Shared, RunsDir):
                                    "per Locust process answered, then steps of x1.25).", unit="requests/s")
     duration_s: float | None = opt(None, "Run time, e.g. 30s, 2m or 1h30m; default 30 s (with --ramp: the upper "
                                          "bound). With --search its budget, default 60 s: from the closed-loop "
-                                         "estimate 5 to 7 rates of about 5 s each bracket capacity within 5% (0.9x "
-                                         "passes, 1.125x fails, three bisections), about 40 s with the probe; "
-                                         "doubling from 100 req/s would need 9 rates to pass 25,000 req/s.",
+                                         "estimate 5 to 6 rates of about 5 s each bracket capacity within 5% (0.9x "
+                                         "passes, 1.125x fails, three bisections; 8 when the estimate is 2x off), "
+                                         "30 to 45 s with the probe; doubling from 100 req/s would need 9 rates to "
+                                         "pass 25,000 req/s.",
                                    unit="s", flags=("--duration",), cli_type=str)
     batch: int = like(LocustOptions, "batch_size", flags=("--batch",))
     processes: int = opt(0, "Locust processes on this machine (master + workers); 0: enough for the target within "
