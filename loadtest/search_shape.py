@@ -129,7 +129,8 @@ class ServerSearch(LoadTestShape):
         figure = merged(windows, [w.index for w in windows])
         answered = figure.hist.count - figure.late  # still in flight when a window closed: not answered in it
         s = figure.hist.summary()
-        return {"users": per_user * open_loop_users, "requests_s": round(answered / figure.length_s, 3) if figure.length_s else 0.0,
+        requests_s = round(answered / figure.length_s, 3) if figure.length_s else 0.0
+        return {"users": per_user * open_loop_users, "requests_s": requests_s,
                 "p50_ms": s.get("p50_ms"), "p99_ms": s.get("p99_ms"), "window_s": round(figure.length_s, 3),
                 "requests": figure.requests, "failures": figure.failures, "client_core_fraction": busy,
                 "per_process_core_fraction": per_process, "problems": problems,

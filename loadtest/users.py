@@ -196,7 +196,7 @@ class OpenLoopUser(TritonUser):
         scheduled = getattr(shared, "on_scheduled", None)
         due = clock()
         while True:
-            if shared is not None and shared.closed_users > 0:  # the search's closed-loop probe
+            if getattr(shared, "closed_users", 0) > 0:  # the search's closed-loop probe
                 self._closed_probe(shared, scheduled, to_wall)
                 due = clock()
                 continue

@@ -130,7 +130,8 @@ def test_a_search_whose_budget_ended_first_is_bounded_by_the_budget_not_the_offe
     assert "offered load" not in r.served.bound.detail and "--duration" in r.served.bound.detail
     wide = _search_record(capacity_req_s=25000.0, upper_req_s=31250.0, lower_bound=True, budget_ended=True)
     redecide(wide)
-    assert wide.served.bound.kind == "budget" and "25,000 req/s met the SLO and 31,250 did not" in wide.served.bound.detail
+    assert wide.served.bound.kind == "budget"
+    assert "25,000 req/s met the SLO and 31,250 did not" in wide.served.bound.detail
 
 
 def test_a_search_the_client_limited_is_bounded_by_the_client() -> None:
