@@ -58,6 +58,7 @@ class Collector:
         # a search shape (loadtest/search_shape.py) sets the open-loop rate (None: --rate) and, while it
         # measures one rate, the window log that rate's requests go to instead of the run's
         self.rate: float | None = None
+        self.closed_users = 0  # > 0: each open-loop user sends back to back from this many greenlets instead
         self.probe: WindowLog | None = None
         self.search: dict[str, Any] | None = None
         self.fleet: Any = None  # a master's or worker's side of the search (loadtest/search_workers.py)
@@ -133,6 +134,7 @@ class Collector:
         opts = self._options()
         self.log = WindowLog(None, opts.warmup_s if opts else 0.0, opts.window_s if opts else 1.0)
         self.stopped_wall, self.rate, self.probe, self.search = None, None, None, None
+        self.closed_users = 0
         self.scheduled_total = self.answered_total = 0
         self.started_wall = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
         if not isinstance(self.env.runner, WorkerRunner) and self._watchdog is None:

@@ -70,6 +70,7 @@ class LoadOptions(LocustOptions):
             ("min_gain", 0 <= self.min_gain < 1, "0 <= x < 1"),
             ("warmup_s", self.warmup_s >= 0, ">= 0 s"),
             ("search_budget_s", self.search_budget_s > 0, "> 0 s"),
+            ("search_closed_users", 0 <= self.search_closed_users <= self.max_in_flight, "0 to max_in_flight"),
             ("abort_after_s", self.abort_after_s >= 0, ">= 0 s"),
             ("load_shape", self.load_shape in LOAD_SHAPES, ", ".join(LOAD_SHAPES)),
         ]

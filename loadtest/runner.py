@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainserve.loadtest.clientcpu import auto_processes
+from trainserve.loadtest.clientcpu import USERS_PER_PROCESS, auto_processes
 from trainserve.loadtest.histogram import Histogram
 from trainserve.loadtest.metrics import MetricsScraper
 from trainserve.loadtest.model_info import ModelInfo, build_arrays, fetch_model_info
 from trainserve.loadtest.options import strip_scheme
-from trainserve.loadtest.search import highest_rate
+from trainserve.loadtest.search import SearchConfig, highest_rate
 from trainserve.loadtest.servedrecord import ServedWindow, instances_of
 from trainserve.loadtest.windows import percentiles_short
 from trainserve.core import meters
@@ -41,7 +41,13 @@ from trainserve.core.runs import run_dir
 from trainserve.core.telemetry import EnergyReading, fill_energy
 
 log = logging.getLogger(__name__)
+DURATION_S = 30.0  # a load's run time when --duration is not given
+# a search's budget when --duration is not given: the closed-loop probe (4 s) and 5 to 6 rates of about 5 s
+# (warm-up and three to four windows) bracket capacity within 5% from the estimate, 8 rates when it is 2x off
+# (30 to 45 s, tests/loadtest/test_search.py); doubling from 100 req/s needs 9 rates to pass 25,000 req/s
+SEARCH_DURATION_S = 60.0
 LOCUSTFILE = Path(__file__).resolve().parent / "locustfile.py"
+SEARCH_MAX_RATE = SearchConfig.max_rate  # requests/s
 _TARGET = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 
 
@@ -52,6 +58,8 @@ class LoadConfig(LoadJob):
 
     def __post_init__(self) -> None:
         self.url = strip_scheme(self.url)
+        if self.duration_s is None:
+            self.duration_s = SEARCH_DURATION_S if self.search else DURATION_S
         host, _, port = self.url.rpartition(":")
         if not host or not port.isdigit():
             raise UserError(f"--url {self.url!r} is not HOST:PORT; pass e.g. 127.0.0.1:8000 (gRPC: 8001)")
@@ -121,8 +129,10 @@ def locust_command(config: LoadConfig, csv_prefix: Path, results: Path) -> list[
         cmd += ["--processes", str(config.processes)]
     if config.mode == "search":
         # one open-loop user per process: each worker sends rate/processes (loadtest/search_workers.py)
+        # without --rate a closed-loop probe estimates the first rate: as many users per process as keep it busy
+        closed = 0 if config.rate is not None else USERS_PER_PROCESS
         cmd += ["--load-shape", "ServerSearch", "--rate", f"{config.rate or 100.0:g}", "--open-loop-users",
-                str(max(1, config.processes)),
+                str(max(1, config.processes)), "--search-closed-users", str(closed),
                 "--slo-p99-ms", f"{config.slo_p99_ms:g}", "--search-budget-s", f"{config.duration_s:g}",
                 "--search-probe-s", f"{config.search_probe_s:g}"]
     elif config.mode == "open":
@@ -143,9 +153,10 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
     info = fetch_model_info(config.url, config.model, config.protocol)
     arrays = build_arrays(info, config.batch, config.input_data)  # a bad batch or .npz fails here, not in every user
     if config.processes == 0:
-        # a search needs enough processes for the highest rate it may try within its time
-        rate = highest_rate(config.rate or 100.0, config.duration_s, config.warmup_s + 3 * config.window_s) \
-            if config.search else config.rate
+        # a search needs enough processes for the highest rate it may try within its time; without --rate, all
+        # it may have (its closed-loop probe is to fill the server, whatever its capacity)
+        rate = (highest_rate(config.rate, config.duration_s, config.warmup_s + 3 * config.window_s)
+                if config.rate is not None else SEARCH_MAX_RATE) if config.search else config.rate
         config.processes = auto_processes(mode=config.mode, users=config.users, rate=rate,
                                           ramp_max_users=config.ramp_max_users, device=info.device)
     target = config.target or default_target(config, info)

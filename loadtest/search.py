@@ -9,25 +9,34 @@ is the search itself, free of Locust (loadtest/search_shape.py runs it against a
 2. the probe passes when its windows are stable, its p99 (counted from each request's scheduled send
    time, unanswered requests counted above the SLO) is within the SLO, and at most `max_error_fraction`
    of its requests failed;
-3. the rate doubles while probes pass and halves while they fail, until one of each brackets the
+3. the rate steps up while probes pass and down while they fail, until one of each brackets the
    capacity; then bisection, until the bracket is within `precision` or the search's time is spent.
+   From a given first rate the step is x2 (the capacity may be anywhere); from a closed-loop estimate
+   (`estimate_first_rate`: what the server answered to users sending back to back) it is x1.25, so
+   few rates bracket it. That step grows with each step in the same direction (x1.25, x1.56, x1.95,
+   then x2), in case the estimate was far off.
    A probe that failed on its latency alone is measured once more before it counts when its windows did not
    agree, or when it was the search's first (the server's first seconds under load: connections opened,
    buffers and lazily built sessions first used).
 
-The result is the highest passing rate. If no probe failed, it is a lower bound; if the time ran out
-before the bracket closed, the result says how wide it still was.
+The result is the highest passing rate. If no probe failed, or the time ran out before the bracket
+closed (`budget_ended`), it is a lower bound ("at least"), and the result says how wide the bracket still was.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from trainserve.loadtest.windows import Stability, StabilityRule, Window, judge, merged, percentiles_short
 
 MAX_ERROR_FRACTION = 0.001  # MLPerf-style: at most 0.1% of requests may fail
 CLIENT_BUSY = 0.9  # a probe whose load-generator process used this share of a core or more was the client's
+# The first open-loop rate is this share of the closed-loop estimate: a closed loop at enough users runs at the
+# server's most throughput, and Poisson arrivals at that rate would queue without bound (perf_analyzer's and
+# MLPerf's Server runs likewise start below the Offline figure)
+ESTIMATE_SHARE = 0.9
+ESTIMATE_STEP = 1.25  # the step from an estimate: 0.9x passes, 1.125x fails, three bisections reach 5%
 
 
 @dataclass
@@ -43,6 +52,7 @@ class SearchConfig:
     warmup_s: float = 0.5  # per probe, not counted
     max_probe_s: float = 4.0  # windows per probe end here even when they have not agreed
     max_error_fraction: float = MAX_ERROR_FRACTION
+    step: float = 2.0  # before the bracket: the rate is multiplied (passed) or divided (failed) by this
     rule: StabilityRule = field(default_factory=lambda: StabilityRule(window_s=0.5, min_duration_s=20.0))
 
     def __post_init__(self) -> None:
@@ -51,6 +61,7 @@ class SearchConfig:
                   ("min_rate", 0 < self.min_rate <= self.start_rate, "0 < min_rate <= start_rate"),
                   ("max_rate", self.max_rate >= self.start_rate, ">= start_rate"),
                   ("precision", 0 < self.precision < 1, "0 < x < 1"),
+                  ("step", self.step > 1, "> 1"),
                   ("budget_s", self.budget_s > 0, "> 0 s"),
                   ("warmup_s", self.warmup_s >= 0, ">= 0 s"),
                   ("max_probe_s", self.max_probe_s >= self.rule.window_s * self.rule.consecutive,
@@ -132,6 +143,15 @@ def evaluate(rate: float, windows: list[Window], config: SearchConfig, client_co
                  latency_only=bool(reasons) and not (problems or errors or busy or figure.hist.count == 0))
 
 
+def estimate_first_rate(config: SearchConfig, requests_s: float) -> SearchConfig:
+    """The search from a closed-loop estimate (`requests_s` answered by users sending back to back): its first
+    rate ESTIMATE_SHARE of it, its steps ESTIMATE_STEP; `config` unchanged when nothing was answered."""
+    if requests_s <= 0:
+        return config
+    start = min(config.max_rate, max(config.min_rate, ESTIMATE_SHARE * requests_s))
+    return replace(config, start_rate=start, step=ESTIMATE_STEP)
+
+
 def highest_rate(start_rate: float, budget_s: float, min_probe_s: float, max_rate: float = 1e6) -> float:
     """The highest rate a search from `start_rate` may probe within `budget_s`: it doubles at most once per
     probe, and bisection stays below the doubling that failed (the client's processes are sized for it)."""
@@ -148,6 +168,9 @@ class RateSearch:
         self.best: Probe | None = None  # highest passing
         self.lowest_failed: Probe | None = None
         self.stop_reason: str | None = None
+        self.budget_ended = False  # the time ran out before the bracket closed: the capacity is a lower bound
+        self.estimate: dict[str, Any] | None = None  # the closed-loop probe that set the first rate, if one did
+        self.elapsed_s = 0.0  # seconds since the search began, as of the last next_rate
         self._again: float | None = None  # a rate to probe once more before it counts as failed
 
     def record(self, probe: Probe) -> None:
@@ -172,30 +195,40 @@ class RateSearch:
     def next_rate(self, elapsed_s: float) -> float | None:
         """The next rate to probe, or None when the search is over (`stop_reason` says why)."""
         c = self.config
+        self.elapsed_s = elapsed_s
+        lo = self.best.rate if self.best else None
+        hi = self.lowest_failed.rate if self.lowest_failed else None
         if elapsed_s + c.min_probe_s > c.budget_s:
-            self.stop_reason = f"the search's {c.budget_s:g} s were spent"
+            self.budget_ended = not (lo is not None and hi is not None and hi <= lo * (1 + c.precision))
+            self.stop_reason = (f"the search's budget ended before it bracketed capacity ({c.budget_s:g} s)"
+                                if self.budget_ended else f"the search's {c.budget_s:g} s were spent")
             return None
         if not self.probes:
             return c.start_rate
         if self._again is not None:
             rate, self._again = self._again, None
             return rate
-        lo = self.best.rate if self.best else None
-        hi = self.lowest_failed.rate if self.lowest_failed else None
         if hi is None:  # everything passed so far: go up
             if lo is not None and lo >= c.max_rate:
                 self.stop_reason = f"the highest rate allowed ({c.max_rate:g} req/s) met the SLO"
                 return None
-            return min(c.max_rate, (lo or c.start_rate) * 2)
+            return min(c.max_rate, (lo or c.start_rate) * self._step())
         if lo is None:  # everything failed so far: go down
-            if hi / 2 < c.min_rate:
+            down = hi / self._step()
+            if down < c.min_rate:
                 self.stop_reason = f"no rate down to {c.min_rate:g} req/s met the SLO"
                 return None
-            return hi / 2
+            return down
         if hi <= lo * (1 + c.precision):
             self.stop_reason = f"bracketed within {c.precision:.0%}"
             return None
         return (lo + hi) / 2
+
+    def _step(self) -> float:
+        """The next step before the bracket: `step` to the power of the distinct rates tried so far (all of
+        them on one side of the capacity), at most x2, so a far-off estimate is left behind in a few probes."""
+        step = self.config.step
+        return step if step >= 2 else min(2.0, step ** len({p.rate for p in self.probes}))
 
     def result(self) -> dict[str, Any]:
         """The Server figure and how it was found (record.extra["search"])."""
@@ -203,8 +236,10 @@ class RateSearch:
         out: dict[str, Any] = {
             "capacity_req_s": round(best.rate, 3) if best else None,
             "upper_req_s": round(hi.rate, 3) if hi else None,  # lowest rate that failed
-            # nothing failed, or the client failed first: the server's capacity is at least this
-            "lower_bound": best is not None and (hi is None or hi.client_saturated),
+            # nothing failed, the client failed first, or the time ran out before the bracket closed: the
+            # server's capacity is at least this
+            "lower_bound": best is not None and (hi is None or hi.client_saturated or self.budget_ended),
+            "budget_ended": self.budget_ended,
             "bracket": round(hi.rate / best.rate - 1, 4) if best and hi and hi.rate > best.rate else None,
             # the lowest failing rate failed because the client was busy: the capacity is the client's
             # limit, a lower bound of the server's
@@ -213,6 +248,10 @@ class RateSearch:
             "slo_p99_ms": self.config.slo_p99_ms,
             "max_error_fraction": self.config.max_error_fraction,
             "probes": [p.row() for p in self.probes],
+            "estimate": self.estimate,  # the closed-loop probe that set the first rate (None: --rate set it)
+            "first_rate_req_s": round(self.config.start_rate, 3),
+            "step": self.config.step,
+            "elapsed_s": round(self.elapsed_s, 3),
             "stability": best.stability.to_dict() if best else self._unstable(),
         }
         if best is not None:

@@ -2,7 +2,12 @@
 
 The shape keeps `--open-loop-users` OpenLoopUsers running and changes their arrival rate through the
 collector (`collector.rate`), one rate at a time, from a greenlet of its own: Locust calls a shape's
-`tick` only once a second, too coarse for half-second windows. For each rate:
+`tick` only once a second, too coarse for half-second windows.
+
+With `--search-closed-users U` (what `trainserve load --search` passes when no --rate is given) the search
+first runs a closed-loop probe: each open-loop user sends back to back from U greenlets for a warm-up and
+three windows; 0.9 of what the server answered is the first rate, and the steps from it are x1.25
+(loadtest/search.py, `estimate_first_rate`). Then, for each rate:
 
 1. the rate is set and a fresh window log (loadtest/windows.py) takes that rate's requests, by their
    scheduled send time; the first `--warmup-s` of them are not counted; a window lasts `--window-s`,
@@ -34,7 +39,7 @@ import gevent
 from locust import LoadTestShape
 
 from trainserve.loadtest.options import LoadOptions
-from trainserve.loadtest.search import Probe, RateSearch, SearchConfig, evaluate
+from trainserve.loadtest.search import Probe, RateSearch, SearchConfig, estimate_first_rate, evaluate
 from trainserve.loadtest.search_workers import LocalProbes, WorkerProbes
 from trainserve.loadtest.serverstats import StatsReader
 from trainserve.loadtest.serverstats import window as server_window
@@ -87,6 +92,12 @@ class ServerSearch(LoadTestShape):
             gevent.sleep(0.05)
         t0 = time.perf_counter()
         try:
+            if opts.search_closed_users > 0:
+                estimate = self._estimate(opts.search_closed_users, opts.open_loop_users, config, probes)
+                search = RateSearch(estimate_first_rate(config, estimate["requests_s"]))
+                search.estimate = {**estimate, "first_rate_req_s": round(search.config.start_rate, 3)}
+                log.info("search: closed loop at %d users answered %.1f req/s (p99 %s ms); first rate %.1f req/s",
+                         estimate["users"], estimate["requests_s"], estimate["p99_ms"], search.config.start_rate)
             while (rate := search.next_rate(time.perf_counter() - t0)) is not None:
                 probe = self._probe(rate, config, probes, deadline=t0 + config.budget_s)
                 search.record(probe)
@@ -98,6 +109,32 @@ class ServerSearch(LoadTestShape):
             probes.stop()
             collector.search = search.result()
             self.done = True
+
+    @staticmethod
+    def _estimate(per_user: int, open_loop_users: int, config: SearchConfig, probes: Any) -> dict[str, Any]:
+        """The closed-loop probe: `per_user` greenlets in each open-loop user sending back to back for a warm-up
+        and three windows; what the server answered (requests/s, latencies) when it was never left idle."""
+        rule = config.rule
+        grace = config.slo_p99_ms / 1000.0 * 1.2 + 0.02  # most requests sent in a window are answered by then
+        start = time.time()
+        probe_log = probes.start(0.0, start, config.warmup_s, rule.window_s, closed=per_user)
+        windows, problems = [], []
+        for i in range(rule.consecutive):
+            gevent.sleep(max(0.0, probe_log.window_end(i) + grace - time.time()))
+            window, missing = probes.close(i)
+            windows.append(window)
+            problems += missing
+        busy, per_process = probes.finish()
+        probes.drain()
+        figure = merged(windows, [w.index for w in windows])
+        answered = figure.hist.count - figure.late  # still in flight when a window closed: not answered in it
+        s = figure.hist.summary()
+        requests_s = round(answered / figure.length_s, 3) if figure.length_s else 0.0
+        return {"users": per_user * open_loop_users, "requests_s": requests_s,
+                "p50_ms": s.get("p50_ms"), "p99_ms": s.get("p99_ms"), "window_s": round(figure.length_s, 3),
+                "requests": figure.requests, "failures": figure.failures, "client_core_fraction": busy,
+                "per_process_core_fraction": per_process, "problems": problems,
+                "wall_start": round(start + config.warmup_s, 3), "wall_end": round(time.time(), 3)}
 
     def _probe(self, rate: float, config: SearchConfig, probes: Any, deadline: float) -> Probe:
         assert self._stats is not None  # set by _search, the only caller

@@ -8,7 +8,8 @@ close window i, finish the probe (the client's busiest process), drain the reque
   Locust custom messages carry it (one round trip per window, so the master never waits for Locust's
   3-second worker reports):
 
-      master -> workers  trainserve_probe   {"rate", "probe": {"id", "start", "warmup_s", "window_s"} | None}
+      master -> workers  trainserve_probe   {"rate", "probe": {"id", "start", "warmup_s", "window_s"} | None,
+                                             "closed": users}   (closed > 0: send back to back, not at rate)
       master -> workers  trainserve_close   {"id", "index"}
       worker -> master   trainserve_window  {"id", "index", "hist", "failures", "late", "busy"}
       master -> workers  trainserve_drain   {}
@@ -51,10 +52,11 @@ class LocalProbes:
         self.log: WindowLog | None = None
         self.cpu0 = self.t0 = 0.0
 
-    def start(self, rate: float, start: float, warmup_s: float, window_s: float) -> WindowLog:
+    def start(self, rate: float, start: float, warmup_s: float, window_s: float, closed: int = 0) -> WindowLog:
+        """Send `rate` (or, with `closed` > 0, back to back from that many greenlets per user) into a new log."""
         self.log = WindowLog(start, warmup_s, window_s)
         self.cpu0, self.t0 = time.process_time(), time.time()
-        self.collector.probe, self.collector.rate = self.log, rate
+        self.collector.probe, self.collector.rate, self.collector.closed_users = self.log, rate, closed
         return self.log
 
     def close(self, i: int) -> tuple[Window, list[str]]:
@@ -71,12 +73,12 @@ class LocalProbes:
         drain_here(self.collector)
 
     def stop(self) -> None:
-        self.collector.probe, self.collector.rate = None, 0.0
+        self.collector.probe, self.collector.rate, self.collector.closed_users = None, 0.0, 0
 
 
 def drain_here(collector: Any) -> None:
     """Pause this process's open-loop users and wait (at most DRAIN_S) for the answers still in flight."""
-    collector.rate = 0.0
+    collector.rate, collector.closed_users = 0.0, 0
     t0 = time.perf_counter()
     while collector.scheduled_total > collector.answered_total and time.perf_counter() - t0 < DRAIN_S:
         gevent.sleep(0.02)
@@ -105,13 +107,14 @@ class WorkerProbes:
     def _on_drained(self, environment: Any, msg: Any, **_: Any) -> None:
         self.drained.add(msg.node_id)
 
-    def start(self, rate: float, start: float, warmup_s: float, window_s: float) -> WindowLog:
+    def start(self, rate: float, start: float, warmup_s: float, window_s: float, closed: int = 0) -> WindowLog:
         self.probe_id = next(self.ids)
         self.windows, self.busy = {}, {}
         self.workers = sorted(c.id for c in self.runner.clients.values() if c.user_count > 0)
         self.template = WindowLog(start, warmup_s, window_s)  # the master only reads its window ends
         self.runner.send_message(PROBE, {"rate": rate, "probe": {"id": self.probe_id, "start": start,
-                                                                  "warmup_s": warmup_s, "window_s": window_s}})
+                                                                  "warmup_s": warmup_s, "window_s": window_s},
+                                       "closed": closed})
         return self.template
 
     def close(self, i: int) -> tuple[Window, list[str]]:
@@ -164,7 +167,7 @@ class WorkerSide:
         self.probe_id = spec["id"] if spec else 0
         collector.probe = WindowLog(spec["start"], spec["warmup_s"], spec["window_s"]) if spec else None
         self.cpu0, self.t0 = time.process_time(), time.time()
-        collector.rate = float(msg.data["rate"])
+        collector.rate, collector.closed_users = float(msg.data["rate"]), int(msg.data.get("closed") or 0)
 
     def _on_close(self, environment: Any, msg: Any, **_: Any) -> None:
         collector, d = environment.trainserve, msg.data

@@ -96,7 +96,7 @@ def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
     front, whole = _near_capacity(record)
     served.bound = _decide(record, _search_client(record) or served.client, served.device_busy_fraction,
                            front if front is not None else served.frontend_cpu_cores, _search_broke(record),
-                           step_server_cores=whole)
+                           step_server_cores=whole, budget_ended=_search_budget(record))
 
 
 def _plateau(near: list[dict[str, Any]], reason: str) -> Bound:
@@ -155,8 +155,20 @@ def _search_broke(record: ProfileRecord) -> str | None:
     return f"the latency SLO: the next rate tried, {upper:,.0f} req/s, did not meet {meet}"
 
 
+def _search_budget(record: ProfileRecord) -> str | None:
+    """A Server search whose time ran out before it bracketed its capacity: the figure is where it had got to."""
+    search = record.extra.get("search") or {}
+    if not search.get("budget_ended") or not search.get("capacity_req_s"):
+        return None
+    upper = search.get("upper_req_s")
+    where = (f"{search['capacity_req_s']:,.0f} req/s met the SLO and {upper:,.0f} did not" if upper
+             else f"{search['capacity_req_s']:,.0f} req/s, the highest rate tried, met the SLO")
+    return f"the search's budget ended before it bracketed capacity ({where}); pass a longer --duration"
+
+
 def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, frontend_cores: float | None,
-            broken: str | None, step_system_cpu: float | None = None, step_server_cores: float | None = None) -> Bound:
+            broken: str | None, step_system_cpu: float | None = None, step_server_cores: float | None = None,
+            budget_ended: str | None = None) -> Bound:
     served = record.served
     assert served is not None
     # the whole run's means describe a plain record; a ramp's steps have only what was sampled in their window
@@ -167,7 +179,7 @@ def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, fronte
                         frontends=served.frontends, device=record.device, slo_broken=broken,
                         server_cpu_cores_available=(record.host or {}).get("logical_cpus"),
                         server_cpu_cores=step_server_cores if step_server_cores is not None
-                        else served.server_cpu_cores if whole else None)
+                        else served.server_cpu_cores if whole else None, budget_ended=budget_ended)
 
 
 def _client(d: dict[str, Any] | None) -> ClientCpu:

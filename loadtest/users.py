@@ -196,6 +196,10 @@ class OpenLoopUser(TritonUser):
         scheduled = getattr(shared, "on_scheduled", None)
         due = clock()
         while True:
+            if getattr(shared, "closed_users", 0) > 0:  # the search's closed-loop probe
+                self._closed_probe(shared, scheduled, to_wall)
+                due = clock()
+                continue
             rate = self.current_rate()
             if rate <= 0:  # paused by a search shape between rates
                 gevent.sleep(0.05)
@@ -215,6 +219,20 @@ class OpenLoopUser(TritonUser):
             if scheduled is not None:
                 scheduled(due + to_wall)
             self._pool.spawn(self.timed_call, due, {"due_wall": due + to_wall})
+
+    def _closed_probe(self, shared: Any, scheduled: Any, to_wall: float) -> None:
+        """Back to back from `shared.closed_users` greenlets until the search ends its closed-loop probe: how
+        much the server answers when it is never idle (the estimate the search's first rate comes from)."""
+        clock = time.perf_counter
+
+        def sender() -> None:
+            while shared.closed_users > 0:
+                start = clock()
+                if scheduled is not None:
+                    scheduled(start + to_wall)
+                self.timed_call(start, {"due_wall": start + to_wall})
+
+        gevent.joinall([self._pool.spawn(sender) for _ in range(min(shared.closed_users, self.opts.max_in_flight))])
 
     def on_stop(self) -> None:
         pool = getattr(self, "_pool", None)

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import random
 
-from trainserve.loadtest.search import RateSearch, SearchConfig, evaluate
+import pytest
+
+from trainserve.loadtest.search import ESTIMATE_SHARE, RateSearch, SearchConfig, estimate_first_rate, evaluate
+from trainserve.loadtest.runner import SEARCH_DURATION_S
 from trainserve.loadtest.windows import StabilityRule, Window
 
 
@@ -65,7 +68,7 @@ def test_budget_bounds_the_search_and_an_unbracketed_capacity_is_a_lower_bound()
     result = search.result()
     assert len(result["probes"]) == 3  # 3 s each, a 10 s budget
     assert result["lower_bound"] and result["capacity_req_s"] == 400.0
-    assert "were spent" in result["stop_reason"]
+    assert result["budget_ended"] and "budget ended before it bracketed capacity" in result["stop_reason"]
 
 
 def test_errors_above_the_bound_fail_a_rate() -> None:
@@ -137,3 +140,34 @@ def test_a_first_probe_that_fails_twice_or_for_errors_counts() -> None:
     windows[0].failures = 100
     errors.record(evaluate(4000.0, windows, config))
     assert errors.next_rate(0.0) == 2000.0  # failures are not the first seconds' latencies: no second look
+
+
+def test_from_a_closed_loop_estimate_a_gpu_servers_capacity_is_bracketed_within_the_default_budget() -> None:
+    # a GPU server of ~30,000 req/s under the SLO whose closed loop answers between 0.95x and 1.3x of that (too
+    # few users, or a queue the open loop may not build): each probe costs its warm-up and up to four windows
+    # (5 s), the closed-loop probe four; bracketing within 5% must fit the default budget with a rate to spare
+    probe_s, estimate_s = 5.0, 4.0
+    for closed_loop in (28500.0, 30000.0, 33000.0, 39000.0):
+        config = estimate_first_rate(SearchConfig(slo_p99_ms=50.0, budget_s=SEARCH_DURATION_S, warmup_s=1.0,
+                                                  max_probe_s=4.0, rule=StabilityRule(window_s=1.0)), closed_loop)
+        assert config.start_rate == ESTIMATE_SHARE * closed_loop and config.step == 1.25
+        search, rng, elapsed = RateSearch(config), random.Random(7), estimate_s
+        while (rate := search.next_rate(elapsed)) is not None:
+            search.record(evaluate(rate, simulated(rate / 100, 300.0, rng), config))  # 1/100 of the requests
+            elapsed += probe_s
+        result = search.result()
+        assert result["stop_reason"] == "bracketed within 5%" and not result["budget_ended"], result["probes"]
+        assert 27000 <= result["capacity_req_s"] <= 30000, (closed_loop, result["probes"])
+        assert elapsed + probe_s <= SEARCH_DURATION_S, (closed_loop, len(result["probes"]))
+
+
+def test_from_a_far_off_estimate_the_steps_grow_to_doubling() -> None:
+    config = estimate_first_rate(searching(), 100.0)  # the closed loop answered a tenth of the capacity
+    search, rng, elapsed = RateSearch(config), random.Random(8), 0.0
+    while (rate := search.next_rate(elapsed)) is not None:
+        search.record(evaluate(rate, simulated(rate, 1000.0, rng), config))
+        elapsed += 3.0
+    rates = [p["rate"] for p in search.result()["probes"]]
+    assert rates[:5] == pytest.approx([90.0, 112.5, 175.78, 343.32, 686.65], rel=1e-3)  # x1.25, x1.56, x1.95, x2
+    assert 900 <= search.result()["capacity_req_s"] <= 1000
+    assert estimate_first_rate(searching(), 0.0) == searching()  # nothing answered: the given first rate, doubling

@@ -122,6 +122,20 @@ def test_a_bracketed_server_search_is_bounded_by_the_slo_at_the_next_rate() -> N
     assert low.served.bound.kind == "load"
 
 
+def test_a_search_whose_budget_ended_first_is_bounded_by_the_budget_not_the_offered_load() -> None:
+    # the 16-core H100 host: 30 s of doubling from 100 req/s ended at 6,400 req/s with every rate passing, and the
+    # record blamed "the offered load"
+    r = _search_record(capacity_req_s=6400.0, upper_req_s=None, lower_bound=True, budget_ended=True)
+    redecide(r)
+    assert r.served.bound.kind == "budget"
+    assert r.served.bound.detail.startswith("the search's budget ended before it bracketed capacity (6,400 req/s")
+    assert "offered load" not in r.served.bound.detail and "--duration" in r.served.bound.detail
+    wide = _search_record(capacity_req_s=25000.0, upper_req_s=31250.0, lower_bound=True, budget_ended=True)
+    redecide(wide)
+    assert wide.served.bound.kind == "budget"
+    assert "25,000 req/s met the SLO and 31,250 did not" in wide.served.bound.detail
+
+
 def test_a_search_the_client_limited_is_bounded_by_the_client() -> None:
     # the H200 host, 2026-12-06: gRPC's search stopped at 12,500 req/s because a Locust process was busy at 13,000,
     # while the whole search's mean client CPU (0.83 of each core) was under the mark; the record said "the

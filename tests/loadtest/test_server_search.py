@@ -5,6 +5,7 @@ Each test runs real Locust through `run_load` against tests/loadtest/stub_server
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,23 @@ def test_search_finds_a_known_capacity(tmp_path: Path) -> None:
     lat = record.speed.latency
     assert lat.p95_ms is not None and lat.p50_ms <= lat.p95_ms <= lat.p99_ms <= 200.0
     assert record.speed.requests_s == pytest.approx(search["capacity_req_s"], rel=0.25)
+
+
+@pytest.mark.slow
+def test_search_with_its_defaults_finds_a_known_capacity(tmp_path: Path) -> None:
+    # no --rate, --duration or --slo-p99-ms: the closed-loop probe's estimate sets the first rate and the
+    # default budget brackets a 1,000 req/s stand-in (one Locust process drives several thousand on 2 cores;
+    # doubling from 100 req/s within 30 s had reached 800 at best)
+    t0 = time.monotonic()
+    _, record = _load(tmp_path, ["--capacity", "1000"], search=True)
+    took_s = time.monotonic() - t0
+    search = record.extra["search"]
+    assert 900.0 <= (search["capacity_req_s"] or 0.0) <= 1100.0, search["probes"]
+    assert not search["lower_bound"] and search["bracket"] <= 0.05, search["stop_reason"]
+    estimate = search["estimate"]
+    assert estimate["requests_s"] > 500.0 and search["probes"][0]["rate"] == pytest.approx(
+        0.9 * estimate["requests_s"], rel=0.01)
+    assert took_s < 60.0, took_s
 
 
 def test_warmup_is_not_counted(tmp_path: Path) -> None:

@@ -34,7 +34,7 @@ def load(o: Args) -> None:
     if o.ramp and "slo_p99_ms" in o.given:  # two meanings, two names: a budget is not a stopping rule
         raise UserError(f"--slo-p99-ms is the latency budget of --search and the cost report, not when --ramp "
                         f"stops; pass --ramp-stop-p99-ms {o.slo_p99_ms:g} instead")
-    config = LoadConfig(**o.of(LoadConfig, duration_s=parse_duration(o.duration_s)))
+    config = LoadConfig(**o.of(LoadConfig, duration_s=None if o.duration_s is None else parse_duration(o.duration_s)))
     path, record = run_load(config)
     lat = record.speed.latency
     found = record.extra.get("search")

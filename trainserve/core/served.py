@@ -11,7 +11,8 @@
 - `Bound`: what limited a capacity figure: "device" (the model's executions keep it busy >= 90%, or
   GPU utilization >= 90%), "frontend" (the front-end processes' CPU near one core each; with
   several, the model process that starts them is not counted), "client", "slo" (the next load broke the latency SLO), "plateau" (throughput stopped
-  growing with nothing measured saturated), or "load" (nothing saturated: the offered load itself).
+  growing with nothing measured saturated), "budget" (a capacity search's time ran out before it bracketed
+  the capacity: the figure is a lower bound), or "load" (nothing saturated: the offered load itself).
 
 `decide_bound` is the one rule; the load runner applies it when it writes a record, and `trainserve
 run` again once it has added the server process's CPU (which the load stage cannot see).
@@ -24,7 +25,7 @@ from typing import Any
 
 BUSY_FRACTION = 0.9  # a device, a front end or a client at or above this share of its capacity is saturated
 IN_FLIGHT_FRACTION = 0.9  # closed-loop users keep ~all their requests in flight; fewer: the client held them back
-BOUND_KINDS = ("client", "device", "frontend", "slo", "plateau", "load")
+BOUND_KINDS = ("client", "device", "frontend", "slo", "plateau", "budget", "load")
 
 
 @dataclass
@@ -100,7 +101,7 @@ NESTED: dict[tuple[str, str], type] = {
 def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_percent: float | None,
                  frontend_cpu_cores: float | None, frontends: int, device: str, slo_broken: str | None,
                  server_cpu_cores_available: int | None = None, system_cpu_percent: float | None = None,
-                 server_cpu_cores: float | None = None) -> Bound:
+                 server_cpu_cores: float | None = None, budget_ended: str | None = None) -> Bound:
     """The one rule: the client first (its figure is not the server's), then the device, the front end, the SLO.
 
     `frontend_cpu_cores` is the front-end processes' CPU; `server_cpu_cores` the whole server's (the same with
@@ -126,6 +127,8 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
                                  f"{frontends} front-end process{'es' if frontends != 1 else ''} (one core each)")
     if slo_broken:  # the whole phrase: which limit (the SLO, or the ramp's stop) and how the next load broke it
         return Bound("slo", slo_broken)
+    if budget_ended:  # not the offered load: the search stopped raising it because its time was up
+        return Bound("budget", budget_ended)
     return Bound("load", "the offered load: neither the device, the front end nor the client was saturated")
 
 

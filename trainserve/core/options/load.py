@@ -105,8 +105,11 @@ class LocustOptions(Shared):
                                 "5 percent).", web=True, label="Ramp: least throughput gain per step")
     warmup_s: float = opt(0.0, "Requests that start (open loop: are due) in the first this-many seconds are not "
                                "counted.", unit="s", web=True, label="Warm-up, not counted (s)")
-    search_budget_s: float = opt(30.0, "ServerSearch shape: seconds the capacity search may take in all.", unit="s",
+    search_budget_s: float = opt(60.0, "ServerSearch shape: seconds the capacity search may take in all.", unit="s",
                                  web=True, label="Server search: time budget (s)")
+    search_closed_users: int = opt(0, "ServerSearch shape: first a closed-loop probe, this many users per open-loop "
+                                      "user sending back to back; 0.9 of what the server answers is the first rate "
+                                      "(0: no probe, the first rate is --rate).", unit="users")
     abort_after_s: float = opt(3.0, "Stop the test when only failures were seen for this long (0 = never).",
                                unit="s")
     results_json: str = opt("", "Write sub-millisecond percentiles, ramp steps and errors here at the end.")
@@ -121,10 +124,16 @@ class LoadJob(Shared, RunsDir):
     url: str = like(LocustOptions, "server_url", flags=("--url",), required=True)
     model: str = like(LocustOptions, "model_name", flags=("--model",))
     users: int | None = opt(None, "Closed loop: concurrent users (default 1).", unit="users")
-    rate: float | None = opt(None, "Open loop: Poisson arrivals per second (with --search: the first rate tried).",
-                             unit="requests/s")
-    duration_s: float = opt(30.0, "Run time, e.g. 30s, 2m or 1h30m (with --ramp: the upper bound; with --search: "
-                                  "its budget).", unit="s", flags=("--duration",), cli_type=str)
+    rate: float | None = opt(None, "Open loop: Poisson arrivals per second (with --search: the first rate tried, "
+                                   "doubled or halved; without it, 0.9 of what a 4 s closed-loop probe at 16 users "
+                                   "per Locust process answered, then steps of x1.25).", unit="requests/s")
+    duration_s: float | None = opt(None, "Run time, e.g. 30s, 2m or 1h30m; default 30 s (with --ramp: the upper "
+                                         "bound). With --search its budget, default 60 s: from the closed-loop "
+                                         "estimate 5 to 6 rates of about 5 s each bracket capacity within 5% (0.9x "
+                                         "passes, 1.125x fails, three bisections; 8 when the estimate is 2x off), "
+                                         "30 to 45 s with the probe; doubling from 100 req/s would need 9 rates to "
+                                         "pass 25,000 req/s.",
+                                   unit="s", flags=("--duration",), cli_type=str)
     batch: int = like(LocustOptions, "batch_size", flags=("--batch",))
     processes: int = opt(0, "Locust processes on this machine (master + workers); 0: enough for the target within "
                             "the free cores.")
