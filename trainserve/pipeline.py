@@ -311,7 +311,7 @@ class Pipeline:
         """The capacity search, starting at 80% of the closed-loop ramp's best within the SLO (the open loop
         rarely sustains more; 100 req/s when the ramp found none)."""
         b = self.cfg.budget
-        slo = self.cfg.cost.slo_p99_ms if self.cfg.cost is not None else DEFAULT_SLO_P99_MS
+        slo = (self.cfg.cost.slo_p99_ms if self.cfg.cost is not None else None) or DEFAULT_SLO_P99_MS
         start = 100.0
         try:
             ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
@@ -393,7 +393,7 @@ class Pipeline:
     def _options(self) -> dict[str, Any]:
         """What decides a run's work, as written to run.json: a resumed run must be given the same."""
         c = self.cfg
-        slo = c.cost.slo_p99_ms if c.cost is not None else DEFAULT_SLO_P99_MS
+        slo = (c.cost.slo_p99_ms if c.cost is not None else None) or DEFAULT_SLO_P99_MS
         return {"model": c.model, "preset": c.preset, "device": c.device, "quick": c.quick, "sweep": c.sweep,
                 "sweep_budget_s": c.sweep_budget_s, "dataset": c.dataset, "target_accuracy": c.target_accuracy,
                 "seeds": c.seeds, "user_model": c.user_model, "onnx": str(c.onnx) if c.onnx is not None else None,

@@ -132,3 +132,23 @@ def test_confidence_interval_arithmetic() -> None:
     assert ci95([5.0]) is None and ci95([None, 5.0]) is None
     assert within_noise(ci, ci95([15.0, 16.0, 17.0])) is True
     assert within_noise(ci, ci95([30.0, 31.0, 32.0])) is False
+
+
+def test_report_and_plan_take_the_slo_the_capacity_was_searched_under_and_refuse_another(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from trainserve.cli import app
+    from trainserve.core.errors import UserError
+
+    run = _run(tmp_path, _records())  # both Server searches ran under p99 <= 50 ms
+    s = json.loads((build_report(run, CostOptions(qps=1000.0)).parent / "summary.json").read_text())
+    assert s["costs"]["slo_p99_ms"] == 50.0 and s["plan"]["slo_p99_ms"] == 50.0  # none given: the search's
+    with pytest.raises(UserError, match=r"--slo-p99-ms 20 differs from the p99 ≤ 50 ms the run's Server scenario was "
+                                        r"searched under.*pass --slo-p99-ms 50, or search again"):
+        build_report(run, CostOptions(slo_p99_ms=20.0, qps=1000.0))
+    out = CliRunner().invoke(app, ["plan", "--run", "r", "--runs-dir", str(tmp_path), "--qps", "1000",
+                                   "--slo-p99-ms", "20"])
+    assert out.exit_code == 1 and "differs from the p99 ≤ 50 ms" in out.output and "Traceback" not in out.output
+    ok = CliRunner().invoke(app, ["plan", "--run", "r", "--runs-dir", str(tmp_path), "--qps", "1000",
+                                  "--slo-p99-ms", "50"])
+    assert ok.exit_code == 0, ok.output

@@ -23,8 +23,8 @@ def plan(o: Args) -> None:
     from trainserve.report.plan import capacity_plan, require_feasible
     from trainserve.report.typed import to_json
 
-    opts = CostOptions.of(o)
     summary = analyse(collect(existing_run_dir(o.run, o.runs_dir)))
+    opts = CostOptions.of(o).with_searched_slo(summary)
     result = capacity_plan(summary, opts)
     require_feasible(result)
     if o.as_json:

@@ -55,7 +55,7 @@ def write_report(run_dir: Path, cost: CostOptions | None = None, baseline: str |
         raise UserError(f"run {collection.run!r} has no profile records under {run_dir}/{{train,compare,load,limits}}"
                         f"{extra}; run `trainserve train` or `trainserve load` for it first")
     report = analyse(collection)
-    cost = cost or CostOptions()
+    cost = (cost or CostOptions()).with_searched_slo(report)
     report.costs = cost_section(report, cost)
     report.plan = capacity_plan(report, cost) if cost.qps is not None else None
     figures: dict[str, bytes] = cost_figures(report)

@@ -57,7 +57,7 @@ class CostOptions:
     """The prices and targets the cost section and the capacity plan use."""
 
     prices: Prices = field(default_factory=Prices)
-    slo_p99_ms: float = DEFAULT_SLO_P99_MS  # CostFlags (trainserve/core/options/cost.py): each one's meaning
+    slo_p99_ms: float | None = None  # None: the Server search's own SLO, else DEFAULT_SLO_P99_MS (with_searched_slo)
     qps: float | None = CostFlags.qps
     headroom: float = CostFlags.headroom
 
@@ -68,8 +68,23 @@ class CostOptions:
         prices = resolve_prices(flags.prices, flags.price_cpu_core_hour, flags.price_gpu_hour, flags.price_kwh)
         return cls(prices=prices, slo_p99_ms=flags.slo_p99_ms, qps=flags.qps, headroom=flags.headroom)
 
+    def with_searched_slo(self, report: Any) -> CostOptions:
+        """These options with the SLO the run's capacities were searched under: a capacity is the highest rate
+        within one SLO, so another SLO cannot be read from it. A given SLO that differs is refused, naming both."""
+        searched = searched_slos(report)
+        if self.slo_p99_ms is None:
+            slo = min(searched) if searched else DEFAULT_SLO_P99_MS
+            return dataclasses.replace(self, slo_p99_ms=slo)
+        other = sorted(s for s in searched if abs(s - self.slo_p99_ms) > 1e-9)
+        if other:
+            raise UserError(f"--slo-p99-ms {self.slo_p99_ms:g} differs from the p99 ≤ {other[0]:g} ms the run's "
+                            f"Server scenario was searched under, and a capacity holds only for its own SLO; pass "
+                            f"--slo-p99-ms {other[0]:g}, or search again with trainserve load --search --slo-p99-ms "
+                            f"{self.slo_p99_ms:g}")
+        return self
+
     def __post_init__(self) -> None:
-        if not _positive(self.slo_p99_ms):
+        if self.slo_p99_ms is not None and not _positive(self.slo_p99_ms):
             raise UserError(f"--slo-p99-ms {_shown(self.slo_p99_ms)} is invalid; give the p99 latency budget in ms, "
                             "a number > 0")
         if self.qps is not None and not _positive(self.qps):
@@ -78,6 +93,13 @@ class CostOptions:
                 and 0 <= self.headroom <= 10):
             raise UserError(f"--headroom {_shown(self.headroom)} is invalid; give the spare capacity as a fraction "
                             "from 0 to 10 (0.2 = 20%)")
+
+
+def searched_slos(report: Any) -> set[float]:
+    """The SLOs the report's Server scenario capacities were searched under."""
+    return {row.slo_p99_ms for section in report.models.values() for per in section.scenarios.values()
+            for name, row in per.items() if name == "Server" and row is not None and row.capacity_req_s is not None
+            and row.slo_p99_ms is not None}
 
 
 def _shown(x: object) -> str:
@@ -410,6 +432,7 @@ def model_prices(section: ModelSection, prices: Prices) -> tuple[Prices, GpuPric
 
 def cost_section(report: Report, opts: CostOptions) -> Costs:
     """summary.json's "costs": the prices and SLO used, then per model training, inference, break-even."""
+    opts = opts.with_searched_slo(report)
     models = {}
     for name, section in report.models.items():
         prices, gpu_price = model_prices(section, opts.prices)

@@ -33,6 +33,7 @@ def capacity_plan(report: Report, opts: CostOptions) -> Plan:
     """summary.json's "plan" (opts.qps must be set): per model and device, servers, cost, and lines to show."""
     if opts.qps is None:
         raise ValueError("capacity_plan needs opts.qps")
+    opts = opts.with_searched_slo(report)
     target = opts.qps * (1 + opts.headroom)
     models = {}
     for name, section in report.models.items():

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trainserve.core.options.common import RunsDir
-from trainserve.core.options.spec import REQUIRED, opt
+from trainserve.core.options.spec import REQUIRED, like, opt
 
 
 @dataclass(kw_only=True)
@@ -27,6 +27,12 @@ class SloOptions:
 @dataclass(kw_only=True)
 class CostFlags(SloOptions):
     """Prices, SLO and target load as the command line gives them (report.cost.CostOptions holds them resolved)."""
+
+    # a capacity holds only for the SLO it was searched under: by default the cost and the plan take that one
+    slo_p99_ms: float | None = like(SloOptions, "slo_p99_ms", None, help=(
+        "p99 latency budget of a served load point (cost at the SLO, break-even, the capacity plan, and the Server "
+        "scenario's search). Default: the SLO the run's Server scenario was searched under, else 100; another "
+        "value than that one is refused (search again with it)."))
 
     prices: Path | None = opt(None, "JSON file with any of cpu_core_hour_usd, gpu_hour_usd, kwh_usd (and "
                                     "cpu_offer, gpu_offer, kwh_offer, source, date); the options below override it.",
