@@ -62,7 +62,7 @@ from trainserve.serve.model import (
 )
 from trainserve.serve.tuning import random_feed
 from trainserve.serve.working_set import HOW as WORKING_SET_HOW
-from trainserve.serve.working_set import working_set_by_batch
+from trainserve.serve.working_set import measure_working_set
 
 log = logging.getLogger(__name__)
 
@@ -91,12 +91,15 @@ class LimitsConfig:
     max_threads: int = 0  # largest intra-op thread count tried; 0 = the cores this process may use
     seed: int = 0  # of the random inputs
     points: str = LimitsJob.points  # "all": every sweep; "served": only the points served figures are set beside
+    working_set_batch: int | None = None  # also probe the working set at this batch (the training batch)
 
     def __post_init__(self) -> None:
         if self.device not in DEVICES:
             raise UserError(f"--device {self.device!r} is invalid; choose one of {', '.join(DEVICES)}")
         if not (self.budget_s > 0 and math.isfinite(self.budget_s)):
             raise UserError(f"--budget-s {self.budget_s} is invalid; give a positive number of seconds, e.g. 10")
+        if self.working_set_batch is not None and self.working_set_batch < 1:
+            raise UserError(f"--working-set-batch {self.working_set_batch} is invalid; give a batch size >= 1")
         if self.points not in POINTS:
             raise UserError(f"--points {self.points!r} is invalid; choose one of {', '.join(POINTS)}")
         if self.max_threads < 0:
@@ -158,6 +161,7 @@ class ModelLimits:
     elapsed_s: float = 0.0
     working_set: dict[int, int] = field(default_factory=dict)  # batch -> bytes one session adds (working_set.py)
     skipped: list[str] = field(default_factory=list)  # points not measured (--points served), each with why
+    working_set_how: str = ""  # the meter of working_set (serve/working_set.py)
 
     def summary(self) -> dict:
         """{batch1_p50_ms, batch1_threads, best_batch, best_throughput_samples_s} and how they were found."""
@@ -171,7 +175,8 @@ class ModelLimits:
                 "skipped": self.skipped,
                 "precision": self.precision, "providers": self.providers, "points": len(self.points), "budget_s": self.budget_s,
                 "elapsed_s": round(self.elapsed_s, 3), "warnings": self.warnings,
-                "working_set_bytes": {str(b): v for b, v in sorted(self.working_set.items())}}
+                "working_set_bytes": {str(b): v for b, v in sorted(self.working_set.items())},
+                "working_set_how": self.working_set_how}
 
 
 def models_for(repo: Path, device: str, only: str | None = None) -> list[repository.ModelEntry]:
@@ -286,8 +291,9 @@ class _Measurement:
         self.result = ModelLimits(entry.name, cfg.device, config.max_batch_size, _precision(self.path), [],
                                   self.device_id, round(budget_s, 3))
         rng = np.random.default_rng(cfg.seed)
+        self.specs = _input_specs(config)
         try:
-            self.feeds = {b: random_feed(_input_specs(config), b, rng, batched=config.max_batch_size > 0,
+            self.feeds = {b: random_feed(self.specs, b, rng, batched=config.max_batch_size > 0,
                                          dynamic_dim=DYNAMIC_DIM) for b in self.batches}
         except ValueError as e:
             raise UserError(f"model {entry.name!r}: {e}; limits measure numeric inputs only") from None
@@ -297,9 +303,15 @@ class _Measurement:
     def probe_working_set(self) -> None:
         """The working set at each batch (serve/working_set.py), outside the timed points' budget."""
         t = time.perf_counter()
-        self.result.working_set = working_set_by_batch(
+        feeds = dict(self.feeds)
+        extra = self.cfg.working_set_batch
+        if extra is not None and extra not in feeds and self.result.max_batch_size > 0:
+            # the model's batch dimension is dynamic in the ONNX file: the served max_batch_size does not bound it
+            feeds[extra] = random_feed(self.specs, extra, np.random.default_rng(self.cfg.seed), batched=True,
+                                       dynamic_dim=DYNAMIC_DIM)
+        self.result.working_set, self.result.working_set_how = measure_working_set(
             lambda: _make_session(self.path, self.cfg.device, 1, 1, self.device_id, False, self.search),
-            self.feeds, self.cfg.device, self.device_id)
+            feeds, self.cfg.device, self.device_id)
         if self.cfg.device == "cpu":
             spent = time.perf_counter() - t
             self.deadline += spent
@@ -588,11 +600,13 @@ def records(result: ModelLimits) -> list[tuple[str, object]]:
                    "max_batch_size": result.max_batch_size, "stable": p.stable,
                    "spread": None if p.spread is None else round(p.spread, 4),
                    "windows_samples_s": [round(x, 2) for x in p.windows_samples_s]}
+        how = result.working_set_how or WORKING_SET_HOW[result.device]
         if p.batch in result.working_set:  # the model's working set at this batch, as training's is counted
             r.memory.peak_bytes = result.working_set[p.batch]
-            r.extra["working_set"] = {"bytes": result.working_set[p.batch], "how": WORKING_SET_HOW[result.device]}
-        if not out:  # the run's warnings (budget ran out) once, on its first record
+            r.extra["working_set"] = {"bytes": result.working_set[p.batch], "how": how}
+        if not out:  # the run's warnings (budget ran out) once, on its first record; every batch probed, too
             r.validity.warnings = list(result.warnings)
+            r.extra["working_sets"] = {"how": how, "bytes": {str(b): v for b, v in sorted(result.working_set.items())}}
         out.append((f"b{p.batch}-t{p.threads}{'-spin' if p.spinning else ''}"
                     f"{f'-x{p.instances}' if p.instances > 1 else ''}.json", r))
     return out

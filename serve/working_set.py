@@ -26,6 +26,11 @@ log = logging.getLogger(__name__)
 HOW = {"cpu": "session delta: process RSS after one run at the batch minus before the session was built",
        "cuda": "session delta: the process's device memory (NVML) after one run at the batch minus before the "
                "session was built (the CUDA context already existed)"}
+# NVML lists no process of another PID namespace (most containers): the device's used memory is the meter
+# then, right while nothing else runs on the device (trainserve run measures limits before it serves)
+HOW_DEVICE_WIDE = ("session delta: the device's used memory (NVML, device-wide: no per-process figure in this "
+                   "container) after one run at the batch minus before the session was built (the CUDA context "
+                   "already existed)")
 
 
 def _trim_heap() -> None:
@@ -50,20 +55,43 @@ def process_bytes(device: str, device_id: int = 0) -> int | None:
     return int(psutil.Process().memory_info().rss)
 
 
+def device_bytes(device_id: int = 0) -> int | None:
+    """The whole device's used memory (NVML): the fallback meter where NVML lists no process."""
+    from trainserve.core.telemetry import gpu_memory_used_bytes
+
+    return gpu_memory_used_bytes(device_id)
+
+
 def working_set_by_batch(make_session: Callable[[], Any], feeds: dict[int, dict[str, Any]], device: str,
                          device_id: int = 0) -> dict[int, int]:
     """{batch: bytes} for each batch of `feeds`, ascending, from one fresh session (empty when unmeasurable)."""
+    return measure_working_set(make_session, feeds, device, device_id)[0]
+
+
+def measure_working_set(make_session: Callable[[], Any], feeds: dict[int, dict[str, Any]], device: str,
+                        device_id: int = 0) -> tuple[dict[int, int], str]:
+    """working_set_by_batch's {batch: bytes}, and how they were counted (HOW's, or HOW_DEVICE_WIDE)."""
     _trim_heap()
-    base = process_bytes(device, device_id)
+    meter: Callable[[], int | None] = lambda: process_bytes(device, device_id)  # noqa: E731
+    how = HOW[device]
+    base = meter()
+    if base is None and device == "cuda":
+        meter, how = (lambda: device_bytes(device_id)), HOW_DEVICE_WIDE  # noqa: E731
+        base = meter()
     if base is None:
-        return {}
+        return {}, how
+    return _by_batch(make_session, feeds, meter, base), how
+
+
+def _by_batch(make_session: Callable[[], Any], feeds: dict[int, dict[str, Any]], meter: Callable[[], int | None],
+              base: int) -> dict[int, int]:
     sess = make_session()
     outputs = [o.name for o in sess.get_outputs()]
     out: dict[int, int] = {}
     try:
         for batch in sorted(feeds):
             sess.run(outputs, feeds[batch])
-            now = process_bytes(device, device_id)
+            now = meter()
             if now is None:
                 break
             out[batch] = max(0, now - base)

@@ -38,7 +38,7 @@ from trainserve.train.device import (
 )
 from trainserve.train.maxbatch import is_oom, release_memory
 from trainserve.train.measure import StepTimer
-from trainserve.train.memory import MemoryTracker, tensor_bytes
+from trainserve.train.memory import MemoryTracker, cpu_step_peak_bytes, tensor_bytes
 from trainserve.train.models import build_model
 from trainserve.train.usercheck import model_config
 from trainserve.train.record import build_record
@@ -301,8 +301,14 @@ def _train_point(cfg: TrainConfig, splits: Any, device: str, deadline: float | N
                     sampler.mark()
             timer.begin()
             timer.fetched()
-            logits, loss = train_step(model, forward, loss_fn, x, y, optimizer, scaler, scaling, device, cfg.precision,
-                                      memory if step == 0 else None)
+            args = (model, forward, loss_fn, x, y, optimizer, scaler, scaling, device, cfg.precision,
+                    memory if step == 0 else None)
+            if device == "cpu" and step == 1 and cfg.warmup_steps >= 2:
+                # a warm-up step under torch's CPU memory profiler, as fit() does: the point's working set
+                # (activations, gradients) counted as the CUDA allocator counts it, not RSS growth
+                (logits, loss), memory.cpu_step_peak = cpu_step_peak_bytes(lambda: train_step(*args))
+            else:
+                logits, loss = train_step(*args)
             optimizer.zero_grad(set_to_none=True)
             timer.end(cfg.batch_size)
             steps_done += 1

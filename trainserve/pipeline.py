@@ -33,6 +33,7 @@ from trainserve.core.procs import (
 )
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
+from trainserve.core.speedup import pick_train
 from trainserve.core.telemetry import Sampler
 from trainserve.loadtest.clientcpu import process_cap
 from trainserve.loadtest.servedrecord import add_cpu_energy, add_server_cpu
@@ -247,10 +248,27 @@ class Pipeline:
     def _limits(self, device: str) -> None:
         model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"
         budget = self.cfg.budget.limits_budget_s
+        batch = self._training_batch(device)  # inference's working set beside training's, at one batch
+        extra = ["--working-set-batch", str(batch)] if batch else []
         self._stage(f"limits-{device}", self.argv("limits", "--device", device, "--model", model,
                                                   "--budget-s", f"{budget:g}", "--points",
-                                                  self.cfg.budget.limits_points, *self._run_args()),
+                                                  self.cfg.budget.limits_points, *extra, *self._run_args()),
                     f"onnxruntime in process on the {_label(device)}, {budget:g} s")
+
+    def _training_batch(self, device: str) -> int | None:
+        """The batch of the training record the report sets beside inference on `device` (core.speedup.pick_train
+        over the run's training records), or None before any training on it."""
+        pairs = []
+        for folder in ("train", "compare", "sweep"):
+            for path in sorted((self.root / folder).rglob("*.json")):
+                try:
+                    r = ProfileRecord.load(path)
+                except Exception:  # an index or a card, not a record
+                    continue
+                if r.phase == "train" and r.device == device:
+                    pairs.append((f"{folder}/{path.relative_to(self.root / folder)}", r))
+        picked = pick_train(pairs)
+        return picked[1].batch_size if picked else None
 
     def _serve_and_load(self, device: str) -> None:
         name = f"serve-{device}"

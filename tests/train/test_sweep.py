@@ -66,3 +66,19 @@ def test_throughput_that_stops_growing_ends_the_climb(monkeypatch):
 def test_bad_budget_is_refused(budget):
     with pytest.raises(UserError, match=rf"sweep budget_s={budget!r} is invalid"):
         sw.SweepConfig(budget_s=budget)
+
+
+def test_cpu_points_count_their_working_set_and_it_grows_with_the_batch():
+    config = sw.SweepConfig(budget_s=60, max_batch=64, patience=9, warmup_steps=2, timed_steps=2, min_batch=8,
+                            precisions=("fp32",))
+    result = sw.sweep(TrainConfig(model="cnn", preset="tiny", samples=256), "cpu", config)
+    peaks = {}
+    for p in result.measured:
+        m = p.record.memory
+        assert p.record.extra["memory_breakdown"]["source"] == "torch_profiler_cpu_memory_and_tensor_sizes"
+        parts = [m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, m.activations_bytes]
+        assert all(x is not None for x in parts) and m.activations_bytes > 0
+        assert m.peak_bytes >= sum(parts) * 0.99  # the peak holds its parts (report/invariants.py checks it too)
+        peaks[p.batch_size] = (m.peak_bytes, m.activations_bytes)
+    batches = sorted(peaks)
+    assert len(batches) >= 2 and peaks[batches[-1]][1] > peaks[batches[0]][1]  # activations grow with the batch

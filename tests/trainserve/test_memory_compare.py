@@ -94,3 +94,40 @@ def test_the_schema_describes_memory_compare(summary):
     from tests.trainserve.test_summary_schema import _errors
 
     assert _errors(summary) == []
+
+
+def test_a_training_batch_beyond_the_served_batches_is_probed_and_compared(tmp_path):
+    from tests.loadtest.tiny_repo import build_repository
+    from trainserve.serve import limits
+
+    build_repository(tmp_path / "repo")  # max_batch_size 16; training ran at 64
+    [result] = limits.measure_repository(tmp_path / "repo", limits.LimitsConfig(
+        budget_s=1.0, max_threads=1, points="served", working_set_batch=64))
+    assert set(result.working_set) == {1, 2, 4, 8, 16, 64} and result.working_set_how.startswith("session delta")
+    result.model = "cnn_cpu"
+    run = tmp_path / "m2"
+    limits.save(result, run / "limits")
+    _train("cpu", "torch_profiler_cpu_memory_and_tensor_sizes", 96 * MiB, 900 * MiB).save(run / "train" / "profile.json")
+    _served("cpu", 300 * MiB).save(run / "load" / "cpu-sat.json")
+    s = json.loads((build_report(run).parent / "summary.json").read_text())
+    cpu = s["models"]["cnn"]["memory_compare"]["cpu"]
+    assert cpu["infer"]["working_set"]["batch_size"] == 64 and cpu["infer"]["working_set"]["bytes"] == result.working_set[64]
+    assert cpu["ratios"]["working_set"] is not None
+
+
+def test_a_gpu_without_per_process_memory_falls_back_to_the_device_s(monkeypatch):
+    from trainserve.serve import working_set as ws
+
+    used = iter([1000, 1400, 1900])  # baseline, after batch 1, after batch 2
+    monkeypatch.setattr(ws, "process_bytes", lambda device, device_id=0: None)  # NVML lists no process here
+    monkeypatch.setattr(ws, "device_bytes", lambda device_id=0: next(used))
+
+    class Session:
+        def get_outputs(self):
+            return []
+
+        def run(self, outputs, feed):
+            return []
+
+    got, how = ws.measure_working_set(Session, {1: {}, 2: {}}, "cuda")
+    assert got == {1: 400, 2: 900} and how == ws.HOW_DEVICE_WIDE

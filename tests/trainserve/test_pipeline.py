@@ -58,7 +58,9 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     assert cpu["saturated"]["batch_size"] == 64
     assert summary["models"]["cnn"]["ramps"][0]["source"] == "load/embedded-cpu-ramp.json"
     # the in-process limits ran before the server, within --quick's budget, and are set beside the served figures
-    assert "--budget-s 4 --points served " in (tmp_path / "p1" / "logs" / "limits-cpu.log").read_text()
+    # inference's working set probed at the batch of the training column it stands beside
+    assert "--budget-s 4 --points served --working-set-batch 64 " in \
+        (tmp_path / "p1" / "logs" / "limits-cpu.log").read_text()
     assert summary["models"]["cnn"]["limits"]["cpu"]["best_batch"] == 64
     assert set(summary["models"]["cnn"]["server_vs_limit"]["cpu"]) == {"batch1_overhead_ms", "saturated_efficiency"}
     # the server's own process was sampled during each load and its memory filled in

@@ -64,6 +64,13 @@ def _infer_working_set(entries: list[Entry], device: str, batch: int | None) -> 
         if is_limit(r) and r.device == device and r.batch_size == batch and isinstance(ws, dict) \
                 and ws.get("bytes") is not None:
             return _figure(ws["bytes"], "working_set", ws.get("how") or "session delta", batch, e.source)
+    for e in entries:  # a batch probed for its working set only (limits --working-set-batch: the training batch)
+        r = e.record
+        probed = r.extra.get("working_sets") if isinstance(r.extra, dict) else None
+        if is_limit(r) and r.device == device and isinstance(probed, dict):
+            n = (probed.get("bytes") or {}).get(str(batch))
+            if n is not None:
+                return _figure(n, "working_set", probed.get("how") or "session delta", batch, e.source)
     return None
 
 

@@ -108,3 +108,7 @@ class LimitsJob(RunsDir):
     points: str = opt("all", "all: thread counts, every power-of-two batch and spinning; served: only the points "
                              "served figures are set beside (batch 1 and the largest batch at the server's threads "
                              "and instances), each given more of the budget.", choices=("all", "served"))
+    working_set_batch: int | None = opt(None, "Also measure the model's working set at this batch (e.g. the "
+                                              "training batch, to set inference's memory beside training's at one "
+                                              "batch); its ONNX batch dimension may exceed max_batch_size.",
+                                        unit="samples")
