@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.errors import UserError
 from trainserve.core.meters import PROCESS_RSS
 from trainserve.core.fsutil import write_json_atomic
@@ -48,7 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODELS = FAMILIES
-SCENARIOS = ("ramp", "server", "batch1", "saturated")  # the load stages of each served device, in their order
+# the load stages of each served device, in their order; "server-nobatch" is the Server scenario on the same model
+# with batching off (`trainserve export` writes `<model>_<kind>_nobatch`), what dynamic batching is judged by
+SCENARIOS = ("ramp", "server", "batch1", "saturated", "server-nobatch")
 RUN_OPTIONS = "run.json"  # the options that decide a run's work (--resume checks them)
 STAGES = "stages.json"  # the stages that completed, with their seconds (--resume keeps them)
 
@@ -290,6 +293,7 @@ class Pipeline:
             "batch1": ["--users", "1", "--batch", "1", "--duration", f"{b.measure_s:g}s", *windows],
             "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
                           "--duration", f"{b.measure_s:g}s", *windows],
+            "server-nobatch": None,  # its first rate comes from the Server search on the model as exported
         }
         assert tuple(scenarios) == SCENARIOS
         for scenario, args in scenarios.items():
@@ -297,33 +301,41 @@ class Pipeline:
             if f"load-{device}-{scenario}" in self.done:
                 self._kept(f"load-{device}-{scenario}", f"{scenario} on {model}")
                 continue
+            served = model + NOBATCH_SUFFIX if scenario == "server-nobatch" else model
             if args is None:
-                args = self._server_args(device, windows)
+                args = self._server_args(device, windows, nobatch=scenario == "server-nobatch")
             t1 = time.monotonic()
             with _ServerWatch(server.proc.pid) as watch:
-                self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
-                            f"{scenario} on {model}", mark=False)
+                self._stage(f"load-{device}-{scenario}",
+                            self.argv("load", *_with_model(url, served), *args, "--target", target),
+                            f"{scenario} on {served}", mark=False)
             watch.annotate(self.root / "load" / f"{target}.json")
             self._mark(f"load-{device}-{scenario}", time.monotonic() - t1)
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
-    def _server_args(self, device: str, windows: list[str]) -> list[str]:
+    def _server_args(self, device: str, windows: list[str], nobatch: bool = False) -> list[str]:
         """The capacity search, starting at 80% of the closed-loop ramp's best within the SLO (the open loop
-        rarely sustains more; 100 req/s when the ramp found none)."""
+        rarely sustains more; 100 req/s when the ramp found none). With batching off: half the budget, starting
+        at 80% of the capacity found with batching on (batching off rarely carries more)."""
         b = self.cfg.budget
         slo = self.cfg.cost.slo_p99_ms if self.cfg.cost is not None else DEFAULT_SLO_P99_MS
         start = 100.0
         try:
-            ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
-            best = (ramp.extra.get("saturation") or {}).get("requests_s")
+            if nobatch:
+                found = ProfileRecord.load(self.root / "load" / f"embedded-{device}-server.json")
+                best = (found.extra.get("search") or {}).get("capacity_req_s")
+            else:
+                ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
+                best = (ramp.extra.get("saturation") or {}).get("requests_s")
             start = max(1.0, 0.8 * best) if best else start
         except UserError:
             pass
+        budget_s = b.search_budget_s / 2 if nobatch else b.search_budget_s
         # on a GPU server `trainserve load` picks enough Locust processes for the rates the search may try
         # (master and workers, loadtest/search_workers.py); a CPU server keeps the cores: one process
         processes = [] if device == "cuda" else ["--processes", "1"]
         return ["--search", "--batch", "1", "--rate", f"{start:.1f}", "--slo-p99-ms", f"{slo:g}",
-                "--duration", f"{b.search_budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
+                "--duration", f"{budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
                 *windows]
 
     def _report(self) -> Path:
@@ -504,6 +516,12 @@ class _ServerWatch:
         add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"],
                        own["timeline"], own["cpu_process_mean_percent"])
         record.save(path)
+
+
+def _with_model(url: list[str], model: str) -> list[str]:
+    """The load arguments with `--model` set to `model`."""
+    i = url.index("--model")
+    return [*url[:i + 1], model, *url[i + 2:]]
 
 
 def ramp_processes(device: str) -> int:
