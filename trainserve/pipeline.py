@@ -34,7 +34,7 @@ from trainserve.core.procs import (
 )
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
-from trainserve.core.telemetry import Sampler
+from trainserve.core.telemetry import Sampler, gpu_memory_used_bytes
 from trainserve.loadtest.clientcpu import process_cap
 from trainserve.loadtest.servedrecord import add_cpu_energy, add_server_cpu
 from trainserve.report import write_report
@@ -222,6 +222,8 @@ class Pipeline:
         self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
                                        "--epochs", epochs, *target),
                     f"{self._what(preset)} on the {'GPU' if gpu else 'CPU'}")
+        if gpu:
+            self._gpu_after_exit(self.root / "train" / "profile.json")
         if gpu and (not c.sweep or target):
             # the same model, batch and precision on both devices: the training speedup without a sweep, and
             # each device's time to the target accuracy; fp32, the CPU's own precision (bf16 autocast on a CPU
@@ -229,6 +231,17 @@ class Pipeline:
             length = ["--epochs", epochs, *target] if target else ["--steps", str(b.compare_steps)]
             self._stage("compare", self.argv("compare", "--no-sweep", *common, *length),
                         "training on CPU and GPU, fp32" + (f", to accuracy {c.target_accuracy:g}" if target else ""))
+
+    def _gpu_after_exit(self, path: Path) -> None:
+        """NVML's used memory of the GPU once the training process has exited, into its record beside the
+        readings it took itself (before training, and once it freed its memory): what exiting gives back."""
+        if not path.is_file():
+            return
+        record = ProfileRecord.load(path)
+        info = record.extra.setdefault("gpu_release", {})
+        if isinstance(info, dict) and "nvml_used_after_exit_bytes" not in info:
+            info["nvml_used_after_exit_bytes"] = gpu_memory_used_bytes(0)
+            record.save(path)
 
     def _sweep(self, device: str, gpu: bool) -> None:
         """The training sweep on one device (train/sweep.py), one progress line per point as it ends."""
@@ -315,8 +328,9 @@ class Pipeline:
 
     def _server_args(self, device: str, windows: list[str], nobatch: bool = False) -> list[str]:
         """The capacity search, starting at 80% of the closed-loop ramp's best within the SLO (the open loop
-        rarely sustains more; 100 req/s when the ramp found none). With batching off: half the budget, starting
-        at 80% of the capacity found with batching on (batching off rarely carries more)."""
+        rarely sustains more; 100 req/s when the ramp found none). With batching off it starts at half the capacity
+        found with batching on: each request is then its own execution, and a first rate above capacity spends
+        the whole budget failing."""
         b = self.cfg.budget
         slo = self.cfg.cost.slo_p99_ms if self.cfg.cost is not None else DEFAULT_SLO_P99_MS
         start = 100.0
@@ -327,15 +341,14 @@ class Pipeline:
             else:
                 ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
                 best = (ramp.extra.get("saturation") or {}).get("requests_s")
-            start = max(1.0, 0.8 * best) if best else start
+            start = max(1.0, (0.5 if nobatch else 0.8) * best) if best else start
         except UserError:
             pass
-        budget_s = b.search_budget_s / 2 if nobatch else b.search_budget_s
         # on a GPU server `trainserve load` picks enough Locust processes for the rates the search may try
         # (master and workers, loadtest/search_workers.py); a CPU server keeps the cores: one process
         processes = [] if device == "cuda" else ["--processes", "1"]
         return ["--search", "--batch", "1", "--rate", f"{start:.1f}", "--slo-p99-ms", f"{slo:g}",
-                "--duration", f"{budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
+                "--duration", f"{b.search_budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
                 *windows]
 
     def _report(self) -> Path:

@@ -36,7 +36,8 @@ def _answered_run(runs: Path) -> Path:
     train = ProfileRecord.load(run / "compare" / "profile-cuda.json")  # the GPU's training column
     train.memory.gpu_released, train.memory.gpu_held_bytes = True, 0
     train.utilization.gpu_mem_used_max_bytes = 3000 * MIB
-    train.extra["gpu_release"] = {"nvml_used_before_bytes": 600 * MIB, "nvml_used_after_free_bytes": 600 * MIB}
+    train.extra["gpu_release"] = {"nvml_used_before_bytes": 600 * MIB, "nvml_used_after_free_bytes": 600 * MIB,
+                                  "nvml_used_after_exit_bytes": 590 * MIB}
     train.save(run / "compare" / "profile-cuda.json")
     train = ProfileRecord.load(run / "train" / "profile.json")
     _data_path(train, "device", 97000.0, 0.01).save(run / "train" / "profile.json")
@@ -84,7 +85,8 @@ def test_each_measured_question_is_answered_with_its_figure_and_link(answered):
         assert f"id='{anchor}'" in page, anchor
     md = (html.parent / "report.md").read_text()
     assert md.index("## Answers") < md.index("## Summary")
-    assert "released: 0 B held (before 600 MiB, peak 2.93 GiB)" in page
+    assert "released: 0 B held (before 600 MiB, peak 2.93 GiB, after exit 590 MiB)" in page
+    assert "590 MiB used once it had exited" in a["gpu_release"]["text"]
 
 
 def test_a_question_without_records_says_not_measured_why_and_how(answered):

@@ -176,7 +176,7 @@ def _gpu_release(r: ProfileRecord) -> dict[str, Any]:
         return {}
     info = r.extra.get("gpu_release") if isinstance(r.extra.get("gpu_release"), dict) else {}
     return {"gpu_used_before_bytes": info.get("nvml_used_before_bytes"), "gpu_held_after_bytes": r.memory.gpu_held_bytes,
-            "gpu_released": r.memory.gpu_released}
+            "gpu_released": r.memory.gpu_released, "gpu_used_after_exit_bytes": info.get("nvml_used_after_exit_bytes")}
 
 
 def _first(*values: Any) -> Any:

@@ -140,6 +140,10 @@ def _batching(m: ModelSection) -> Found:
     texts = []
     for d, b in m.batching.items():
         on, off = b.on, b.off
+        if on is not None and off is not None and on.capacity_req_s and off.capacity_req_s is None:
+            texts.append(f"{DEVICE_LABEL[d]}: dynamic batching carries {u.num(on.capacity_req_s)} requests/s within "
+                         "the SLO, and with batching off no rate the search tried met it")
+            continue
         if on is None or off is None or b.capacity_ratio is None:
             continue
         delta = f"{b.p99_delta_ms:+.2f} ms p99" if b.p99_delta_ms is not None else "p99 not measured"
@@ -163,7 +167,8 @@ def _gpu_release(m: ModelSection) -> Found:
     return Found(f"Released: {'yes' if mem.gpu_released else 'no'} — NVML showed {u.nbytes(mem.gpu_used_before_bytes)} "
                  f"used before training, {u.nbytes(mem.gpu_mem_used_max_bytes)} at its peak, and "
                  f"{u.nbytes(held)} more than before once training freed its memory (the process's CUDA context "
-                 "stays until it exits).")
+                 "stays until it exits)" + (f", and {u.nbytes(mem.gpu_used_after_exit_bytes)} used once it had exited"
+                                            if mem.gpu_used_after_exit_bytes is not None else "") + ".")
 
 
 def _scaling(m: ModelSection) -> Found:

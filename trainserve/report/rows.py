@@ -42,7 +42,8 @@ def _released(v: Column) -> str:
     if m.gpu_released is None:
         return u.MISSING
     return (f"{'released' if m.gpu_released else 'NOT released'}: {u.nbytes(m.gpu_held_after_bytes)} held "
-            f"(before {u.nbytes(m.gpu_used_before_bytes)}, peak {u.nbytes(m.gpu_mem_used_max_bytes)})")
+            f"(before {u.nbytes(m.gpu_used_before_bytes)}, peak {u.nbytes(m.gpu_mem_used_max_bytes)}"
+            + (f", after exit {u.nbytes(m.gpu_used_after_exit_bytes)})" if m.gpu_used_after_exit_bytes is not None else ")"))
 
 
 GROUPS: list[tuple[str, list[Row]]] = [

@@ -36,6 +36,7 @@ class ColumnMemory:
     gpu_used_before_bytes: int | None = field(default=None, metadata=OPTIONAL)
     gpu_held_after_bytes: int | None = field(default=None, metadata=OPTIONAL)
     gpu_released: bool | None = field(default=None, metadata=OPTIONAL)
+    gpu_used_after_exit_bytes: int | None = field(default=None, metadata=OPTIONAL)  # once the process exited
 
 
 @dataclass
