@@ -492,8 +492,8 @@ class ModelSection:
     conclusions: list[str] = field(default_factory=list)
     trained_here: bool = True  # False: an ONNX file trained elsewhere (trainserve run --onnx)
     scenarios: dict[str, PerScenario] = field(default_factory=dict)  # per device (report/scenarios.py)
-    batching: dict[str, BatchingCompare] = field(default_factory=dict)  # per device (report/batching.py)
-    data_path: dict[str, DataPath] = field(default_factory=dict)  # per device (report/batching.py)
+    batching: dict[str, BatchingCompare] = field(default_factory=dict, metadata=OPTIONAL)  # per device (report/batching.py)
+    data_path: dict[str, DataPath] = field(default_factory=dict, metadata=OPTIONAL)  # per device (report/batching.py)
 
     def served(self, device: str) -> Served | None:
         """The first backend's (analysis.BACKEND_PREFERENCE order) figures on `device`."""
@@ -605,4 +605,5 @@ class Report:
     scenarios: Scenarios
     costs: Costs | None = None  # report/cost.py, set by build_report
     plan: Plan | None = None  # report/plan.py, with --qps
-    answers: list[Answer] = field(default_factory=list)  # the README's questions (report/answers.py)
+    # the README's questions (report/answers.py); OPTIONAL: a summary.json written before them still reads
+    answers: list[Answer] = field(default_factory=list, metadata=OPTIONAL)
