@@ -22,6 +22,7 @@ import numpy as np
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
 from trainserve.serve.datatypes import config_to_kserve, kserve_to_config
+from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_text_atomic
 from trainserve.core.options.serve import CPU_VARIANTS, GPU_VARIANTS, RepositoryOptions
@@ -157,6 +158,18 @@ def model_config_from_card(card: ModelCard, kind: Literal["cpu", "gpu"],
                                                for t in card.inputs)
     else:
         raise ValueError(f"kind must be 'cpu' or 'gpu', not {kind!r}")
+    return c
+
+
+def nobatch_config(config: model_config_pb2.ModelConfig) -> model_config_pb2.ModelConfig:
+    """The same model with batching off: `<name>_nobatch`, max_batch_size 1 and no dynamic_batching (so
+    neither Triton's auto-complete nor ours adds a batcher back), the baseline dynamic batching is judged by."""
+    pb = _pb2()
+    c = pb.ModelConfig()
+    c.CopyFrom(config)
+    c.name = config.name + NOBATCH_SUFFIX
+    c.max_batch_size = 1
+    c.ClearField("dynamic_batching")
     return c
 
 

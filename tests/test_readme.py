@@ -34,3 +34,11 @@ def test_main_job_uses_the_setup_script_and_an_existing_command():
 def test_setup_pins_the_cpu_torch_build_without_a_gpu():
     setup = (REPO_ROOT / "scripts" / "setup").read_text()
     assert "nvidia-smi" in setup and "torch==2.13.0" in setup
+
+
+def test_the_readmes_questions_are_the_reports_answers():
+    """README.md's list and the report's Answers section come from one list (report/answers.py)."""
+    from trainserve import answersdoc
+
+    text = (REPO_ROOT / "README.md").read_text()
+    assert answersdoc.readme_text(text) == text, "README.md's questions are out of date: python -m trainserve.answersdoc --write"

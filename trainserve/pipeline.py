@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.errors import UserError
 from trainserve.core.meters import PROCESS_RSS
 from trainserve.core.fsutil import write_json_atomic
@@ -34,7 +35,7 @@ from trainserve.core.procs import (
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
 from trainserve.core.speedup import pick_train
-from trainserve.core.telemetry import Sampler
+from trainserve.core.telemetry import Sampler, gpu_memory_used_bytes
 from trainserve.loadtest.clientcpu import process_cap
 from trainserve.loadtest.servedrecord import add_cpu_energy, add_server_cpu
 from trainserve.report import write_report
@@ -49,7 +50,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MODELS = FAMILIES
-SCENARIOS = ("ramp", "server", "batch1", "saturated")  # the load stages of each served device, in their order
+# the load stages of each served device, in their order; "server-nobatch" is the Server scenario on the same model
+# with batching off (`trainserve export` writes `<model>_<kind>_nobatch`), what dynamic batching is judged by
+SCENARIOS = ("ramp", "server", "batch1", "saturated", "server-nobatch")
 RUN_OPTIONS = "run.json"  # the options that decide a run's work (--resume checks them)
 STAGES = "stages.json"  # the stages that completed, with their seconds (--resume keeps them)
 
@@ -220,6 +223,8 @@ class Pipeline:
         self._stage("train", self.argv("train", *common, "--device", device, *precision, *find_max_batch,
                                        "--epochs", epochs, *target),
                     f"{self._what(preset)} on the {'GPU' if gpu else 'CPU'}")
+        if gpu:
+            self._gpu_after_exit(self.root / "train" / "profile.json")
         if gpu and (not c.sweep or target):
             # the same model, batch and precision on both devices: the training speedup without a sweep, and
             # each device's time to the target accuracy; fp32, the CPU's own precision (bf16 autocast on a CPU
@@ -227,6 +232,17 @@ class Pipeline:
             length = ["--epochs", epochs, *target] if target else ["--steps", str(b.compare_steps)]
             self._stage("compare", self.argv("compare", "--no-sweep", *common, *length),
                         "training on CPU and GPU, fp32" + (f", to accuracy {c.target_accuracy:g}" if target else ""))
+
+    def _gpu_after_exit(self, path: Path) -> None:
+        """NVML's used memory of the GPU once the training process has exited, into its record beside the
+        readings it took itself (before training, and once it freed its memory): what exiting gives back."""
+        if not path.is_file():
+            return
+        record = ProfileRecord.load(path)
+        info = record.extra.setdefault("gpu_release", {})
+        if isinstance(info, dict) and "nvml_used_after_exit_bytes" not in info:
+            info["nvml_used_after_exit_bytes"] = gpu_memory_used_bytes(0)
+            record.save(path)
 
     def _sweep(self, device: str, gpu: bool) -> None:
         """The training sweep on one device (train/sweep.py), one progress line per point as it ends."""
@@ -308,6 +324,7 @@ class Pipeline:
             "batch1": ["--users", "1", "--batch", "1", "--duration", f"{b.measure_s:g}s", *windows],
             "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
                           "--duration", f"{b.measure_s:g}s", *windows],
+            "server-nobatch": None,  # its first rate comes from the Server search on the model as exported
         }
         assert tuple(scenarios) == SCENARIOS
         for scenario, args in scenarios.items():
@@ -315,26 +332,34 @@ class Pipeline:
             if f"load-{device}-{scenario}" in self.done:
                 self._kept(f"load-{device}-{scenario}", f"{scenario} on {model}")
                 continue
+            served = model + NOBATCH_SUFFIX if scenario == "server-nobatch" else model
             if args is None:
-                args = self._server_args(device, windows)
+                args = self._server_args(device, windows, nobatch=scenario == "server-nobatch")
             t1 = time.monotonic()
             with _ServerWatch(server.proc.pid) as watch:
-                self._stage(f"load-{device}-{scenario}", self.argv("load", *url, *args, "--target", target),
-                            f"{scenario} on {model}", mark=False)
+                self._stage(f"load-{device}-{scenario}",
+                            self.argv("load", *_with_model(url, served), *args, "--target", target),
+                            f"{scenario} on {served}", mark=False)
             watch.annotate(self.root / "load" / f"{target}.json")
             self._mark(f"load-{device}-{scenario}", time.monotonic() - t1)
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
-    def _server_args(self, device: str, windows: list[str]) -> list[str]:
+    def _server_args(self, device: str, windows: list[str], nobatch: bool = False) -> list[str]:
         """The capacity search, starting at 80% of the closed-loop ramp's best within the SLO (the open loop
-        rarely sustains more; 100 req/s when the ramp found none)."""
+        rarely sustains more; 100 req/s when the ramp found none). With batching off it starts at half the capacity
+        found with batching on: each request is then its own execution, and a first rate above capacity spends
+        the whole budget failing."""
         b = self.cfg.budget
         slo = (self.cfg.cost.slo_p99_ms if self.cfg.cost is not None else None) or DEFAULT_SLO_P99_MS
         start = 100.0
         try:
-            ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
-            best = (ramp.extra.get("saturation") or {}).get("requests_s")
-            start = max(1.0, 0.8 * best) if best else start
+            if nobatch:
+                found = ProfileRecord.load(self.root / "load" / f"embedded-{device}-server.json")
+                best = (found.extra.get("search") or {}).get("capacity_req_s")
+            else:
+                ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
+                best = (ramp.extra.get("saturation") or {}).get("requests_s")
+            start = max(1.0, (0.5 if nobatch else 0.8) * best) if best else start
         except UserError:
             pass
         # on a GPU server `trainserve load` picks enough Locust processes for the rates the search may try
@@ -522,6 +547,12 @@ class _ServerWatch:
         add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"],
                        own["timeline"], own["cpu_process_mean_percent"])
         record.save(path)
+
+
+def _with_model(url: list[str], model: str) -> list[str]:
+    """The load arguments with `--model` set to `model`."""
+    i = url.index("--model")
+    return [*url[:i + 1], model, *url[i + 2:]]
 
 
 def ramp_processes(device: str) -> int:

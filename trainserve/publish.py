@@ -10,10 +10,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from trainserve.serve.repository import (
     RepositoryConfig,
     model_config_from_card,
+    nobatch_config,
     write_repository,
 )
 from trainserve.core.errors import UserError
@@ -33,7 +35,7 @@ def export_and_publish(run_folder: Path, checkpoint: Path, card_path: Path | Non
     chosen = {"cpu": repo_cfg.cpu_variant, "gpu": repo_cfg.gpu_variant}
     entries = [(model_config_from_card(result.card, kind, repo_cfg), result.variant_file(variant))
                for kind, variant in chosen.items()]
-    result.repository = write_repository(run_folder / "model_repository", entries)
+    result.repository = write_repository(run_folder / "model_repository", with_nobatch(entries))
     return result
 
 
@@ -60,4 +62,10 @@ def publish_onnx(run_folder: Path, onnx_path: Path, repo_cfg: RepositoryConfig) 
             "repository": asdict(repo_cfg)})
     entries = [(model_config_from_card(card, kind, repo_cfg), run_folder / "export" / FP32_FILE)
                for kind in ("cpu", "gpu")]
-    return write_repository(run_folder / "model_repository", entries)
+    return write_repository(run_folder / "model_repository", with_nobatch(entries))
+
+
+def with_nobatch(entries: list[tuple[Any, Path]]) -> list[tuple[Any, Path]]:
+    """Each model, and beside it the same file with batching off (`<name>_nobatch`): what `trainserve run`
+    measures dynamic batching against."""
+    return [*entries, *((nobatch_config(config), path) for config, path in entries)]

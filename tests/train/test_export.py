@@ -72,7 +72,15 @@ def test_zoo_exports_verifies_and_writes_repository(exported) -> None:
     assert info["variants"]["int8"]["bytes"] < info["variants"]["fp32"]["bytes"]
 
     models = list_models(run / "model_repository")
-    assert [(m.name, m.versions) for m in models] == [(f"{family}_cpu", [1]), (f"{family}_gpu", [1])]
+    assert [(m.name, m.versions) for m in models] == [(f"{family}_{k}", [1]) for k in ("cpu", "cpu_nobatch", "gpu",
+                                                                                     "gpu_nobatch")]
+    # beside each model, the same file with batching off: what dynamic batching is measured against
+    for kind in ("cpu", "gpu"):
+        off = read_model_config(run / "model_repository" / f"{family}_{kind}_nobatch")
+        assert off.max_batch_size == 1 and not off.HasField("dynamic_batching")
+        assert (run / "model_repository" / f"{family}_{kind}_nobatch" / "1" / "model.onnx").read_bytes() == \
+            (run / "model_repository" / f"{family}_{kind}" / "1" / "model.onnx").read_bytes()
+    models = [m for m in models if not m.name.endswith("_nobatch")]
     assert (run / "model_repository" / f"{family}_cpu" / "1" / "model.onnx").read_bytes() == \
         (run / "export" / "model.int8.onnx").read_bytes()
     assert (run / "model_repository" / f"{family}_gpu" / "1" / "model.onnx").read_bytes() == \

@@ -32,7 +32,7 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     done = [e.stage for e in events if e.status == "done"]
     assert done == ["train", "sweep-cpu", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server",
-                    "load-cpu-batch1", "load-cpu-saturated", "report"]
+                    "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
     # one progress line per sweep point, while the stage runs
     assert [e.detail for e in events if e.status == "line"] == [f"cpu fp32 batch {b}" for b in (8, 16, 32)]
     assert "--sweep-budget-s 25" in (tmp_path / "p1" / "logs" / "sweep-cpu.log").read_text()
@@ -41,7 +41,11 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     assert sorted(p.name for p in load.iterdir()) == [
         "embedded-cpu-batch1.json", "embedded-cpu-batch1_stats.csv", "embedded-cpu-ramp.json",
         "embedded-cpu-ramp_stats.csv", "embedded-cpu-saturated.json", "embedded-cpu-saturated_stats.csv",
-        "embedded-cpu-server.json", "embedded-cpu-server_stats.csv"]
+        "embedded-cpu-server-nobatch.json", "embedded-cpu-server-nobatch_stats.csv", "embedded-cpu-server.json",
+        "embedded-cpu-server_stats.csv"]
+    # the same Server scenario with batching off, on the model exported beside it, from the capacity found with it on
+    nobatch_log = (tmp_path / "p1" / "logs" / "load-cpu-server-nobatch.log").read_text()
+    assert "--model cnn_cpu_nobatch" in nobatch_log and "--search" in nobatch_log and "--rate 600.0" in nobatch_log  # half of 1,200
     # the Server scenario starts at 80% of the ramp's best, with the run's SLO, and feeds the cost section
     server_log = (tmp_path / "p1" / "logs" / "load-cpu-server.log").read_text()
     assert "--search" in server_log and "--rate 2560.0" in server_log and "--slo-p99-ms 100" in server_log
@@ -259,9 +263,9 @@ def test_resume_keeps_the_completed_stages_and_runs_the_rest(tmp_path, monkeypat
     assert kept == ["train", "sweep-cpu"]
     ran = [e.stage for e in events if e.status == "done" and e.stage not in kept]
     assert ran == ["export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server", "load-cpu-batch1",
-                   "load-cpu-saturated", "report"]
+                   "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
     assert (run / "logs" / "train.log").read_text() == train_log  # not run again
-    assert html.is_file() and len(json.loads((run / "stages.json").read_text())) == 8
+    assert html.is_file() and len(json.loads((run / "stages.json").read_text())) == 9
 
     # a run whose every load is done starts no server when resumed
     events.clear()

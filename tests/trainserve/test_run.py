@@ -69,6 +69,16 @@ def test_run_quick_end_to_end(tmp_path):
     assert search["extra"]["search"]["probes"]
     assert all(p["server_cpu_cores"] > 0 and p["frontend_cpu_cores"] > 0 for p in search["extra"]["search"]["probes"])
     assert any("GPU not measured" in c for c in s["conclusions"])
+    # the README's questions, answered at the top of the report; batching off served and measured on the CPU
+    answers = {a["id"]: a for a in s["answers"]}
+    assert answers["dynamic_batching"]["measured"], answers["dynamic_batching"]
+    off = cnn["batching"]["cpu"]["off"]
+    assert off["model"] == "cnn_cpu_nobatch" and off["source"] == "load/embedded-cpu-server-nobatch.json"
+    assert off["capacity_req_s"] > 0 and cnn["batching"]["cpu"]["on"]["capacity_req_s"] > 0
+    assert not answers["gpu_release"]["measured"] and answers["gpu_release"]["command"]
+    assert answers["data_path"]["measured"] and "on a CPU the host is the device" in answers["data_path"]["text"]
+    md = (report / "report.md").read_text()
+    assert md.index("## Answers") < md.index("## Summary")
     ratio = cnn["train_vs_infer"]["cpu"]["throughput_ratio"]
     if sat["throughput_samples_s"] is not None:
         assert ratio == pytest.approx(sat["throughput_samples_s"] / train["throughput_samples_s"])

@@ -39,6 +39,14 @@ def test_a_real_summary_validates(real_summary):
     assert _errors(real_summary) == []
 
 
+def test_a_summary_with_answers_batching_and_data_path_validates(tmp_path):
+    from tests.trainserve.test_report_answers import _answered_run
+
+    s = json.loads((build_report(_answered_run(tmp_path)).parent / "summary.json").read_text())
+    assert s["answers"] and s["models"]["cnn"]["batching"] and s["models"]["cnn"]["data_path"]
+    assert _errors(s) == []
+
+
 def test_the_published_example_validates():
     assert _errors(json.loads((ROOT / "docs" / "example-report" / "summary.json").read_text())) == []
 
@@ -54,6 +62,7 @@ def test_other_branches_top_level_keys_are_allowed(real_summary):
     lambda s: s["costs"]["models"]["cnn"]["gpu_price"].update(origin="guessed"),
     lambda s: s["costs"]["prices"].update(kwh_usd=-1),
     lambda s: s["models"]["cnn"]["train"]["cuda"]["latency"].update(p99_ms="fast"),
+    lambda s: s["answers"][0].update(measured="yes"),
 ])
 def test_a_wrong_summary_does_not_validate(real_summary, break_it):
     s = copy.deepcopy(real_summary)

@@ -196,9 +196,15 @@ def _limit(p50s: dict[int, float], best: ProfileRecord | None) -> Limit:
                  float(spread) if isinstance(spread, (int, float)) else None, point)
 
 
+# `trainserve export` also writes each device's model with batching off ("cnn_cpu_nobatch": max_batch_size 1,
+# no dynamic_batching), so the report can set what dynamic batching buys beside it
+NOBATCH_SUFFIX = "_nobatch"
+
+
 def model_key(name: str) -> str:
-    """The model a served name belongs to ("cnn_gpu" -> "cnn"), as the report groups them."""
-    name = name.rsplit("/", 1)[-1]
+    """The model a served name belongs to ("cnn_gpu" -> "cnn", "cnn_gpu_nobatch" -> "cnn"), as the report
+    groups them."""
+    name = name.rsplit("/", 1)[-1].removesuffix(NOBATCH_SUFFIX)
     for suffix in ("_cpu", "_gpu"):
         if name.endswith(suffix):
             return name[: -len(suffix)]

@@ -23,7 +23,9 @@ from trainserve.core.speedup import (
 from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
+from trainserve.report.answers import answers
 from trainserve.report.attribution import attribution_section, bound_of
+from trainserve.report.batching import batching_section, data_path_section, is_nobatch
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.energy import NO_ENERGY, own_energy
 from trainserve.report.limits import is_limit, limits_section
@@ -64,7 +66,9 @@ def model_key(record: ProfileRecord) -> str:
 
 
 def analyse(collection: Collection) -> Report:
-    entries = withheld.screened(collection)  # figures beyond a physical bound become errors
+    screened = withheld.screened(collection)  # figures beyond a physical bound become errors
+    # a model served with batching off on purpose stands only beside the one as exported (report/batching.py)
+    entries = [e for e in screened if not is_nobatch(e.record)]
     models: dict[str, ModelSection] = {}
     scenarios = scenarios_section(entries, model_key)  # SingleStream / Server / Offline, with their verdicts
     for name in sorted({model_key(e.record) for e in entries}):
@@ -73,6 +77,8 @@ def analyse(collection: Collection) -> Report:
         # an ONNX file trained elsewhere (trainserve run --onnx): its training columns say so, not "not measured"
         models[name].trained_here = (collection.card or {}).get("family") != "onnx"
         models[name].scenarios = scenarios.models.get(name, {})  # the plan and cost read the Server figure
+        models[name].batching = batching_section([e for e in screened if model_key(e.record) == name])
+        models[name].data_path = data_path_section(mine)
     judged = Verdict(**verdict(entries, withheld.summary_errors(entries), invariants.reasons(entries, models)))
     for m in models.values():  # a conclusion resting on an INVALID record says so (the headline is screened below)
         m.conclusions = conclusions(m, judged.invalid_sources)
@@ -89,12 +95,13 @@ def analyse(collection: Collection) -> Report:
         conclusions=all_conclusions,
         headline=headline(models),
         errors=errors,
-        warnings=_warnings(entries) + [Notice(rel, None, None, None, why) for rel, why in collection.problems],
-        records=[_record_row(e) for e in entries],
+        warnings=_warnings(screened) + [Notice(rel, None, None, None, why) for rel, why in collection.problems],
+        records=[_record_row(e) for e in screened],
         verdict=judged,
         scenarios=scenarios,
     )
     screen_headline(report)  # the headline states only valid figures
+    report.answers = answers(report)
     return report
 
 
@@ -137,6 +144,7 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> Column
             cuda_reserved_peak_bytes=m.cuda_reserved_peak_bytes,
             rss_peak_bytes=m.rss_peak_bytes,
             gpu_mem_used_max_bytes=None if cpu else r.utilization.gpu_mem_used_max_bytes,
+            **_gpu_release(r),
         ),
         gpu_util_mean_percent=None if cpu else r.utilization.gpu_util_mean_percent,
         cpu_process_mean_percent=r.utilization.cpu_process_mean_percent,
@@ -160,6 +168,15 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> Column
         warnings=list(r.validity.warnings),
         bound=bound_of(r, point),
     )
+
+
+def _gpu_release(r: ProfileRecord) -> dict[str, Any]:
+    """A CUDA training record's NVML reading before training and what it still held once freed (train/release.py)."""
+    if r.phase != "train" or r.device != "cuda":
+        return {}
+    info = r.extra.get("gpu_release") if isinstance(r.extra.get("gpu_release"), dict) else {}
+    return {"gpu_used_before_bytes": info.get("nvml_used_before_bytes"), "gpu_held_after_bytes": r.memory.gpu_held_bytes,
+            "gpu_released": r.memory.gpu_released, "gpu_used_after_exit_bytes": info.get("nvml_used_after_exit_bytes")}
 
 
 def _first(*values: Any) -> Any:

@@ -11,7 +11,7 @@ import re
 from html import escape
 from typing import Any
 
-from trainserve.report import attribution_render, cost_render, scenarios, withheld
+from trainserve.report import answers_render, attribution_render, cost_render, scenarios, withheld
 from trainserve.report import limits as lim
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
@@ -62,6 +62,7 @@ h2 { font-size:18px; margin:0 0 12px; } h3 { font-size:15px; margin:18px 0 8px; 
 .tile .d { font-size:12px; color:var(--muted); }
 ul.conclusions { margin:6px 0 0; padding-left:20px; } ul.conclusions li { margin:4px 0; }
 ul.headline { margin:0 0 12px; padding-left:20px; font-weight:600; } ul.headline li { margin:3px 0; }
+ul.answers { margin:6px 0 0; padding-left:20px; } ul.answers li { margin:5px 0; } ul.answers li.nm { color:var(--muted); }
 .tablewrap { overflow-x:auto; }
 table { border-collapse:collapse; width:100%; font-size:13px; }
 th, td { padding:5px 9px; border-bottom:1px solid var(--line); text-align:right; white-space:nowrap; }
@@ -119,7 +120,8 @@ def html_report(summary: Report, figures: dict[str, bytes], baseline: str = "") 
         "<meta name='viewport' content='width=device-width, initial-scale=1'>",
         f"<title>trainserve report — {escape(summary.run)}</title><style>{CSS}{withheld.CSS}{cost_render.CSS}"
         "</style></head><body>",
-        _html_header(summary), "<main>", scenarios.verdict_html(summary), _html_summary(summary), baseline,
+        _html_header(summary), "<main>", scenarios.verdict_html(summary), answers_render.html_section(summary),
+        _html_summary(summary), baseline,
         scenarios.html_section(summary), cost_render.html_section(summary, figures),
         withheld.html_section(summary),
     ]
@@ -250,6 +252,7 @@ def _html_model(model: ModelSection, figures: dict[str, bytes]) -> str:
             + _html_operating_points(model)
             + ("<p class='scrollhint'>Charts at a readable size: swipe sideways for the next →</p>"
                f"<div class='figs scrollbox'>{figs}</div>" if figs else "")
+            + answers_render.html_tables(model)
             + _html_ramps(model) + attribution_render.html_section(model, figures) + "</section>")
 
 
@@ -294,7 +297,7 @@ def _html_max_batch(model: ModelSection) -> str:
     rows = "".join(
         f"<tr><td>{DEVICE_LABEL[d]} ({escape(str(v.precision))})</td><td>{u.num(v.train)}</td>"
         f"<td>{u.num(v.infer)}</td><td>{u.ratio(v.ratio)}</td></tr>" for d, v in model.max_batch.items())
-    return ("<h3>Largest batch that fits</h3><div class='tablewrap'><table><thead><tr><th>device</th>"
+    return (f"<h3 id='max-batch-{escape(model.model)}'>Largest batch that fits</h3><div class='tablewrap'><table><thead><tr><th>device</th>"
             f"<th>training</th><th>inference</th><th>inference ÷ training</th></tr></thead><tbody>{rows}</tbody>"
             "</table></div>")
 
@@ -371,7 +374,7 @@ def _html_operating_points(model: ModelSection) -> str:
         return ""
     head = "".join(f"<th>{h}</th>" for h in OP_HEADER)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>" for r in rows)
-    return ("<h3>Training sweep: operating points</h3><p class='muted'>Short runs per batch size and precision "
+    return (f"<h3 id='sweep-{escape(model.model)}'>Training sweep: operating points</h3><p class='muted'>Short runs per batch size and precision "
             "(warm-up left out); the best point is the one with the most samples/s.</p><div class='tablewrap'>"
             f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>")
 
@@ -484,6 +487,7 @@ def markdown_report(summary: Report, figures: dict[str, bytes], baseline: list[s
         md.append(f"- **model**: {card.get('name')}: `{card['reference']}` · sha256 `{card.get('sha256')}` · "
                   f"data: {card.get('dataset')}")
     md += [""] + scenarios.verdict_md(s)
+    md += answers_render.md_section(s)
     md += ["## Summary", ""]
     md += [f"- **{h.text}**" for h in s.headline] + [f"- {c}" for c in _after_headline(s)] + [""]
     md += baseline or []
@@ -529,7 +533,7 @@ def _md_model(model: ModelSection, figures: dict[str, bytes]) -> list[str]:
     md += _md_table([""] + [label for label, _ in cols], rows)
     md += _md_limits(model)
     if model.max_batch:
-        md += ["### Largest batch that fits", ""]
+        md += [f"<a id='max-batch-{model.model}'></a>", "", "### Largest batch that fits", ""]
         md += _md_table(["device", "training", "inference", "inference ÷ training"],
                         [[f"{DEVICE_LABEL[d]} ({v.precision})", u.num(v.train), u.num(v.infer),
                           u.ratio(v.ratio)] for d, v in model.max_batch.items()])
@@ -537,7 +541,7 @@ def _md_model(model: ModelSection, figures: dict[str, bytes]) -> list[str]:
         md += ["Largest batch that fits: not measured.", ""]
     md += _md_time_to_accuracy(model)
     if _op_rows(model):
-        md += ["### Training sweep: operating points", "",
+        md += [f"<a id='sweep-{model.model}'></a>", "", "### Training sweep: operating points", "",
                "Short runs per batch size and precision (warm-up left out); the best point has the most samples/s.", ""]
         md += _md_table(OP_HEADER, _op_rows(model))
     for r in model.ramps:
@@ -546,6 +550,7 @@ def _md_model(model: ModelSection, figures: dict[str, bytes]) -> list[str]:
         md += [f"{note[0].upper()}{note[1:]}.", ""] if note else []
         md += _md_table(["users / rate", "requests/s", "samples/s", "p50", "p90", "p99"],
                         [[_users_or_rate(p), *map(withheld.md_text, _ramp_cells(p))] for p in r.points])
+    md += answers_render.md_tables(model, _md_table)
     md += [f"![{alt_text(n, model.model)}]({n})" for n in figures_of(model.model, figures)] + [""]
     md += attribution_render.md_section(model, figures, _md_table)
     return md

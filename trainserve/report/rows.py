@@ -33,6 +33,19 @@ def _users(v: Column) -> str:
     return u.MISSING if c is None else f"{c}" + (" (ramp step)" if v.ramp_point else "")
 
 
+def _released(v: Column) -> str:
+    """A CUDA training column: NVML's used bytes before training, and how much more it held once training freed
+    its memory (train/release.py)."""
+    m = v.memory
+    if v.phase != "train" or v.device != "cuda":
+        return ""
+    if m.gpu_released is None:
+        return u.MISSING
+    return (f"{'released' if m.gpu_released else 'NOT released'}: {u.nbytes(m.gpu_held_after_bytes)} held "
+            f"(before {u.nbytes(m.gpu_used_before_bytes)}, peak {u.nbytes(m.gpu_mem_used_max_bytes)}"
+            + (f", after exit {u.nbytes(m.gpu_used_after_exit_bytes)})" if m.gpu_used_after_exit_bytes is not None else ")"))
+
+
 GROUPS: list[tuple[str, list[Row]]] = [
     ("Setup", [
         ("device", lambda v: v.device_name or v.device),
@@ -64,6 +77,7 @@ GROUPS: list[tuple[str, list[Row]]] = [
         ("· optimizer state", _mem("optimizer_bytes", True)),
         ("· activations, temporaries", _mem("activations_bytes", True)),
         ("GPU memory used (NVML max)", lambda v: "" if v.device == "cpu" else u.nbytes(v.memory.gpu_mem_used_max_bytes)),
+        ("GPU memory after training (NVML)", _released),
     ]),
     ("Utilization and energy", [
         ("GPU utilization, mean", lambda v: NOT_SAMPLED if v.gpu_util_mean_percent is None and v.device == "cuda"

@@ -31,6 +31,12 @@ class ColumnMemory:
     cuda_reserved_peak_bytes: int | None
     rss_peak_bytes: int | None
     gpu_mem_used_max_bytes: int | None
+    # a CUDA training record: NVML's used bytes of the device before training and once training freed its
+    # memory (what the process still holds), and whether that counts as given back (train/release.py)
+    gpu_used_before_bytes: int | None = field(default=None, metadata=OPTIONAL)
+    gpu_held_after_bytes: int | None = field(default=None, metadata=OPTIONAL)
+    gpu_released: bool | None = field(default=None, metadata=OPTIONAL)
+    gpu_used_after_exit_bytes: int | None = field(default=None, metadata=OPTIONAL)  # once the process exited
 
 
 @dataclass
@@ -420,6 +426,48 @@ class Scenarios:
     noise: list[NoiseRow]
 
 
+# --- what the README promises beyond the table (report/answers.py reads these) ------------------
+
+@dataclass
+class BatchingSide:
+    """One Server-scenario search (the highest Poisson rate within the SLO) of one served model."""
+    source: str
+    model: str  # the served name: `<m>_cpu` as exported, `<m>_cpu_nobatch` with batching off
+    capacity_req_s: float | None
+    p99_ms: float | None  # at that capacity
+    mean_batch: float | None  # rows per batch the server formed there
+    lower_bound: bool  # the heaviest load offered still met the SLO
+
+
+@dataclass
+class BatchingCompare:
+    """On one device, the Server scenario with the model's dynamic batching as exported beside batching off."""
+    device: str
+    on: BatchingSide | None
+    off: BatchingSide | None
+    capacity_ratio: float | None  # on over off
+    p99_delta_ms: float | None  # on minus off, each at its own capacity
+
+
+@dataclass
+class DataPathPoint:
+    """A training record's input path: where its batches lived and how long steps waited for them."""
+    source: str
+    device: str
+    placement: str  # "host" (DataLoader, pinned memory, async copies) or "device" (resident on the device)
+    batch_size: int
+    precision: str
+    throughput_samples_s: float | None
+    data_wait_share: float | None  # of step time, 0..1
+
+
+@dataclass
+class DataPath:
+    """Per device, the training records' input paths; host beside device placement where both ran."""
+    points: list[DataPathPoint]
+    host_over_device: float | None  # samples/s with host placement over device placement, same batch
+
+
 # --- a model -------------------------------------------------------------------------------------
 
 @dataclass
@@ -444,6 +492,8 @@ class ModelSection:
     conclusions: list[str] = field(default_factory=list)
     trained_here: bool = True  # False: an ONNX file trained elsewhere (trainserve run --onnx)
     scenarios: dict[str, PerScenario] = field(default_factory=dict)  # per device (report/scenarios.py)
+    batching: dict[str, BatchingCompare] = field(default_factory=dict, metadata=OPTIONAL)  # per device (report/batching.py)
+    data_path: dict[str, DataPath] = field(default_factory=dict, metadata=OPTIONAL)  # per device (report/batching.py)
 
     def served(self, device: str) -> Served | None:
         """The first backend's (analysis.BACKEND_PREFERENCE order) figures on `device`."""
@@ -451,6 +501,17 @@ class ModelSection:
 
 
 # --- run-wide ------------------------------------------------------------------------------------
+
+@dataclass
+class Answer:
+    """One of the README's questions (report/answers.py), answered from the sections, or why not."""
+    id: str
+    question: str  # the README's wording
+    measured: bool
+    text: str  # the answer with its figure, or "not measured in this run: <why>"
+    link: str | None  # the report's anchor the figure comes from
+    command: str | None  # what measures it, when not measured
+
 
 @dataclass
 class Machine:
@@ -544,3 +605,5 @@ class Report:
     scenarios: Scenarios
     costs: Costs | None = None  # report/cost.py, set by build_report
     plan: Plan | None = None  # report/plan.py, with --qps
+    # the README's questions (report/answers.py); OPTIONAL: a summary.json written before them still reads
+    answers: list[Answer] = field(default_factory=list, metadata=OPTIONAL)
