@@ -105,7 +105,8 @@ def layers_for(d_model: int) -> int:
 def transformer_at(size: int, cfg: FrontierConfig) -> Any:
     from trainserve.train.models import TransformerConfig
 
-    heads = max(1, size // 64) if size >= 64 else max(1, size // 16)
+    head_dim = next(h for h in (64, 32, 16) if size % h == 0)  # sizes are multiples of 16
+    heads = size // head_dim
     return TransformerConfig(vocab_size=cfg.vocab_size, seq_len=cfg.seq_len, d_model=size, n_heads=heads,
                              n_layers=layers_for(size), d_ff=4 * size, num_classes=cfg.num_classes)
 
@@ -427,11 +428,13 @@ def run_frontier(cfg: FrontierConfig, infer_probe: InferProbe | None = None,
     def over_budget() -> bool:
         return time.monotonic() - t0 > cfg.budget_s
 
-    def measure(s: _Series, size: int, exported: dict[str, Path] | None, source: str = "measured") -> FrontierPoint:
+    def measure(s: _Series, size: int, exported: dict[str, Path] | None, source: str = "measured",
+                predicted: int | None = None) -> FrontierPoint:
         params = feats(size)[0]
         t1 = time.monotonic()
         point = FrontierPoint(series=s.name, mode=s.mode, precision=s.precision, checkpointing=s.checkpointing,
-                              size=size, params=params, batch_size=cfg.batch_size, status="fits", source=source)
+                              size=size, params=params, batch_size=cfg.batch_size, status="fits", source=source,
+                              predicted_bytes=predicted)
         failure: str | None = None
         try:
             if s.mode == "train":
@@ -519,8 +522,7 @@ def run_frontier(cfg: FrontierConfig, infer_probe: InferProbe | None = None,
                 if isinstance(exported, str):
                     fit.note = exported
                     continue
-            p = measure(s, size, exported, source="edge_check")
-            p.predicted_bytes = predicted
+            p = measure(s, size, exported, source="edge_check", predicted=predicted)
             s.points.append(p)
             fit.edge_checked, fit.edge_measured_bytes = p.status, p.peak_bytes
     return FrontierResult(

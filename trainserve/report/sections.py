@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainserve.report.cost_sections import Costs, Plan
+from trainserve.report.frontier import DeviceFrontier
 from trainserve.report.typed import OPTIONAL
 
 
@@ -544,3 +545,4 @@ class Report:
     scenarios: Scenarios
     costs: Costs | None = None  # report/cost.py, set by build_report
     plan: Plan | None = None  # report/plan.py, with --qps
+    frontier: list[DeviceFrontier] = field(default_factory=list)  # report/frontier.py: trainserve frontier
