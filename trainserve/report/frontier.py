@@ -95,6 +95,8 @@ def _size(s: SeriesEdge) -> str:
 def _millions(n: int | None) -> str:
     if n is None:
         return u.MISSING
+    if n >= 10**9:
+        return f"{n / 1e9:.3g} B"
     m = n / 1e6
     return f"{m:.3g} M" if m >= 1 else f"{m:.2g} M"
 
@@ -116,7 +118,8 @@ def sentence(d: DeviceFrontier) -> str:
     cap = f" ({u.nbytes(d.capacity_bytes)}, {d.capacity_source})"
     words = []
     if train:
-        extra = f"; {_size(ckpt)} with activation checkpointing ({ckpt.precision})" if ckpt else ""
+        other = "" if ckpt is None or ckpt.precision == train.precision else f" in {ckpt.precision}"
+        extra = f"; {_size(ckpt)} with activation checkpointing{other}" if ckpt else ""
         words.append(f"train up to {_size(train)} parameters ({train.precision}, batch {b}{extra})")
     if serve:
         words.append(f"serve up to {_size(serve)} ({serve.precision}, batch {b})")
