@@ -6,6 +6,8 @@ import json
 
 from typer.testing import CliRunner
 
+from tests.docpaths import assert_documented_artifacts
+
 from trainserve.cli import app
 from trainserve.core.frontier import FrontierPoint, FrontierResult, SeriesFit, load_all
 from trainserve.report.frontier import device_section, frontier_sections, html_section, md_section
@@ -62,6 +64,7 @@ def test_frontier_command_on_the_cpu_writes_what_the_report_reads(tmp_path):
     assert "inference fp16 is measured on GPUs only" in out.output
     assert "you can train up to" in out.output
     assert json.loads((tmp_path / "r" / "frontier" / "cpu.json").read_text())["schema_version"] == 1
+    assert_documented_artifacts("frontier", tmp_path / "r")
 
 
 def test_bad_frontier_input_is_one_sentence_and_exit_1(tmp_path):
