@@ -18,6 +18,7 @@ import typer
 
 from trainserve.commands import diff as _diff
 from trainserve.commands import export as _export
+from trainserve.commands import frontier as _frontier
 from trainserve.commands._typer import Args, options_of
 from trainserve.commands import limits as _limits
 from trainserve.commands import load as _load
@@ -90,6 +91,7 @@ app.command("export")(user_errors(_export.export))
 app.command("serve")(user_errors(_serve.serve))
 app.command("load")(user_errors(_load.load))
 app.command("limits")(user_errors(_limits.limits))
+app.command("frontier")(user_errors(_frontier.frontier))
 app.command("report")(user_errors(_report.report))
 app.command("plan")(user_errors(_plan.plan))
 app.command("diff")(user_errors(_diff.diff))

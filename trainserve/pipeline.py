@@ -84,12 +84,17 @@ class Budget:
     limits_budget_s: float = 3.0  # in-process onnxruntime limits (trainserve limits), seconds per device
     limits_points: str = "all"  # trainserve limits --points: "served" spends a short budget on the compared points
     sweep_budget_s: float = 60.0  # training sweep: seconds per device (--sweep-budget-s overrides)
+    # the memory frontier (trainserve frontier): the transformer's d_model sizes on the CPU, and seconds per device;
+    # a CPU has no capacity, so its points stay small (they show the curve, not an edge)
+    frontier_sizes_cpu: str = "64,128,192,256"
+    frontier_budget_s: float = 60.0
 
 
 QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
                train_batch=64, warmup_steps=2, compare_steps=20, accuracy_epochs=10, export_eval_samples=256, ramp_step_s=3.0,
                ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0,
-               sweep_budget_s=25.0, limits_budget_s=4.0, limits_points="served")
+               sweep_budget_s=25.0, limits_budget_s=4.0, limits_points="served", frontier_sizes_cpu="32,64",
+               frontier_budget_s=8.0)
 # cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
               train_batch=128, warmup_steps=5, compare_steps=20, accuracy_epochs=30, export_eval_samples=1024, ramp_step_s=8.0,
@@ -192,6 +197,8 @@ class Pipeline:
                         for device in ["cpu"] + (["cuda"] if gpu else []):
                             self._sweep(device, gpu)
                     self._export()
+                    for device in ["cpu"] + (["cuda"] if gpu else []):
+                        self._frontier(device)
                 for device in ["cpu"] + (["cuda"] if gpu else []):
                     self._limits(device)  # before the server, which would compete for the same cores
                     self._serve_and_load(device)
@@ -260,6 +267,17 @@ class Pipeline:
         self._stage("export", self.argv("export", *self._run_args(), "--eval-samples",
                                         str(self.cfg.budget.export_eval_samples)),
                     "ONNX, verification, model repository")
+
+    def _frontier(self, device: str) -> None:
+        """How large a transformer the device trains and serves (trainserve frontier), within its budget: on the
+        GPU the card's memory is the capacity and the sizes climb to it; on the CPU a few small sizes."""
+        b = self.cfg.budget
+        sizes = [] if device == "cuda" else ["--sizes", b.frontier_sizes_cpu, "--seq-len", "32", "--no-check-edge"]
+        quick = ["--train-precisions", "fp32", "--no-checkpointing"] if self.cfg.quick and device == "cpu" else []
+        self._stage(f"frontier-{device}", self.argv("frontier", "--device", device, *sizes, *quick, "--budget-s",
+                                                    f"{b.frontier_budget_s:g}", *self._run_args()),
+                    f"model size against peak memory on the {_label(device)}, {b.frontier_budget_s:g} s budget",
+                    timeout_s=b.frontier_budget_s * 2 + 60)
 
     def _limits(self, device: str) -> None:
         model = f"{self.name}_{'gpu' if device == 'cuda' else 'cpu'}"

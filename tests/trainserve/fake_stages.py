@@ -69,6 +69,13 @@ def main() -> None:
             r.save(run / "compare" / f"profile-{device}.json")
     elif stage == "export":
         (run / "model_repository" / f"{a.model or 'cnn'}_cpu" / "1").mkdir(parents=True, exist_ok=True)
+    elif stage == "frontier":
+        from trainserve.core.frontier import FrontierPoint, FrontierResult
+
+        point = FrontierPoint(series="train fp32", mode="train", precision="fp32", checkpointing=False, size=32,
+                              params=30000, batch_size=8, status="fits", peak_bytes=600000)
+        FrontierResult(device=a.device, device_name="fake CPU", model="transformer", batch_size=8,
+                       capacity_bytes=None, capacity_source="no capacity", points=[point]).save(run / "frontier")
     elif stage == "limits":
         for batch, threads in ((1, 1), (64, 1)):
             r = ProfileRecord(phase="infer", model=a.model, backend="onnxruntime", device=a.device, batch_size=batch,

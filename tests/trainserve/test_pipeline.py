@@ -31,8 +31,8 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     cfg = RunConfig(device="cpu", quick=True, run="p1", runs_dir=tmp_path)
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     done = [e.stage for e in events if e.status == "done"]
-    assert done == ["train", "sweep-cpu", "export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server",
-                    "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
+    assert done == ["train", "sweep-cpu", "export", "frontier-cpu", "limits-cpu", "serve-cpu", "load-cpu-ramp",
+                    "load-cpu-server", "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
     # one progress line per sweep point, while the stage runs
     assert [e.detail for e in events if e.status == "line"] == [f"cpu fp32 batch {b}" for b in (8, 16, 32)]
     assert "--sweep-budget-s 25" in (tmp_path / "p1" / "logs" / "sweep-cpu.log").read_text()
@@ -85,7 +85,8 @@ def test_with_a_gpu_it_compares_training_and_serves_on_both(tmp_path, monkeypatc
     cfg = RunConfig(quick=False, run="g1", runs_dir=tmp_path)
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     starts = {e.stage: e.detail for e in events if e.status == "start"}
-    assert list(starts)[:6] == ["train", "sweep-cpu", "sweep-cuda", "export", "limits-cpu", "serve-cpu"]
+    assert list(starts)[:8] == ["train", "sweep-cpu", "sweep-cuda", "export", "frontier-cpu", "frontier-cuda",
+                                "limits-cpu", "serve-cpu"]
     assert starts["train"] == "cnn/small on the GPU"
     assert starts["sweep-cpu"] == "cnn/small on the CPU, 60 s budget"  # the trained model's size on both
     assert "serve-cuda" in starts and starts["load-cuda-batch1"] == "batch1 on cnn_gpu"
@@ -262,10 +263,10 @@ def test_resume_keeps_the_completed_stages_and_runs_the_rest(tmp_path, monkeypat
     kept = [e.stage for e in events if e.status == "done" and "kept from the earlier attempt" in e.detail]
     assert kept == ["train", "sweep-cpu"]
     ran = [e.stage for e in events if e.status == "done" and e.stage not in kept]
-    assert ran == ["export", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server", "load-cpu-batch1",
-                   "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
+    assert ran == ["export", "frontier-cpu", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server",
+                   "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
     assert (run / "logs" / "train.log").read_text() == train_log  # not run again
-    assert html.is_file() and len(json.loads((run / "stages.json").read_text())) == 9
+    assert html.is_file() and len(json.loads((run / "stages.json").read_text())) == 10
 
     # a run whose every load is done starts no server when resumed
     events.clear()

@@ -19,6 +19,8 @@ from trainserve.report.attribution_plot import attribution_figures
 from trainserve.report.collect import collect
 from trainserve.report.cost import CostOptions, cost_section
 from trainserve.report.cost_plot import cost_figures
+from trainserve.report.frontier import frontier_sections
+from trainserve.report.frontier_plot import frontier_figures
 from trainserve.report.sentences import cost_lines
 from trainserve.report.plan import capacity_plan
 from trainserve.report.plots import model_figures
@@ -58,7 +60,9 @@ def write_report(run_dir: Path, cost: CostOptions | None = None, baseline: str |
     cost = (cost or CostOptions()).with_searched_slo(report)
     report.costs = cost_section(report, cost)
     report.plan = capacity_plan(report, cost) if cost.qps is not None else None
+    report.frontier = frontier_sections(run_dir)
     figures: dict[str, bytes] = cost_figures(report)
+    figures.update(frontier_figures(run_dir, report.frontier))
     for section in report.models.values():
         figures.update(model_figures(section))
         figures.update(attribution_figures(section))

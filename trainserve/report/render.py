@@ -12,6 +12,7 @@ from html import escape
 from typing import Any
 
 from trainserve.report import answers_render, attribution_render, cost_render, scenarios, withheld
+from trainserve.report import frontier as frontier_view
 from trainserve.report import limits as lim
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
@@ -123,6 +124,7 @@ def html_report(summary: Report, figures: dict[str, bytes], baseline: str = "") 
         _html_header(summary), "<main>", scenarios.verdict_html(summary), answers_render.html_section(summary),
         _html_summary(summary), baseline,
         scenarios.html_section(summary), cost_render.html_section(summary, figures),
+        frontier_view.html_section(summary.frontier, figures, _html_table, lambda n: _html_img(n, figures)),
         withheld.html_section(summary),
     ]
     for model in summary.models.values():
@@ -254,6 +256,13 @@ def _html_model(model: ModelSection, figures: dict[str, bytes]) -> str:
                f"<div class='figs scrollbox'>{figs}</div>" if figs else "")
             + answers_render.html_tables(model)
             + _html_ramps(model) + attribution_render.html_section(model, figures) + "</section>")
+
+
+def _html_img(name: str, figures: dict[str, bytes]) -> str:
+    """A figure that belongs to no model (the memory frontier's), inline, with its alt text."""
+    alt = "Model size against peak memory: training and inference per precision, the capacity a line"
+    return (f"<div class='figs'><img alt='{escape(alt)}' "
+            f"src='data:image/png;base64,{base64.b64encode(figures[name]).decode()}'></div>")
 
 
 def _path(path: str) -> str:
@@ -502,6 +511,7 @@ def markdown_report(summary: Report, figures: dict[str, bytes], baseline: list[s
                          f"{metric}; {speedup_detail(sp)}{lim.speedup_note(model, key)}"])
     md += ["### GPU vs CPU speedups", ""] + _md_table(["model", "measurement", "speedup", "how"], rows)
     md += cost_render.md_section(s, figures, _md_table)
+    md += frontier_view.md_section(s.frontier, figures, _md_table)
     for model in s.models.values():
         md += _md_model(model, figures)
     md += ["## Warnings", ""]

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainserve.report.cost_sections import Costs, Plan
+from trainserve.report.frontier import DeviceFrontier
 from trainserve.report.typed import OPTIONAL
 
 
@@ -607,3 +608,4 @@ class Report:
     plan: Plan | None = None  # report/plan.py, with --qps
     # the README's questions (report/answers.py); OPTIONAL: a summary.json written before them still reads
     answers: list[Answer] = field(default_factory=list, metadata=OPTIONAL)
+    frontier: list[DeviceFrontier] = field(default_factory=list, metadata=OPTIONAL)  # report/frontier.py

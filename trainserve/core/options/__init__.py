@@ -9,5 +9,6 @@ docs/options.md are generated from these trees (tests/test_options.py checks tha
     cost      SloOptions, CostFlags (run, report, plan)
     run       RunOptions
     diff      DiffJob
+    frontier  FrontierJob
     commands  which trees each command reads (COMMANDS)
 """

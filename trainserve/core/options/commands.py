@@ -5,6 +5,7 @@ from __future__ import annotations
 from trainserve.core.options.common import GlobalOptions
 from trainserve.core.options.cost import CostFlags, PlanJob, ReportJob
 from trainserve.core.options.diff import DiffJob
+from trainserve.core.options.frontier import FrontierJob
 from trainserve.core.options.load import LoadJob, LocustOptions
 from trainserve.core.options.run import RunOptions
 from trainserve.core.options.serve import ExportJob, LimitsJob, RepositoryOptions, ServeOptions
@@ -22,6 +23,7 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     command("serve", ServeOptions),
     command("load", LoadJob, omit=("http_client",)),
     command("limits", LimitsJob),
+    command("frontier", FrontierJob),
     command("report", ReportJob, CostFlags),
     command("plan", PlanJob, CostFlags, required=("qps", "slo_p99_ms")),
     command("diff", DiffJob),

@@ -1,0 +1,62 @@
+"""The memory frontier (train/frontier.py) on the CPU, with tiny transformers: the split adds up, checkpointing
+lowers activations, a capacity stops a series, the fit predicts a point it did not see."""
+
+from __future__ import annotations
+
+import pytest
+
+from trainserve.train.frontier import FrontierConfig, features, fit_series, measure_train, run_frontier
+
+TINY = dict(seq_len=32, vocab_size=64, batch_size=16, infer_precisions=(), budget_s=60)
+
+
+def test_split_adds_up_and_checkpointing_lowers_activations():
+    cfg = FrontierConfig(sizes=(64,), **TINY)
+    plain = measure_train(64, cfg, "fp32", checkpointing=False)
+    ckpt = measure_train(64, cfg, "fp32", checkpointing=True)
+    for m in (plain, ckpt):
+        parts = m["weights_bytes"] + m["gradients_bytes"] + m["optimizer_bytes"] + m["activations_bytes"]
+        assert parts == m["peak_bytes"]
+        assert m["activations_bytes"] > 0
+        # AdamW: two fp32 moments per fp32 weight, and a scalar step count per tensor
+        assert 2 * m["weights_bytes"] <= m["optimizer_bytes"] <= 2.01 * m["weights_bytes"]
+    assert ckpt["weights_bytes"] == plain["weights_bytes"]
+    assert ckpt["activations_bytes"] < plain["activations_bytes"]
+
+
+def test_a_size_past_the_cap_is_recorded_and_the_next_is_not_tried():
+    cfg = FrontierConfig(sizes=(32, 64, 96), train_precisions=("fp32",), checkpointing=(False,),
+                         memory_cap_bytes=5_000_000, check_edge=False, **TINY)
+    result = run_frontier(cfg)
+    got = [(p.size, p.status) for p in result.points]
+    assert got == [(32, "fits"), (64, "does_not_fit")]
+    assert "past the capacity" in result.points[1].note
+    assert result.capacity_bytes == 5_000_000
+
+
+def test_the_fit_predicts_a_measured_point_it_did_not_see():
+    cfg = FrontierConfig(sizes=(32, 48, 64, 96), **TINY)
+    rows = [(*features(s, cfg), measure_train(s, cfg, "fp32", False)["peak_bytes"]) for s in cfg.sizes]
+    a, b, c, _ = fit_series(rows[:3], cfg.batch_size)  # 96 left out
+    params, acts, measured = rows[3]
+    predicted = a * params + b * cfg.batch_size * acts + c
+    assert predicted == pytest.approx(measured, rel=0.15)
+
+
+def test_the_predicted_edge_is_measured():
+    cfg = FrontierConfig(sizes=(32, 48), train_precisions=("fp32",), checkpointing=(False,),
+                         memory_cap_bytes=11_000_000, **TINY)
+    result = run_frontier(cfg)
+    (fit,) = result.fits
+    assert fit.edge_size is not None and fit.edge_size > 48 and fit.edge_predicted_bytes <= 11_000_000
+    edge = result.points[-1]
+    assert edge.source == "edge_check" and edge.size == fit.edge_size
+    assert edge.peak_bytes == pytest.approx(edge.predicted_bytes, rel=0.15)
+    assert fit.edge_checked == edge.status
+
+
+def test_bad_sizes_are_one_sentence():
+    from trainserve.core.errors import UserError
+
+    with pytest.raises(UserError, match="sizes=.*ascending"):
+        FrontierConfig(sizes=(64, 32))
