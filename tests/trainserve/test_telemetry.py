@@ -175,7 +175,8 @@ def test_cpu_record_without_rapl_has_an_energy_labelled_estimated(monkeypatch):
     assert e.source == "estimate" and e.device == "cpu"
     assert e.meter.startswith("estimate: TDP 350 W × process CPU utilisation")
     share = summary["cpu_process_mean_percent"] / 100 / os.cpu_count()
-    assert e.mean_power_w == pytest.approx(350 * share, rel=1e-3)
+    # a busy sampler's short intervals can read a little over every core: the estimate never exceeds the TDP
+    assert e.mean_power_w == pytest.approx(350 * min(share, 1.0), rel=1e-3)
     assert e.energy_per_sample_j == pytest.approx(e.energy_j / 10, rel=1e-3)
     assert meters.energy_status("cpu", e.source) == "estimated"
     assert record.utilization.cpu_process_mean_percent is not None
