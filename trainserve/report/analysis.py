@@ -309,9 +309,11 @@ def _train_vs_infer(train: dict[str, Column | None],
             continue
         t_tp, i_tp = t and t.throughput_samples_s, i and i.throughput_samples_s
         t_e, i_e = t and t.energy_per_sample_j, i and i.energy_per_sample_j
+        estimated = any(c is not None and c.energy_status == "estimated" for c in (t, i))
         out[d] = TrainVsInfer(train_throughput_samples_s=t_tp, infer_throughput_samples_s=i_tp,
                               throughput_ratio=_div(i_tp, t_tp), train_energy_per_sample_j=t_e,
-                              infer_energy_per_sample_j=i_e, energy_ratio=_div(t_e, i_e))
+                              infer_energy_per_sample_j=i_e, energy_ratio=_div(t_e, i_e),
+                              energy_estimated=estimated)
     return out
 
 

@@ -182,28 +182,28 @@ def _scaling(m: ModelSection) -> Found:
 
 QUESTIONS: tuple[Question, ...] = (
     Question("train_speedup", "how much faster a GPU trains than a CPU", "#summary",
-             "trainserve run on a machine with an NVIDIA GPU (or trainserve compare there)", _train_speedup),
+             "trainserve run  # on a machine with an NVIDIA GPU; or trainserve compare there", _train_speedup),
     Question("infer_speedup", "how much faster it answers at batch 1 and when saturated", "#summary",
-             "trainserve run on a machine with an NVIDIA GPU", _infer_speedup),
+             "trainserve run  # on a machine with an NVIDIA GPU", _infer_speedup),
     Question("train_memory", "how much memory training takes and why (weights, gradients, optimizer state, "
              "activations)", "#model-{m}", "trainserve train", lambda m: _memory(m, "train")),
     Question("infer_memory", "how much memory inference takes", "#model-{m}", "trainserve run",
              lambda m: _memory(m, "infer")),
     Question("max_batch", "the largest batch that fits, for training and for inference", "#max-batch-{m}",
-             "trainserve train --device cuda --find-max-batch (trainserve run does it on a GPU)", _max_batch),
+             "trainserve train --device cuda --find-max-batch  # trainserve run does it on a GPU", _max_batch),
     Question("batch_precision", "what batch size and mixed precision do to training speed", "#sweep-{m}",
              "trainserve compare --sweep --device cuda (trainserve run does it unless --no-sweep)", _batch_precision),
     Question("data_path", "what data loading and host-to-device copies do to speed, and whether training is "
              "input-bound", "#data-path-{m}",
-             "trainserve run on a machine with an NVIDIA GPU (its sweep measures host and device placement)",
+             "trainserve run  # on a machine with an NVIDIA GPU: its sweep measures host and device placement",
              _data_path),
     Question("dynamic_batching", "what dynamic batching buys a GPU server, and at what latency", "#batching-{m}",
              "trainserve run (it measures the Server scenario with batching off on each served device)", _batching),
     Question("gpu_release", "whether the GPU's memory is given back when training ends", "#model-{m}",
              "trainserve train --device cuda", _gpu_release),
     Question("scaling", "how training scales over several GPUs, and the learning rate with the batch",
-             "#model-{m}", "trainserve train --nproc N --lr-scale linear --device cuda, for N = 1, 2, 4 "
-             "(docs/distributed.md)", _scaling),
+             "#model-{m}", "trainserve train --nproc N --lr-scale linear --device cuda  # N = 1, 2, 4; "
+             "docs/distributed.md", _scaling),
 )
 
 

@@ -25,9 +25,9 @@ def html_section(s: Report) -> str:
     items = []
     for a in s.answers:
         link = f" <a href='{escape(a.link)}'>→ figures</a>" if a.link and a.measured else ""
-        how = f" Measure it with <code>{escape(a.command)}</code>." if a.command else ""
+        how = f" Measured by: <code>{escape(a.command)}</code>." if a.command else ""
         cls = "" if a.measured else " class='nm'"
-        items.append(f"<li{cls}><b>{escape(_capital(a.question))}?</b> {escape(a.text)}{how}{link}</li>")
+        items.append(f"<li{cls}><b>{escape(_capital(a.question))}?</b> {escape(_sentence(a.text))}{how}{link}</li>")
     return f"<section id='answers'><h2>Answers</h2><ul class='answers'>{''.join(items)}</ul></section>"
 
 
@@ -35,8 +35,8 @@ def md_section(s: Report) -> list[str]:
     md = ["<a id='answers'></a>", "## Answers", ""]
     for a in s.answers:
         link = f" ([figures]({a.link}))" if a.link and a.measured else ""
-        how = f" Measure it with `{a.command}`." if a.command else ""
-        md.append(f"- **{_capital(a.question)}?** {a.text}{how}{link}")
+        how = f" Measured by: `{a.command}`." if a.command else ""
+        md.append(f"- **{_capital(a.question)}?** {_sentence(a.text)}{how}{link}")
     return md + [""]
 
 
@@ -95,3 +95,8 @@ def md_tables(m: ModelSection, table: Table) -> list[str]:
             continue
         md += [f"### {title}", "", note, ""] + table(header, [r[:-1] + [f"`{r[-1]}`"] for r in rows])
     return md
+
+
+def _sentence(text: str) -> str:
+    """The answer closed with a full stop, so the command that measures it reads as its own sentence."""
+    return text if text.endswith((".", "!", "?")) else text + "."

@@ -204,6 +204,8 @@ class TrainVsInfer:
     train_energy_per_sample_j: float | None
     infer_energy_per_sample_j: float | None
     energy_ratio: float | None  # training over inference
+    # either side's energy from the CPU estimate (TDP x utilisation), not a meter: the sentence says so
+    energy_estimated: bool = field(default=False, metadata=OPTIONAL)
 
 
 @dataclass

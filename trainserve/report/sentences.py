@@ -153,8 +153,11 @@ def _train_vs_infer(s: ModelSection) -> list[tuple[str, str]]:
                        f"samples/s, {u.ratio(tv.throughput_ratio)} the training throughput of "
                        f"{u.num(tv.train_throughput_samples_s)} samples/s."))
         if tv.energy_ratio is not None:
+            how = " (estimated: the CPU's TDP × its measured utilisation, no energy meter read)" \
+                if tv.energy_estimated else ""
             out.append((d, f"{s.model} {_where(d)}: a training sample costs {u.joules(tv.train_energy_per_sample_j)}, "
-                       f"an inference sample {u.joules(tv.infer_energy_per_sample_j)} ({_less(tv.energy_ratio)})."))
+                       f"an inference sample {u.joules(tv.infer_energy_per_sample_j)} ({_less(tv.energy_ratio)})"
+                       f"{how}."))
     return out
 
 
