@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin flow flow-gpu rates-http
+#           h2-search-grpc pin flow flow-gpu rates-http run-default search-default
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -266,6 +266,21 @@ repeats)  # issue 24: every served operating point 3 times (mean and 95% CI, the
 server-search)  # issue 24 item 1: the Server search from a master and workers on the GPU (auto --processes), SLO 20 ms
   step server_search_run 580 $py -m trainserve run --quick --run gpu-search --runs-dir "$R/runs" --slo-p99-ms 20
   step server_search 60 env OUT="$R" $py benchmarks/server_search.py --run-dir "$R/runs/gpu-search" ;;
+run-default)  # the default job as a new user runs it (every option at its default); RESUME=1 finishes a stopped one
+  step run_default "${LIMIT:-560}" $py -m trainserve run --run gpu-default --runs-dir "$R/runs" ${RESUME:+--resume} ;;
+search-default)  # the Server search with its defaults against the default run's GPU server, then a 150 s search
+  # beside it; $R/runs/gpu-default/load/search-{default,150s}.json
+  rep="$R/runs/gpu-default/model_repository"
+  $py -m trainserve serve --model-repository "$rep" --device cuda --http-port 18000 --grpc-port 18001 \
+    --metrics-port 18002 > "$R/search_server.log" 2>&1 &
+  srv=$!
+  $py benchmarks/wait_ready.py --timeout-s 120
+  step search_default 200 $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --slo-p99-ms 20 \
+    --run gpu-default --runs-dir "$R/runs" --target search-default --metrics-url http://127.0.0.1:18002/metrics
+  step search_150s 260 $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --slo-p99-ms 20 \
+    --duration 150s --run gpu-default --runs-dir "$R/runs" --target search-150s \
+    --metrics-url http://127.0.0.1:18002/metrics
+  kill $srv; wait $srv 2>/dev/null ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 # checkpoints and models stay on the machine (a later call on it may resume a run or reuse a repository);
