@@ -131,7 +131,10 @@ def sentence(d: DeviceFrontier) -> str:
 # --- rendering -----------------------------------------------------------------------------------------
 
 def _rows(d: DeviceFrontier) -> list[list[str]]:
-    return [[s.series, _millions(s.measured_params), _millions(s.edge_params), s.edge_source or u.MISSING,
+    # without a capacity nothing is known to be the largest that fits: the column says why instead of a size
+    def fits(s: SeriesEdge) -> str:
+        return _millions(s.edge_params) if d.capacity_bytes is not None else "no capacity set"
+    return [[s.series, _millions(s.measured_params), fits(s), s.edge_source or u.MISSING,
              u.nbytes(s.edge_bytes), _millions(s.stopped_at_params),
              u.MISSING if s.fit_max_rel_error is None else f"{s.fit_max_rel_error:.1%}"] for s in d.series]
 
