@@ -334,14 +334,22 @@ def edge_candidates(cfg: FrontierConfig, largest_fit: int) -> list[int]:
     return out
 
 
+# A fit of a few points is trusted this far past the largest size it saw, no further: the activations'
+# share, the allocator's rounding and the runtime's workspace change with size, and a 1,000x extrapolation
+# (seen: a 2,470 B-parameter "edge" from points under 1 B) is a guess, not a measurement's consequence.
+MAX_EXTRAPOLATION = 4.0  # x the largest measured parameter count
+
+
 def predicted_edge(fit: SeriesFit, cfg: FrontierConfig, largest_fit: int, capacity: int,
                    feats: Callable[[int], tuple[int, int]]) -> tuple[int, int, int]:
-    """(size, params, predicted bytes) of the largest candidate predicted to fit (bisection: bytes grow with size)."""
+    """(size, params, predicted bytes) of the largest candidate predicted to fit (bisection: bytes grow with size),
+    among the sizes within MAX_EXTRAPOLATION of the largest measured one."""
+    limit = MAX_EXTRAPOLATION * feats(largest_fit)[0]
     cands = edge_candidates(cfg, largest_fit)
 
-    def ok(i: int) -> bool:
+    def ok(i: int) -> bool:  # monotonic in i: parameters and predicted bytes both grow with size
         params, acts = feats(cands[i])
-        return predict(fit, params, acts, cfg.batch_size) <= capacity
+        return i == 0 or (params <= limit and predict(fit, params, acts, cfg.batch_size) <= capacity)
 
     lo, hi = 0, len(cands) - 1
     if ok(hi):
@@ -510,6 +518,8 @@ def run_frontier(cfg: FrontierConfig, infer_probe: InferProbe | None = None,
             largest = max(p.size for p in s.points if p.status == "fits" and p.source == "measured")
             size, params, predicted = predicted_edge(fit, cfg, largest, capacity, feats)
             fit.edge_size, fit.edge_params, fit.edge_predicted_bytes = size, params, predicted
+            if params >= feats(largest)[0] * MAX_EXTRAPOLATION * 0.9:
+                fit.beyond = True  # the edge lies past what the fit is trusted for: a lower bound only
             if not cfg.check_edge or over_budget() or size == largest:
                 fit.note = ("the largest measured size is the predicted edge" if size == largest
                             else "not checked: the budget ran out" if cfg.check_edge else "not checked")

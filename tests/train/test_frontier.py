@@ -60,3 +60,13 @@ def test_bad_sizes_are_one_sentence():
 
     with pytest.raises(UserError, match="sizes=.*ascending"):
         FrontierConfig(sizes=(64, 32))
+
+
+def test_an_edge_far_past_the_measured_sizes_is_a_lower_bound_not_a_prediction():
+    from trainserve.train.frontier import MAX_EXTRAPOLATION, features
+
+    cfg = FrontierConfig(sizes=(32, 48), train_precisions=("fp32",), checkpointing=(False,),
+                         memory_cap_bytes=50 * 2**30, check_edge=False, **TINY)
+    (fit,) = run_frontier(cfg).fits
+    largest = features(48, cfg)[0]
+    assert fit.beyond and largest < fit.edge_params <= MAX_EXTRAPOLATION * largest

@@ -72,6 +72,7 @@ class SeriesFit:
     edge_checked: str = ""  # "fits" | "does_not_fit" | "" (not checked): the measurement at edge_size
     edge_measured_bytes: int | None = None
     note: str = ""  # why no edge
+    beyond: bool = False  # the edge lies past MAX_EXTRAPOLATION x the largest measured size: edge_* is a lower bound
 
 
 @dataclass

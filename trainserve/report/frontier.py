@@ -73,7 +73,8 @@ def device_section(r: FrontierResult, source: str = "") -> DeviceFrontier:
             elif fit.edge_checked == "does_not_fit":
                 src = "predicted, did not fit when measured"  # the largest measured point stands
             elif measured is None or fit.edge_params > measured.params:
-                edge, edge_bytes, src = fit.edge_params, fit.edge_predicted_bytes, "predicted"
+                edge, edge_bytes = fit.edge_params, fit.edge_predicted_bytes
+                src = "predicted, at least" if getattr(fit, "beyond", False) else "predicted"
         out.series.append(SeriesEdge(
             series=name, mode=first.mode, precision=first.precision, checkpointing=first.checkpointing,
             measured_params=measured.params if measured else None, edge_params=edge, edge_source=src,
@@ -88,6 +89,8 @@ def _best(series: list[SeriesEdge]) -> SeriesEdge | None:
 
 
 def _size(s: SeriesEdge) -> str:
+    if s.edge_source == "predicted, at least":  # the fit was not extrapolated further than this
+        return f"at least {_millions(s.edge_params)} (predicted; the edge lies beyond what the fit is trusted for)"
     predicted = s.edge_source == "predicted"
     return f"{_millions(s.edge_params)}" + (" (predicted, not measured)" if predicted else "")
 
@@ -96,7 +99,7 @@ def _millions(n: int | None) -> str:
     if n is None:
         return u.MISSING
     if n >= 10**9:
-        return f"{n / 1e9:.3g} B"
+        return f"{n / 1e9:,.3g} B" if n < 10**12 else f"{n / 1e9:,.0f} B"
     m = n / 1e6
     return f"{m:.3g} M" if m >= 1 else f"{m:.2g} M"
 
