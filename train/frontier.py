@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.core.frontier import FrontierPoint, FrontierResult, SeriesFit, series_name
+from trainserve.core.frontier import MAX_EXTRAPOLATION, FrontierPoint, FrontierResult, SeriesFit, series_name
 
 log = logging.getLogger(__name__)
 
@@ -332,12 +332,6 @@ def edge_candidates(cfg: FrontierConfig, largest_fit: int) -> list[int]:
         if int(s) > out[-1]:
             out.append(int(s))
     return out
-
-
-# A fit of a few points is trusted this far past the largest size it saw, no further: the activations'
-# share, the allocator's rounding and the runtime's workspace change with size, and a 1,000x extrapolation
-# (seen: a 2,470 B-parameter "edge" from points under 1 B) is a guess, not a measurement's consequence.
-MAX_EXTRAPOLATION = 4.0  # x the largest measured parameter count
 
 
 def predicted_edge(fit: SeriesFit, cfg: FrontierConfig, largest_fit: int, capacity: int,

@@ -22,6 +22,12 @@ MODES = ("train", "infer")
 STATUSES = ("fits", "does_not_fit", "error", "skipped")
 
 
+# A fit of a few points is trusted this far past the largest size it saw, no further: the activations'
+# share, the allocator's rounding and the runtime's workspace change with size, and a 1,000x extrapolation
+# (seen: a 2,470 B-parameter "edge" from points under 1 B) is a guess, not a measurement's consequence.
+MAX_EXTRAPOLATION = 4.0  # x the largest measured parameter count
+
+
 @dataclass
 class FrontierPoint:
     """One model size in one configuration (a series), measured or predicted."""

@@ -69,18 +69,18 @@ class CostOptions:
         return cls(prices=prices, slo_p99_ms=flags.slo_p99_ms, qps=flags.qps, headroom=flags.headroom)
 
     def with_searched_slo(self, report: Any) -> CostOptions:
-        """These options with the SLO the run's capacities were searched under: a capacity is the highest rate
-        within one SLO, so another SLO cannot be read from it. A given SLO that differs is refused, naming both."""
+        """These options with an SLO the run's capacities can answer for. A capacity is the highest rate within the
+        SLO it was searched under: it is a lower bound for any looser SLO, and says nothing of a tighter one. So
+        the default is the loosest searched SLO, and a given SLO tighter than a search's is refused, naming both."""
         searched = searched_slos(report)
         if self.slo_p99_ms is None:
-            slo = min(searched) if searched else DEFAULT_SLO_P99_MS
-            return dataclasses.replace(self, slo_p99_ms=slo)
-        other = sorted(s for s in searched if abs(s - self.slo_p99_ms) > 1e-9)
-        if other:
-            raise UserError(f"--slo-p99-ms {self.slo_p99_ms:g} differs from the p99 ≤ {other[0]:g} ms the run's "
-                            f"Server scenario was searched under, and a capacity holds only for its own SLO; pass "
-                            f"--slo-p99-ms {other[0]:g}, or search again with trainserve load --search --slo-p99-ms "
-                            f"{self.slo_p99_ms:g}")
+            return dataclasses.replace(self, slo_p99_ms=max(searched) if searched else DEFAULT_SLO_P99_MS)
+        looser = sorted(s for s in searched if s > self.slo_p99_ms + 1e-9)
+        if looser:
+            raise UserError(f"--slo-p99-ms {self.slo_p99_ms:g} is tighter than the p99 ≤ {looser[-1]:g} ms the run's "
+                            f"Server scenario was searched under, and a capacity says nothing of a tighter SLO; pass "
+                            f"--slo-p99-ms {looser[-1]:g} or more, or search again with trainserve load --search "
+                            f"--slo-p99-ms {self.slo_p99_ms:g}")
         return self
 
     def __post_init__(self) -> None:

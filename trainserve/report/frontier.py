@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
-from trainserve.core.frontier import FrontierResult, load_all
+from trainserve.core.frontier import MAX_EXTRAPOLATION, FrontierResult, load_all
 from trainserve.report import units as u
 
 
@@ -74,7 +74,10 @@ def device_section(r: FrontierResult, source: str = "") -> DeviceFrontier:
                 src = "predicted, did not fit when measured"  # the largest measured point stands
             elif measured is None or fit.edge_params > measured.params:
                 edge, edge_bytes = fit.edge_params, fit.edge_predicted_bytes
-                src = "predicted, at least" if getattr(fit, "beyond", False) else "predicted"
+                src = "predicted, at least" if fit.beyond else "predicted"
+                if measured is not None and edge > MAX_EXTRAPOLATION * measured.params:
+                    # a result from before the fit was bounded: not read further than the bound either
+                    edge, edge_bytes, src = int(MAX_EXTRAPOLATION * measured.params), None, "predicted, at least"
         out.series.append(SeriesEdge(
             series=name, mode=first.mode, precision=first.precision, checkpointing=first.checkpointing,
             measured_params=measured.params if measured else None, edge_params=edge, edge_source=src,

@@ -79,6 +79,9 @@ tr.group td { background:#fafbfc; font-weight:600; color:#444; text-transform:up
               letter-spacing:.6px; text-align:left; }
 td { font-variant-numeric: tabular-nums; } td.nm { color:#b0b6bf; }
 td.src { white-space:normal; word-break:break-all; } td.src code { font-size:11px; color:var(--muted); }
+td.txt { white-space:normal; overflow-wrap:anywhere; min-width:7em; }
+/* a long row label wraps rather than widen every table past its box */
+section[id^=model-] .tablewrap tbody td:first-child { white-space:normal; min-width:12em; }
 tbody tr:hover td { background:#f7fafc; }
 .figs { display:grid; grid-template-columns:repeat(auto-fit, minmax(520px, 1fr)); gap:14px; margin-top:14px; }
 .figs img { width:100%; border:1px solid var(--line); border-radius:6px; background:#fff; }
@@ -220,6 +223,9 @@ def _html_measured_tiles(model: ModelSection) -> str:
     return f"<div class='tiles'>{''.join(tiles)}</div>" if tiles else ""
 
 
+TXT_CHARS = 16  # a cell longer than this is words beside a figure (a meter's name, "(estimated)"): it may wrap
+
+
 def _html_model(model: ModelSection, figures: dict[str, bytes]) -> str:
     name = escape(model.model)
     cols = columns(model)
@@ -234,7 +240,8 @@ def _html_model(model: ModelSection, figures: dict[str, bytes]) -> str:
             tds = []
             for _, v in cols:
                 text = cell(v) if v else u.MISSING
-                cls = " class='nm'" if text in (u.MISSING, "") else ""
+                # a figure stays on one line; a sentence (a meter's name, what was held) wraps in its column
+                cls = " class='nm'" if text in (u.MISSING, "") else " class='txt'" if len(text) > TXT_CHARS else ""
                 tds.append(withheld.html_td(text) or f"<td{cls}>{escape(text)}</td>")
             body.append(f"<tr><td>{escape(label)}</td>{''.join(tds)}</tr>")
     sources = "".join(f"<td class='src'><code>{_path(v.source)}</code></td>" if v else "<td class='nm'>—</td>"

@@ -31,8 +31,8 @@ class CostFlags(SloOptions):
     # a capacity holds only for the SLO it was searched under: by default the cost and the plan take that one
     slo_p99_ms: float | None = like(SloOptions, "slo_p99_ms", None, help=(
         "p99 latency budget of a served load point (cost at the SLO, break-even, the capacity plan, and the Server "
-        "scenario's search). Default: the SLO the run's Server scenario was searched under, else 100; another "
-        "value than that one is refused (search again with it)."))
+        "scenario's search). Default: the SLO the run's Server scenario was searched under, else 100; one tighter "
+        "than that is refused (search again with it)."))
 
     prices: Path | None = opt(None, "JSON file with any of cpu_core_hour_usd, gpu_hour_usd, kwh_usd (and "
                                     "cpu_offer, gpu_offer, kwh_offer, source, date); the options below override it.",
