@@ -167,7 +167,9 @@ def verdict_html(report: Report) -> str:
     if v.result == "VALID":
         return (f"<section id='verdict'><h2>Result is: <span class='ok'>VALID</span></h2><p class='muted'>"
                 f"{v.checked} records checked: every load figure stabilised, no client saturated, errors within "
-                "0.1%, no figure withheld, enough requests for each p99.</p></section>")
+                "0.1%, no figure withheld, enough requests for each p99; and against each other: every peak holds "
+                "its parts, every meter is its record's own device's, every memory comparison has a working set on "
+                "both sides or says why, every version is known.</p></section>")
     items = "".join(f"<li><b>{escape(r['kind'])}</b> <code>{escape(r['source'] or '')}</code>: {escape(r['message'])}"
                     "</li>" for r in v.reasons)
     return (f"<section id='verdict'><h2>Result is: <span class='err'>INVALID</span></h2><p>The headline states only "
@@ -177,7 +179,7 @@ def verdict_html(report: Report) -> str:
 def verdict_md(report: Report) -> list[str]:
     v = report.verdict
     if v.result == "VALID":
-        return [f"**Result is: VALID** ({v.checked} records checked)", ""]
+        return [f"**Result is: VALID** ({v.checked} records checked, each on its own and against each other)", ""]
     return (["**Result is: INVALID** — every reason (the headline states only valid figures):", ""]
             + [f"- {r['kind']} `{r['source'] or ''}`: {r['message']}" for r in v.reasons] + [""])
 
