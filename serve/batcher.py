@@ -328,7 +328,7 @@ class Batcher:
                 else:
                     # joined and padded here, split back here: the instance's thread only runs the session.
                     # Its Python work would hold the GIL in small pieces, each waiting behind this busy loop
-                    # (on the H200 host joining a batch of ~30 took 1.1-2.3 ms on the thread, 0.07 ms here).
+                    # (joining a batch of ~30 measured 1.1-2.3 ms on the thread, 0.07 ms here; docs/BENCHMARKS.md).
                     submits = self._submits
                     feed, input_ns = self._join(batch, rows)
                     outs, infer_ns = await loop.run_in_executor(executor, self._run, instance, feed, rows)

@@ -1,4 +1,4 @@
-"""The gRPC front end's body deadline and connection cap, as the HTTP front end's (issue 27 item 3).
+"""The gRPC front end's body deadline and connection cap, as the HTTP front end's (docs/serving.md).
 
 grpc.aio gives a unary handler its request only once the whole message has arrived, and has no deadline
 of its own for that: a client that stalls mid-message held its call, and the ~5 MiB its connection had

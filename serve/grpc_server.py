@@ -122,7 +122,7 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
             code, message = _status(error)
         # Aborted outside the except block and without the request: grpc keeps the AbortError on the call's
         # state after the call, and its traceback (and the error it would chain) hold this frame; with the
-        # request still in it, each refused 59 MiB request stayed in memory (issue 27 item 2).
+        # request still in it, each refused request (up to the body limit, e.g. 59 MiB) would stay in memory.
         del request
         await context.abort(code, message)
 

@@ -5,7 +5,7 @@ with one Content-Length within the body limit and no Content-Encoding, Transfer-
 Upgrade or query string, is parsed and answered by this protocol: its body is received straight
 into one buffer (recv_into, no chunk list, no joins), and the answer goes out in one write. The
 first request that is anything else hands the connection, with every byte not yet parsed, to
-aiohttp's own request handler for good; aiohttp then answers it exactly as before (health,
+aiohttp's own request handler for good; aiohttp then answers it as it would alone (health,
 metadata, gzip, chunked bodies, 413, malformed heads, ...). Both paths call the same
 HttpFrontEnd.infer_payload, so answers and error messages are the same.
 
@@ -302,7 +302,7 @@ class FastConnection(asyncio.BufferedProtocol):
             elif name in _HANDOVER_HEADERS:
                 return None
         if length is None or length > self.frontend.max_body_bytes:
-            return None  # aiohttp answers 411-less bodies and 413s as before
+            return None  # aiohttp answers 411-less bodies and 413s, as it does without this path
         return target[0], target[1], header_length, length
 
     def _start(self, body: bytearray | memoryview) -> None:

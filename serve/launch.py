@@ -36,8 +36,8 @@ def default_frontends(cores: int | None = None, device: str = "cuda") -> int:
     (and on a 2-core CI machine only add start-up time), so the single-process server stays. A CPU
     server's sessions use every core for each batch (a CPU model serves far below what one front end
     parses), so front-end processes only add two crossings between processes to every request and take
-    cores from the sessions: on a 16-core host (H100 machine), with the changes of the same day, batch-1
-    p50 2.98 -> 2.38 ms over HTTP at one user and 16 users within noise (docs/BENCHMARKS.md, 2026-12-05);
+    cores from the sessions: on a 16-core host, one process instead of several took batch-1 p50 over HTTP
+    from 2.98 to 2.38 ms at one user, with 16 users within noise (docs/BENCHMARKS.md);
     `--frontends N` still asks for N.
     """
     if device == "cpu":

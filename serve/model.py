@@ -266,7 +266,7 @@ class LoadedModel:
         """Whether a lone batch-1 request (one run on the loop with every instance idle: Batcher._run_direct)
         runs on a twin session whose intra-op threads spin inside the run and sleep once it returns
         (onnxruntime's session.force_spinning_stop). A sleeping pool woken for each piece of a run is what
-        keeps a served lone request above the in-process best: on the H100 host's CPU, 10 threads, batch 1
+        keeps a served lone request above the in-process best: on a 10-thread server CPU, batch 1
         back to back took 2.29 ms with the pool asleep and 1.61 ms spinning inside runs. Spinning for every
         run costs the batches under load (16 gRPC users: mean batch 8.0 -> 4.1, docs/BENCHMARKS.md); a lone
         run has the cores to itself. Only for CPU models of several threads whose pool does not spin already,
@@ -425,13 +425,13 @@ def spin_in_run(device: str, intra: int, setting: str | None = None) -> bool:
     allow_spinning with session.force_spinning_stop: the pool busy-waits for the run's pieces of work and
     sleeps once the run returns): only when asked, ORT_SPIN_ENV=run, and only CPU sessions of several threads.
 
-    Why not by default: it helps a lone request (on the H100 host's CPU, server on 10 cores and clients on
+    Why not by default: it helps a lone request (on a 16-core CPU, server on 10 cores and clients on
     the rest, served batch-1 HTTP 1.14x req/s, p50 2.86 -> 2.50 ms) but costs a third more server CPU per
     request (12.96 -> 17.24 ms) and, at 16 users, 3-5% of throughput and p99 30 -> 42 ms; and in the one
     example run made with it (server and clients on the same 16 cores) the CPU's Server capacity was
-    128 ± 174 req/s against 518 ± 110 in the H200 example without it, its batch-1 point unstable. On the
-    2-core VM it was better at a fixed 100 req/s (p99 46-93 vs 166-204 ms over 3 rounds). docs/BENCHMARKS.md,
-    2026-12-05. Spinning after runs too (--spin) also takes the cores the event loop needs between requests.
+    128 ± 174 req/s against 518 ± 110 in an example without it, its batch-1 point unstable. On a
+    2-core VM it was better at a fixed 100 req/s (p99 46-93 vs 166-204 ms over 3 repeats; docs/BENCHMARKS.md).
+    Spinning after runs too (--spin) also takes the cores the event loop needs between requests.
     Raises ValueError for a value other than "", "off" and "run"."""
     setting = (os.environ.get(ORT_SPIN_ENV, "") if setting is None else setting).strip().lower()
     if setting not in ("", "off", "run"):

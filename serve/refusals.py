@@ -1,4 +1,4 @@
-"""What the front ends refused before a request reached a model, counted for /metrics (issue 27 item 3).
+"""What the front ends refused before a request reached a model, counted for /metrics (docs/serving.md).
 
 One counter per (front end, reason): `connections` (beyond --max-connections), `body_timeout` (a request
 whose head or body did not arrive within --body-timeout-s) and `flood` (a gRPC connection ended for PINGs /

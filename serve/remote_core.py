@@ -8,8 +8,8 @@ the index and readiness are answered from the snapshot the model process sends o
 
 Requests merged (`MERGE_ENV`, on by default). Under load a front end's loop takes many requests in one
 turn, and the model process's one loop pays tens of microseconds of Python for each message (parse,
-validate, queue, answer): on the H200 host that loop, at ~0.9 of a core, bounded the GPU's batch-1
-capacity. So the first request of a loop turn goes at once (a lone request waits for nothing), and the
+validate, queue, answer): with one message per request that loop, at ~0.9 of a core, bounds a GPU's
+batch-1 capacity. So the first request of a loop turn goes at once (a lone request waits for nothing), and the
 ones after it in the same turn that could share a batch (same model, version, outputs, dtypes and
 non-batch shapes, valid for the model) are joined along dim 0 and sent at the start of the next turn as
 one request of their rows, at most the model's max_batch_size; the answer is split back by rows. The

@@ -140,7 +140,7 @@ def _grpc_refusal(server, request) -> tuple:
 
 
 def test_grpc_checks_run_in_tritons_order(server):
-    """Issue 27 item 17: Triton's InferGRPCToInput checks input by input, so typed contents beside raw ones are
+    """Triton's InferGRPCToInput checks input by input, so typed contents beside raw ones are
     refused before the raw entries are counted, and a missing raw entry is named by its input."""
     x = np.ones((1, 4), np.float32)
     typed = pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="FP32", shape=[1, 4])
