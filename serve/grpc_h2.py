@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import socket
 import struct
 import time
@@ -71,6 +70,7 @@ from trainserve.serve.h2_rules import (
     S_MAX_FRAME_SIZE, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE, H2Error)
 from trainserve.serve.errors import RequestTimeout, TooManyConnections
 from trainserve.serve.grpc_guard import STREAM as STREAM_INFER, CallGuard
+from trainserve.core import envs
 from trainserve.core.errors import UserError
 from trainserve.serve.grpc_server import GrpcConfig, GrpcServer, InferenceServicer, Malformed, _status
 
@@ -912,13 +912,13 @@ class H2GrpcServer:
         self._server = None
 
 
-GRPC_ENV = "TRAINSERVE_SERVE_GRPC"  # "aio": serve gRPC through grpc.aio instead of this module (measurements)
+GRPC_ENV = envs.SERVE_GRPC.name  # "aio": serve gRPC through grpc.aio instead of this module (measurements)
 
 
 def create_frontend(core: Any, host: str, port: int, options: Any) -> H2GrpcServer | GrpcServer:
     """The hook serve/server.py calls: a gRPC front end with the server's host, port and limits, on this module's
     HTTP/2 unless TRAINSERVE_SERVE_GRPC=aio asks for grpc.aio (serve/grpc_server.py)."""
-    choice = os.environ.get(GRPC_ENV, "h2").strip().lower() or "h2"
+    choice = envs.SERVE_GRPC.get().strip().lower() or "h2"
     if choice not in ("h2", "aio"):
         raise UserError(f"{GRPC_ENV}={choice!r} must be 'h2' (the default) or 'aio' (grpc.aio)")
     config = GrpcConfig(host=host, port=port, max_message_bytes=options.max_body_bytes, grace_s=options.drain_timeout_s,

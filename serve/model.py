@@ -6,7 +6,6 @@ Knows nothing of HTTP or gRPC: it takes numpy arrays and returns numpy arrays.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from trainserve.core import envs
 from trainserve.core.errors import UserError
 from trainserve.core.options.serve import SERVE_DEVICES
 from trainserve.core.procs import usable_cpus
@@ -93,7 +93,7 @@ SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
 # session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
-ORT_SPIN_ENV = "TRAINSERVE_SERVE_ORT_SPIN"  # "run": CPU sessions spin inside runs (spin_in_run); for measurements
+ORT_SPIN_ENV = envs.SERVE_ORT_SPIN.name  # "run": CPU sessions spin inside runs (spin_in_run); for measurements
 BUCKET_SESSIONS_MAX_BYTES = 4 * 2**30  # ... but by default only while the buckets' copies of the weights fit in this
 
 
@@ -433,7 +433,7 @@ def spin_in_run(device: str, intra: int, setting: str | None = None) -> bool:
     2-core VM it was better at a fixed 100 req/s (p99 46-93 vs 166-204 ms over 3 repeats; docs/BENCHMARKS.md).
     Spinning after runs too (--spin) also takes the cores the event loop needs between requests.
     Raises ValueError for a value other than "", "off" and "run"."""
-    setting = (os.environ.get(ORT_SPIN_ENV, "") if setting is None else setting).strip().lower()
+    setting = (envs.SERVE_ORT_SPIN.get() if setting is None else setting).strip().lower()
     if setting not in ("", "off", "run"):
         raise ValueError(f"{ORT_SPIN_ENV}={setting!r} must be 'run' (CPU sessions spin inside runs) or 'off' "
                          "(the default)")

@@ -24,19 +24,19 @@ import asyncio
 import logging
 import marshal
 import math
-import os
 import pickle
 from collections.abc import Callable
 
 import numpy as np
 
+from trainserve.core import envs
 from trainserve.serve import ipc, repository, shm, spin
 from trainserve.serve.core import ModelEntry, ModelMetadata, ServerCore
 from trainserve.serve.errors import ServeError, Unavailable
 
 log = logging.getLogger(__name__)
 
-MERGE_ENV = "TRAINSERVE_SERVE_MERGE"  # "0": every request its own message (for measurements); else merged
+MERGE_ENV = envs.SERVE_MERGE.name  # "0": every request its own message (for measurements); else merged
 MERGE_KEYS_MAX = 4096  # request signatures whose mergeability is remembered
 
 
@@ -106,7 +106,7 @@ class RemoteCore:
         self._after_ns, self._wait_ns = plan.after_us * 1000, plan.wait_us * 1000
         self._wait_any = plan.any_in_flight  # poll for answers however many requests are in flight
         self.poller = spin.Poller(lambda: not self.live)
-        self._merge = os.environ.get(MERGE_ENV, "1").strip() != "0"
+        self._merge = envs.SERVE_MERGE.get()
         self._turn = False  # a request left this loop turn: the next ones of the turn may be merged
         self._groups: dict[tuple, _Group] = {}
         self._merge_rows: dict[tuple, int] = {}  # signature -> the model's max_batch_size, 0 when not mergeable

@@ -40,8 +40,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-ENV = "TRAINSERVE_SERVE_SPIN"
-SWITCH_ENV = "TRAINSERVE_SERVE_SWITCH_US"
+from trainserve.core import envs
+
+ENV = envs.SERVE_SPIN.name
+SWITCH_ENV = envs.SERVE_SWITCH_US.name
 SWITCH_US = 100  # the server's GIL switch interval, microseconds (Python's: 5000); see the module docstring
 AFTER_US = 1000  # poll this long after an answer, microseconds (--busy-poll-us's default)
 WAIT_US = 3000  # a front end polls at most this long for the model process's answer, microseconds
@@ -75,7 +77,7 @@ def plan(frontends: int, device: str, cores: int | None = None, setting: str | N
     2-core host never does. A front end waiting for a CPU model's answer does not poll: the
     session's intra-op threads use every core while it runs.
     """
-    setting = os.environ.get(ENV, "") if setting is None else setting
+    setting = envs.SERVE_SPIN.get() if setting is None else setting
     if setting.strip() != "auto" and setting.strip() not in ("1", "2"):
         return SpinPlan()  # unset, 0 or anything else: off (on 16 cores it cost 27% at 128 gRPC users)
     if setting.strip() in ("1", "2"):
@@ -126,7 +128,7 @@ class Poller:
 def switch_interval(setting: str | None = None) -> float:
     """Set the GIL switch interval: TRAINSERVE_SERVE_SWITCH_US (microseconds, 50..100000) when it is set,
     else SWITCH_US; the interval in force, s. A value out of range: ValueError naming it."""
-    setting = os.environ.get(SWITCH_ENV, "") if setting is None else setting
+    setting = envs.SERVE_SWITCH_US.get() if setting is None else setting
     if not setting.strip():
         setting = str(SWITCH_US)
     try:
