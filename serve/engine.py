@@ -28,10 +28,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import marshal
 import mmap
 import os
-import pickle
 import signal
 import socket
 import subprocess
@@ -126,9 +124,9 @@ class Engine:
                                              grpc_port=ports["grpc"] if ports["grpc"] is not None else -1,
                                              metrics_port=-1, reuse_port=True)
             log.info("front ends: %d; %s", self.n, self.spin.describe())
-            self._snapshot = pickle.dumps({**registry_snapshot(self.core),
-                                           "spin": (self.spin.after_us, self.spin.wait_us,
-                                                    self.spin.any_in_flight)})
+            _, self._snapshot = ipc.encode(ipc.Hello({**registry_snapshot(self.core),
+                                                      "spin": (self.spin.after_us, self.spin.wait_us,
+                                                               self.spin.any_in_flight)}))
             for i in range(self.n):
                 self.children.append(await self._spawn(i))
             await self._wait_ready(self.children, START_TIMEOUT_S)
@@ -181,33 +179,35 @@ class Engine:
     def _on_message(self, child: FrontEndProcess, kind: int, rid: int, body: bytes) -> None:
         if kind == ipc.INFER:
             try:
-                model, version, tensors, outputs, out_offset, out_cap, requests = marshal.loads(body)
+                message = ipc.decode(kind, body)
                 # copied out of the arena at once (one memcpy; a batch of several requests is concatenated
                 # anyway): nothing this process keeps, in a queue or a worker's last batch, then points
                 # into a front end's arena, so a dead front end's arena is unmapped as soon as it dies
                 inputs = {name: shm.view(child.mm, offset, dtype, shape).copy() if offset >= 0
-                          else ipc.inline_array(dtype, shape, data) for name, dtype, shape, offset, data in tensors}
+                          else ipc.inline_array(dtype, shape, data) for name, dtype, shape, offset, data in message.tensors}
             except Exception as e:  # a malformed message: that request fails, the channel goes on
-                child.link.send(ipc.ERROR, rid, ipc.error_message(InvalidArgument(f"malformed request message: {e}")))
+                child.link.send_message(rid, ipc.failure(InvalidArgument(f"malformed request message: {e}")))
                 return
+            out_offset, out_cap = message.out_offset, message.out_cap
             try:  # no task per request: the core calls back when the answer is there (or at once)
-                self.core.infer_then(model, version, inputs, None if outputs is None else list(outputs),
+                self.core.infer_then(message.model, message.version, inputs,
+                                     None if message.outputs is None else list(message.outputs),
                                      lambda result, error: self._answer(child, rid, result, error, out_offset, out_cap),
-                                     requests)
+                                     message.requests)
             except Exception as e:  # not a ServeError (those come through the callback): a bug, logged
                 log.exception("inference failed unexpectedly")
-                child.link.send(ipc.ERROR, rid, ipc.error_message(e))
+                child.link.send_message(rid, ipc.failure(e))
         elif kind == ipc.CALL:
             try:
-                method, *args = marshal.loads(body)
+                method, args = ipc.decode(kind, body)
                 if method != "statistics":
                     raise InvalidArgument(f"unknown call {method!r}")
-                child.link.send(ipc.RESULT, rid, pickle.dumps([s.to_dict() for s in self.core.statistics(*args)]))
+                child.link.send_message(rid, ipc.Result([s.to_dict() for s in self.core.statistics(*args)]))
             except Exception as e:
-                child.link.send(ipc.ERROR, rid, ipc.error_message(e))
+                child.link.send_message(rid, ipc.failure(e))
         elif kind == ipc.READY:
             if not child.ready.done():
-                child.ready.set_result(marshal.loads(body))
+                child.ready.set_result(ipc.decode(kind, body).ports)
 
     def _answer(self, child: FrontEndProcess, rid: int, result: dict | None, error: Exception | None,
                 out_offset: int, out_cap: int) -> None:
@@ -215,7 +215,7 @@ class Engine:
         if error is not None:
             if not isinstance(error, ServeError):
                 log.error("inference failed unexpectedly: %s: %s", type(error).__name__, error)
-            child.link.send(ipc.ERROR, rid, ipc.error_message(error))
+            child.link.send_message(rid, ipc.failure(error))
             return
         if child.link.closed:
             return  # the front end is gone: nobody waits for this answer
@@ -223,11 +223,11 @@ class Engine:
         for name, array in result.items():
             if out_offset >= 0 and array.dtype != object and pos + array.nbytes <= end:
                 shm.view(child.mm, pos, array.dtype.str, array.shape)[...] = array
-                tensors.append((name, array.dtype.str, array.shape, pos, None))
+                tensors.append(ipc.arena_tensor(name, array, pos))
                 pos += shm.aligned(array.nbytes)
             else:
                 tensors.append(ipc.inline_tensor(name, array))
-        child.link.send(ipc.OK, rid, marshal.dumps(tuple(tensors)))
+        child.link.send_message(rid, ipc.Answer(tuple(tensors)))
         if self._after_ns and (self.core.idle or self.spin.any_in_flight):
             # nothing else to do: the next request is likely to come soon (under load the loop has work)
             self.core.poller.extend(self._after_ns)

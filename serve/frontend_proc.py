@@ -16,9 +16,7 @@ import argparse
 import asyncio
 import json
 import logging
-import marshal
 import os
-import pickle
 import signal
 import socket
 import sys
@@ -54,7 +52,7 @@ async def serve(index: int, sock: socket.socket, arena: shm.Arena, options: Serv
         raise RuntimeError(f"expected the registry snapshot first, got message kind {kind}")
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
-    core = RemoteCore(pickle.loads(body), arena, on_engine_gone=stop.set)
+    core = RemoteCore(ipc.decode(kind, body).snapshot, arena, on_engine_gone=stop.set)
     sock.setblocking(False)
     _, core.link = await loop.create_unix_connection(lambda: ipc.Link(core.on_message, core.on_lost), sock=sock)
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -65,7 +63,7 @@ async def serve(index: int, sock: socket.socket, arena: shm.Arena, options: Serv
     except StartError as e:
         print(f"trainserve serve: front end {index}: {e}", file=sys.stderr, flush=True)
         return 1
-    core.link.send(ipc.READY, 0, marshal.dumps({k: v for k, v in ports.items() if v is not None}))
+    core.link.send_message(0, ipc.Ready({k: v for k, v in ports.items() if v is not None}))
     await stop.wait()
     if not core.live:
         log.warning("front end %d: the model process stopped; exiting", index)

@@ -22,9 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import marshal
 import math
-import pickle
 from collections.abc import Callable
 
 import numpy as np
@@ -143,7 +141,7 @@ class RemoteCore:
 
     # ---------------------------------------------------------------- through the model process
     async def statistics_dicts(self, name: str = "", version: str = "") -> list[dict]:
-        return await self._send(ipc.CALL, marshal.dumps(("statistics", name, version)), None)
+        return await self._send(*ipc.encode(ipc.Call("statistics", (name, version))), None)
 
     async def infer(self, name: str, version: str, inputs: dict[str, np.ndarray], outputs: list[str] | None = None,
                     parameters: dict | None = None) -> dict[str, np.ndarray]:
@@ -276,12 +274,12 @@ class RemoteCore:
                     tensors.append(ipc.inline_tensor(n, a))
                     continue
                 shm.view(mm, pos, a.dtype.str, a.shape)[...] = a
-                tensors.append((n, a.dtype.str, a.shape, pos, None))
+                tensors.append(ipc.arena_tensor(n, a, pos))
                 pos += size
             out_offset, out_cap = pos, block[0] + block[1] - pos
-        body = marshal.dumps((name, version, tuple(tensors), None if outputs is None else tuple(outputs),
-                              out_offset, out_cap, requests))
-        return self._send(ipc.INFER, body, block)
+        kind, body = ipc.encode(ipc.Infer(name, version, tuple(tensors), None if outputs is None else tuple(outputs),
+                                          out_offset, out_cap, requests))
+        return self._send(kind, body, block)
 
     def _send(self, kind: int, body: bytes, block: tuple[int, int] | None) -> asyncio.Future:
         """Send one message; the future of its answer (Unavailable at once when the model process is gone)."""
@@ -341,12 +339,15 @@ class RemoteCore:
             return
         fut, block = item
         try:
+            message = ipc.decode(kind, body)
             if kind == ipc.OK:
-                result, error = self._outputs_of(body), None
+                result, error = self._outputs_of(message), None
             elif kind == ipc.ERROR:
-                result, error = None, ipc.raise_error(body)
+                result, error = None, ipc.raise_error(message)
+            elif kind == ipc.RESULT:
+                result, error = message.value, None
             else:
-                result, error = pickle.loads(body), None
+                raise ValueError(f"a {type(message).__name__} message is no reply")
         except Exception as e:  # a reply this side cannot read: that request fails, the others go on
             log.exception("unreadable reply from the model process")
             result, error = None, Unavailable(f"unreadable reply from the model process: {e}")
@@ -364,11 +365,11 @@ class RemoteCore:
             # time would look CPU-bound to the served figures' attribution.
             self.poller.extend(self._after_ns)
 
-    def _outputs_of(self, body: bytes) -> dict[str, np.ndarray]:
+    def _outputs_of(self, answer: ipc.Answer) -> dict[str, np.ndarray]:
         """The reply's tensors, copied out of the arena (its block is given back right after)."""
         mm = self.arena.mm
         out = {}
-        for name, dtype, shape, offset, data in marshal.loads(body):
+        for name, dtype, shape, offset, data in answer.tensors:
             out[name] = shm.view(mm, offset, dtype, shape).copy() if offset >= 0 else ipc.inline_array(dtype, shape, data)
         return out
 

@@ -97,6 +97,12 @@ def _frame(sock: socket.socket) -> tuple[int, int, bytes]:
     return kind, rid, sock.recv(length, socket.MSG_WAITALL) if length else b""
 
 
+def _result(rid: int, value: object) -> bytes:
+    """A RESULT frame as the model process writes it."""
+    kind, body = ipc.encode(ipc.Result(value))
+    return ipc.HEADER.pack(len(body), kind, rid) + body
+
+
 async def _remote(plan: spin.SpinPlan, loop_side: socket.socket) -> RemoteCore:
     arena = shm.Arena(shm.create_arena_fd("trainserve-test", 1 << 20), 1 << 20)
     core = RemoteCore({**SNAPSHOT, "spin": (plan.after_us, plan.wait_us, plan.any_in_flight)}, arena, on_engine_gone=lambda: None)
@@ -117,7 +123,7 @@ def test_a_lone_request_polls_while_it_waits_and_after_its_answer():
         assert core.poller.polling  # waiting for the answer: the loop does not sleep
         kind, rid, body = await asyncio.to_thread(_frame, engine)
         assert (kind, body) == (ipc.CALL, b"x")
-        engine.sendall(ipc.HEADER.pack(len(b"\x80\x04K*."), ipc.RESULT, rid) + b"\x80\x04K*.")  # pickle of 42
+        engine.sendall(_result(rid, 42))
         assert await call == 42
         assert core.poller.polling  # the client's next request may come: still polling
         await asyncio.sleep(0.2)
@@ -137,7 +143,7 @@ def test_a_cpu_model_front_end_stops_polling_when_its_request_goes_to_the_model_
         core = await _remote(spin.SpinPlan(after_us=10_000_000, wait_us=0), ours)  # the plan on a CPU host
         first = asyncio.ensure_future(core._send(ipc.CALL, b"x", None))
         _, rid, _ = await asyncio.to_thread(_frame, engine)
-        engine.sendall(ipc.HEADER.pack(len(b"\x80\x04K*."), ipc.RESULT, rid) + b"\x80\x04K*.")
+        engine.sendall(_result(rid, 42))
         assert await first == 42
         assert core.poller.polling  # after the answer: waiting for the client's next request
         second = asyncio.ensure_future(core._send(ipc.CALL, b"y", None))
@@ -166,7 +172,7 @@ def test_with_two_requests_in_flight_a_front_end_polls_only_when_asked_to(any_in
         assert core.poller.polling == any_in_flight
         await asyncio.sleep(0.1)
         _, rid, _ = await asyncio.to_thread(_frame, engine)
-        engine.sendall(ipc.HEADER.pack(len(b"\x80\x04K*."), ipc.RESULT, rid) + b"\x80\x04K*.")
+        engine.sendall(_result(rid, 42))
         assert await first == 42
         assert core.poller.polling == any_in_flight  # an answer with another still in flight: load, no window
         second.cancel()
