@@ -43,6 +43,7 @@ import numpy as np
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
 from trainserve.core.options.serve import LimitsJob
+from trainserve.core.percentiles import percentile
 from trainserve.core.procs import usable_cpus
 from trainserve.core.profile import (
     LatencyStats,
@@ -138,7 +139,7 @@ class Point:
 
     @property
     def p50_ms(self) -> float:
-        return float(np.percentile(self.latencies_ms, 50))
+        return float(percentile(sorted(self.latencies_ms), 50))
 
     @property
     def throughput_samples_s(self) -> float:
