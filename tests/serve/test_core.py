@@ -7,7 +7,7 @@ import asyncio
 import numpy as np
 import pytest
 
-from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
 from trainserve.serve.errors import InvalidArgument, NotFound, Unavailable
 from tests.serve.tiny_models import expected_logits
 

@@ -10,13 +10,13 @@ import socket
 import numpy as np
 import pytest
 
-from trainserve.serve import ipc, shm
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.engine import reserve_port
+from trainserve.serve.engine import ipc, shm
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+from trainserve.serve.engine.model_process import reserve_port
 from trainserve.serve.errors import InvalidArgument, NotFound, TooLarge, Unavailable
-from trainserve.serve.remote_core import RemoteCore, registry_snapshot
-from trainserve.serve.launch import default_frontends
-from trainserve.serve.server import ready_line
+from trainserve.serve.engine.remote_core import RemoteCore, registry_snapshot
+from trainserve.serve.engine.launch import default_frontends
+from trainserve.serve.engine.server import ready_line
 
 
 def test_default_frontends_is_one_below_8_cores_then_a_quarter_of_them_at_most_8_and_one_for_a_cpu_server():
@@ -176,8 +176,8 @@ def test_a_front_end_merges_one_turn_of_requests_and_each_gets_its_own_rows_erro
     """Requests that arrive together go to the model process as one message per batch (at most
     max_batch_size rows, 8 here), the first of the turn alone; each client gets its own rows back; a request
     the model refuses is not merged and gets its own error; the statistics count every client's request."""
-    from trainserve.serve.engine import Engine, FrontEndProcess
-    from trainserve.serve.server import ServerOptions
+    from trainserve.serve.engine.model_process import Engine, FrontEndProcess
+    from trainserve.serve.engine.server import ServerOptions
     from tests.serve.tiny_models import expected_logits
 
     async def main() -> None:

@@ -1,4 +1,4 @@
-"""serve/ipc.py's messages: each kind survives encode -> decode whole, and a message of another version or
+"""serve/engine/ipc.py's messages: each kind survives encode -> decode whole, and a message of another version or
 shape is refused by name, not misread."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import marshal
 import numpy as np
 import pytest
 
-from trainserve.serve import ipc
+from trainserve.serve.engine import ipc
 
 ARENA = ipc.arena_tensor("input", np.zeros((4, 3, 32, 32), np.float32), 4096)
 INLINE = ipc.inline_tensor("text", np.array([[b"a", b"bc"]], dtype=object))

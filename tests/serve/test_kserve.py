@@ -8,7 +8,7 @@ import struct
 import numpy as np
 import pytest
 
-from trainserve.serve import kserve
+from trainserve.serve.protocol import kserve
 from trainserve.serve.errors import InvalidArgument, Unsupported
 
 

@@ -1,4 +1,4 @@
-"""In-process limits (serve/limits.py, `trainserve limits`) on tiny repositories: records, summary, budget, bad input."""
+"""In-process limits (serve/model/inprocess_limits.py, `trainserve limits`) on tiny repositories: records, summary, budget, bad input."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from tests.docpaths import assert_documented_artifacts
-from trainserve.serve import limits
-from trainserve.serve.limits import LimitsConfig, measure_repository
+from trainserve.serve.model import inprocess_limits as limits
+from trainserve.serve.model.inprocess_limits import LimitsConfig, measure_repository
 from tests.conftest import REPO_ROOT, subprocess_env
 from tests.loadtest.tiny_repo import build_repository
 from tests.serve.tiny_models import int64_onnx
@@ -132,7 +132,7 @@ def test_cuda_without_a_gpu_is_refused_before_onnxruntime_tries(monkeypatch):
 
 
 def test_limits_never_import_torch(run_dir):
-    code = ("import sys; from pathlib import Path; from serve.limits import LimitsConfig, measure_repository, save; "
+    code = ("import sys; from pathlib import Path; from serve.model.inprocess_limits import LimitsConfig, measure_repository, save; "
             f"[r] = measure_repository(Path({str(run_dir / 'model_repository')!r}), LimitsConfig(budget_s=0.2, max_threads=1)); "
             f"save(r, Path({str(run_dir / 'limits')!r})); assert 'torch' not in sys.modules, 'torch imported'")
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=subprocess_env(), capture_output=True,

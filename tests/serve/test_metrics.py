@@ -9,7 +9,7 @@ import urllib.request
 
 import pytest
 
-from trainserve.serve.metrics import METRIC_NAMES, GpuGauges, MetricsServer, ResourceReader, Resources, render
+from trainserve.serve.protocol.prometheus import METRIC_NAMES, GpuGauges, MetricsServer, ResourceReader, Resources, render
 
 _SAMPLE = re.compile(r'^(?P<name>[a-z_]+)(?P<labels>\{[^}]*\})? (?P<value>-?[0-9.e+-]+)$')
 
@@ -176,7 +176,7 @@ def test_resource_reader_gpu_gauges_come_through_telemetrys_nvml_wrapper(monkeyp
 
 
 def test_refusal_warnings_are_one_line_per_interval_with_the_count_since_the_last(monkeypatch, caplog):
-    from trainserve.serve import refusals
+    from trainserve.serve.protocol import refusals
 
     clock = [1000.0]
     monkeypatch.setattr(refusals.time, "monotonic", lambda: clock[0])

@@ -1,4 +1,4 @@
-"""Busy-polling between requests (serve/spin.py): when it is on, that it ends, and that it never hangs a request."""
+"""Busy-polling between requests (serve/engine/spin.py): when it is on, that it ends, and that it never hangs a request."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
-from trainserve.serve import ipc, shm, spin
+from trainserve.serve.engine import ipc, shm, spin
 from trainserve.serve.errors import Unavailable
-from trainserve.serve.remote_core import RemoteCore
+from trainserve.serve.engine.remote_core import RemoteCore
 from tests.serve.test_frontends import Served, grpc_infer, http_infer, slow_repo, with_group_killed
 from tests.serve.tiny_models import expected_logits
 
@@ -262,8 +262,8 @@ def test_a_killed_model_process_leaves_no_polling_front_end_and_no_request_hangi
 
 def test_cpu_sessions_spin_inside_runs_only_when_asked(tmp_path, monkeypatch):
     from tests.serve.tiny_models import classifier_config, classifier_onnx
-    from trainserve.serve.core import CoreOptions, ServerCore
-    from trainserve.serve.model import ORT_SPIN_ENV, spin_in_run
+    from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+    from trainserve.serve.model.sessions import ORT_SPIN_ENV, spin_in_run
 
     assert not spin_in_run("cpu", 4, "")  # the default: threads that busy-wait lose their cores to clients beside them
     assert spin_in_run("cpu", 2, " RUN ") and not spin_in_run("cpu", 4, "off")
@@ -286,7 +286,7 @@ def test_cpu_sessions_spin_inside_runs_only_when_asked(tmp_path, monkeypatch):
 def test_a_bad_spinning_setting_stops_the_server_with_one_line(tmp_path):
     import subprocess
 
-    from trainserve.serve.model import ORT_SPIN_ENV
+    from trainserve.serve.model.sessions import ORT_SPIN_ENV
 
     env = {**os.environ, ORT_SPIN_ENV: "sometimes"}
     p = subprocess.run([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(tmp_path),
@@ -301,7 +301,7 @@ def test_an_answer_that_leaves_the_batcher_idle_polls_however_long_its_run_took(
     """One process (ServerCore's own window): a lone user's next request comes within the client's own time
     after the answer, so the loop polls then even when the run outlasted the window (a CPU model's batch-1
     run is milliseconds); it stops when the window ends."""
-    from trainserve.serve.core import CoreOptions, ServerCore
+    from trainserve.serve.engine.server_core import CoreOptions, ServerCore
 
     repo = slow_repo(tmp_path, spins=8000)  # a ~7 ms run on the instance's thread (idle_inline_max_us 0)
 

@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from trainserve.loadtest.model_info import EMBEDDED_EXTENSION
-from trainserve.serve.core import EMBEDDED_EXTENSION as SERVED_MARKER
+from trainserve.serve.engine.server_core import EMBEDDED_EXTENSION as SERVED_MARKER
 from tests.serve.conftest import ThreadServer
 
 # (case, model, version, inputs as (name, array), requested outputs, HTTP status, gRPC code, Triton's message)

@@ -57,7 +57,7 @@ DDP_CHECK_SYNC: EnvSwitch[bool] = EnvSwitch(
     "(a debugging aid; it costs an all-gather per step).", lambda value: value == "1")
 SERVE_GRPC: EnvSwitch[str] = EnvSwitch(
     "TRAINSERVE_SERVE_GRPC", "one of: h2, aio", "h2",
-    "The gRPC front end: h2, the server's own HTTP/2 (serve/grpc_h2.py); aio, grpc.aio (for measurements and as a "
+    "The gRPC front end: h2, the server's own HTTP/2 (serve/protocol/grpc_h2.py); aio, grpc.aio (for measurements and as a "
     "fallback).", _text)
 SERVE_MERGE: EnvSwitch[bool] = EnvSwitch(
     "TRAINSERVE_SERVE_MERGE", "flag (0: off)", "1",
@@ -66,10 +66,10 @@ SERVE_MERGE: EnvSwitch[bool] = EnvSwitch(
 SERVE_ORT_SPIN: EnvSwitch[str] = EnvSwitch(
     "TRAINSERVE_SERVE_ORT_SPIN", "one of: off, run", "",
     "run: CPU sessions of several threads spin their intra-op threads inside a run only and sleep after it "
-    "(for measurements; serve/model.py's spin_in_run says when it pays).", _text)
+    "(for measurements; serve/model/sessions.py's spin_in_run says when it pays).", _text)
 SERVE_SPIN: EnvSwitch[str] = EnvSwitch(
     "TRAINSERVE_SERVE_SPIN", "one of: 0, 1, 2, auto", "",
-    "Busy-polling of the server's sockets around a lone request (serve/spin.py): unset or 0 never; 1 for a lone "
+    "Busy-polling of the server's sockets around a lone request (serve/engine/spin.py): unset or 0 never; 1 for a lone "
     "request; 2 also while several are in flight; auto where the host has cores to spare.", _text)
 SERVE_SWITCH_US: EnvSwitch[str] = EnvSwitch(
     "TRAINSERVE_SERVE_SWITCH_US", "integer (µs, 50..100000)", "",

@@ -3,7 +3,7 @@
 The q-th percentile of n sorted values is the value at rank ceil(q/100 * n) (1-based, at least 1): always a
 value that was measured, never one interpolated between two, and the rule Locust and perf_analyzer-like
 tools report by, so a p99 here reads as theirs does. Raw samples (core/profile.py's LatencyStats, the
-in-process limits in serve/limits.py) use `percentile`; the load test's latency histogram
+in-process limits in serve/model/inprocess_limits.py) use `percentile`; the load test's latency histogram
 (loadtest/histogram.py) finds the same rank with `rank` among its buckets' counts.
 """
 

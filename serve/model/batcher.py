@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainserve.serve.buckets import pad_rows
+from trainserve.serve.model.buckets import pad_rows
 from trainserve.serve.errors import Internal, ServeError, Unavailable
-from trainserve.serve.model import LoadedModel, config_param
-from trainserve.serve.stats import ModelStats
+from trainserve.serve.model.sessions import LoadedModel, config_param
+from trainserve.serve.model.model_stats import ModelStats
 from trainserve.core.errors import UserError
 from trainserve.core.options.serve import ServeOptions
 
@@ -117,7 +117,7 @@ class _Request:
     future: asyncio.Future | None  # None for a request run directly, without the queue
     enqueued_ns: int = field(default_factory=time.perf_counter_ns)
     nbytes: int = 0  # input bytes, counted against the queue's byte bound
-    requests: int = 1  # clients' requests it holds (a front end's merged requests: serve/remote_core.py)
+    requests: int = 1  # clients' requests it holds (a front end's merged requests: serve/engine/remote_core.py)
 
 
 NEARLY_FRACTION = 4  # a batch is "nearly" a preferred size when at most 1/4 of that size is missing

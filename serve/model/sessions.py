@@ -17,11 +17,11 @@ from trainserve.core import envs
 from trainserve.core.errors import UserError
 from trainserve.core.options.serve import SERVE_DEVICES
 from trainserve.core.procs import usable_cpus
-from trainserve.serve import tuning
-from trainserve.serve.buckets import bucket_for, pad_rows, parse_buckets
+from trainserve.serve.model import tuning
+from trainserve.serve.model.buckets import bucket_for, pad_rows, parse_buckets
 from trainserve.serve.datatypes import config_to_kserve, numpy_dtype
 from trainserve.serve.errors import ServeError
-from trainserve.serve.tuning import ThreadChoice
+from trainserve.serve.model.tuning import ThreadChoice
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ KIND_GPU = 1  # ModelInstanceGroup.Kind.KIND_GPU in Triton's model_config.proto
 SMALL_BATCH_ROWS = 1  # batches this small run on a single-threaded session when they cannot be timed (CPU)
 SMALL_SESSION_MAX_BYTES = 256 * 2**20  # ... for model files up to this size
 # `batch_buckets` / `bucket_sessions` when config.pbtxt does not say: on the GPU, power-of-two batches with a
-# session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.buckets)
+# session each, since onnxruntime's CUDA provider pays ~40 ms at every change of shape (see serve.model.buckets)
 DEFAULT_BUCKETS = {"cpu": "none", "cuda": "pow2"}
 ORT_SPIN_ENV = envs.SERVE_ORT_SPIN.name  # "run": CPU sessions spin inside runs (spin_in_run); for measurements
 BUCKET_SESSIONS_MAX_BYTES = 4 * 2**30  # ... but by default only while the buckets' copies of the weights fit in this
@@ -229,7 +229,7 @@ class LoadedModel:
 
     def _choose_threads(self, count: int) -> ThreadChoice:
         """Which batches run on a single-threaded twin session (CPU only): config.pbtxt's `small_batch_rows`
-        when given, else measured on this model's shapes (serve.tuning). Builds self.small_sessions: with
+        when given, else measured on this model's shapes (serve.model.tuning). Builds self.small_sessions: with
         spinning off, waking a sleeping intra-op pool can cost more than it saves. Weights are held twice,
         so only for models up to SMALL_SESSION_MAX_BYTES."""
         r = self.recipe
@@ -322,7 +322,7 @@ class LoadedModel:
         return self.thread_choice.small_batch_rows if self.small_sessions else 0
 
     def _buckets(self, config, device: str) -> list[int]:
-        """Batch sizes runs are padded to (serve.buckets); [] = no padding. Models with BYTES tensors never pad."""
+        """Batch sizes runs are padded to (serve.model.buckets); [] = no padding. Models with BYTES tensors never pad."""
         given = config_param(config, "batch_buckets")
         if given is None and (self.max_batch_size <= 0 or self.string_inputs or self.string_outputs):
             return []

@@ -1,7 +1,7 @@
 """Inference's side of the memory frontier (train/frontier.py): one exported model's working set at one batch.
 
 A fresh onnxruntime session is built as the server builds one and run once on the batch; its working set is
-what the process holds after the run minus before the session (serve/working_set.py: weights, the arena
+what the process holds after the run minus before the session (serve/model/working_set.py: weights, the arena
 grown to this batch, the activations within it). The first call on a device first runs a throwaway session,
 so no point carries what the runtime makes once per process (the CUDA context; on the CPU its thread pools
 and allocator, ~10 MiB, measured as the first point's excess).
@@ -13,8 +13,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from trainserve.serve.model import _make_session
-from trainserve.serve.working_set import working_set_by_batch
+from trainserve.serve.model.sessions import _make_session
+from trainserve.serve.model.working_set import working_set_by_batch
 
 _warm: set[str] = set()  # devices whose runtime context this process already made
 

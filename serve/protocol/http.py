@@ -1,6 +1,6 @@
 """The HTTP/REST front end (KServe v2 with Triton's extensions) on aiohttp, over the server core.
 
-Plain infer requests are answered by a lean protocol in front of aiohttp (serve/http_fast.py);
+Plain infer requests are answered by a lean protocol in front of aiohttp (serve/protocol/http_fast.py);
 every other request reaches aiohttp. Routes are matched by hand on the split path: cheaper per
 request than a router.
 """
@@ -15,11 +15,11 @@ from urllib.parse import unquote
 
 from aiohttp import web
 
-from trainserve.serve import kserve, refusals
-from trainserve.serve.core import ServerCore
+from trainserve.serve.protocol import kserve, refusals
+from trainserve.serve.engine.server_core import ServerCore
 from trainserve.serve.errors import InvalidArgument, MethodNotAllowed, NotFound, RequestTimeout, ServeError, TooLarge, Unsupported
-from trainserve.serve.http_fast import KEEPALIVE_S, ConnectionTable, FastConnection
-from trainserve.serve.server import ServerOptions
+from trainserve.serve.protocol.http_fast import KEEPALIVE_S, ConnectionTable, FastConnection
+from trainserve.serve.engine.server import ServerOptions
 from trainserve.core.options.serve import ServeOptions
 
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ _INT64_CONFIG_KEYS = {"dims", "max_queue_delay_microseconds", "default_timeout_m
 
 
 def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> HttpFrontEnd:
-    """The hook serve/server.py calls (see its module docstring)."""
+    """The hook serve/engine/server.py calls (see its module docstring)."""
     return HttpFrontEnd(core, host, port, options.max_body_bytes, options.drain_timeout_s, options.body_timeout_s,
                         options.max_connections, options.reuse_port)
 
@@ -106,7 +106,7 @@ class HttpFrontEnd:
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=self.drain_timeout_s,
                                      lingering_time=LINGER_S)
         await self._runner.setup()
-        # Connections start on the lean infer path (serve/http_fast.py), which hands any other request
+        # Connections start on the lean infer path (serve/protocol/http_fast.py), which hands any other request
         # to aiohttp's handler (what TCPSite would have listened with).
         aiohttp_handler = self._runner.server
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ config.pbtxt, as a Triton-style parameter:
   parameters { key: "batch_buckets" value { string_value: "none" } }       # run every size as it comes
   parameters { key: "bucket_sessions" value { string_value: "false" } }    # buckets share one session
 Defaults: on CUDA "pow2" with a session per bucket (while the buckets' copies of the weights stay
-within serve.model.BUCKET_SESSIONS_MAX_BYTES per instance); on the CPU "none". A batch larger than the largest
+within serve.model.sessions.BUCKET_SESSIONS_MAX_BYTES per instance); on the CPU "none". A batch larger than the largest
 bucket runs unpadded on the instance's general session.
 """
 

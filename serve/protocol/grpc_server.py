@@ -1,8 +1,8 @@
 """The KServe v2 gRPC service, on the servicer generated from the protos tritonclient ships.
 
-The servicer here is what both gRPC servers call: serve/grpc_h2.py (the default, its own HTTP/2) and the
+The servicer here is what both gRPC servers call: serve/protocol/grpc_h2.py (the default, its own HTTP/2) and the
 grpc.aio server below (TRAINSERVE_SERVE_GRPC=aio). Every RPC is a thin translation between protobuf and
-the core (serve/core.py), which knows nothing of gRPC. Errors become gRPC status codes from the
+the core (serve/engine/server_core.py), which knows nothing of gRPC. Errors become gRPC status codes from the
 core's error classes (INVALID_ARGUMENT, NOT_FOUND, UNAVAILABLE for a full queue or an unready model,
 INTERNAL), with Triton's message wording; a request with an id gets Triton's "[request id: ...]"
 prefix on inference errors.
@@ -22,10 +22,10 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from trainserve.serve import refusals
+from trainserve.serve.protocol import refusals
 from trainserve.serve.errors import ServeError
-from trainserve.serve.grpc_guard import CallGuard, guard_handler
-from trainserve.serve.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
+from trainserve.serve.protocol.grpc_guard import CallGuard, guard_handler
+from trainserve.serve.protocol.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
 from trainserve.core.errors import UserError
 from trainserve.core.options.serve import ServeOptions
 
@@ -90,7 +90,7 @@ class _SafeDecoding(grpc.GenericRpcHandler):
 
     def __init__(self, inner: grpc.GenericRpcHandler, guard: CallGuard | None = None) -> None:
         self.inner = inner
-        self.guard = guard  # the body deadline and connection cap (serve/grpc_guard.py), when given
+        self.guard = guard  # the body deadline and connection cap (serve/protocol/grpc_guard.py), when given
         self._cache: dict[str, grpc.RpcMethodHandler | None] = {}
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
@@ -130,7 +130,7 @@ def _rpc(method: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
-    """GRPCInferenceService over a ServerCore (serve/core.py)."""
+    """GRPCInferenceService over a ServerCore (serve/engine/server_core.py)."""
 
     def __init__(self, core: Any) -> None:
         self.core = core

@@ -1,7 +1,7 @@
 """Busy-polling an event loop between requests: the mechanism, and when a multi-front-end server uses it.
 
 A thread the kernel wakes from epoll_wait adds tens to hundreds of microseconds to a batch-1 request
-(more on a VM), and a request through a front-end process (serve/engine.py) pays up to three such
+(more on a VM), and a request through a front-end process (serve/engine/model_process.py) pays up to three such
 wake-ups where the single-process server pays one: the front end woken by the client, the model
 process by the front end, the front end by the answer. A loop that keeps a callback in its ready
 queue polls its sockets with a zero timeout instead of sleeping, so a message that comes meanwhile is

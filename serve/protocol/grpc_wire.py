@@ -1,4 +1,4 @@
-"""The bytes of gRPC over HTTP/2 that serve/grpc_h2.py writes and reads past the frames' rules: a frame's header,
+"""The bytes of gRPC over HTTP/2 that serve/protocol/grpc_h2.py writes and reads past the frames' rules: a frame's header,
 the HPACK of its replies' headers and trailers, a gRPC message's prefix, grpc-timeout, and compressed messages."""
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""What HTTP/2 (RFC 9113) and HPACK (RFC 7541) allow a client to send, for serve/grpc_h2.py.
+"""What HTTP/2 (RFC 9113) and HPACK (RFC 7541) allow a client to send, for serve/protocol/grpc_h2.py.
 
 The checks that do not belong on the path of an ordinary call: control frames' streams and lengths, SETTINGS'
 ranges, padding, the size updates at a header block's start, and a request's header fields (RFC 9113 §8.2-8.3).
 A broken rule raises H2Error, a connection error (GOAWAY) unless it names a stream (then RST_STREAM on it).
-The frame and error constants are the RFC's names, shared with serve/grpc_h2.py.
+The frame and error constants are the RFC's names, shared with serve/protocol/grpc_h2.py.
 """
 
 from __future__ import annotations

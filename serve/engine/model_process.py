@@ -1,7 +1,7 @@
 """The model process of a multi-front-end server (`trainserve serve --frontends N`, N > 1).
 
 One process per device holds the ServerCore (sessions and batchers) and the /metrics endpoint; N
-front-end processes (serve/frontend_proc.py) parse HTTP and gRPC on the same ports (SO_REUSEPORT:
+front-end processes (serve/engine/frontend_proc.py) parse HTTP and gRPC on the same ports (SO_REUSEPORT:
 the kernel spreads connections over them) and hand every request to this process, so one batcher
 forms batches from the connections of every front end:
 
@@ -39,11 +39,11 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 from trainserve.core.procs import child_env
-from trainserve.serve import ipc, shm, spin
-from trainserve.serve.core import ServerCore
+from trainserve.serve.engine import ipc, shm, spin
+from trainserve.serve.engine.server_core import ServerCore
 from trainserve.serve.errors import InvalidArgument, ServeError
-from trainserve.serve.remote_core import registry_snapshot
-from trainserve.serve.server import Server, ServerOptions, StartError, run_until_signalled
+from trainserve.serve.engine.remote_core import registry_snapshot
+from trainserve.serve.engine.server import Server, ServerOptions, StartError, run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -144,7 +144,7 @@ class Engine:
         arena_fd = shm.create_arena_fd(f"trainserve-frontend{index}")
         try:
             mm = mmap.mmap(arena_fd, shm.ARENA_BYTES)
-            argv = [sys.executable, "-m", "trainserve.serve.frontend_proc", "--index", str(index),
+            argv = [sys.executable, "-m", "trainserve.serve.engine.frontend_proc", "--index", str(index),
                     "--link-fd", str(theirs.fileno()), "--arena-fd", str(arena_fd),
                     "--arena-bytes", str(shm.ARENA_BYTES), "--engine-pid", str(os.getpid()),
                     "--options", json.dumps(asdict(self._frontend_options))]

@@ -1,6 +1,6 @@
 """The server core: a model registry over a Triton-layout repository, validation, and `infer`.
 
-This is the API both front ends (serve/http.py, serve/grpc_server.py) and the metrics endpoint
+This is the API both front ends (serve/protocol/http.py, serve/protocol/grpc_server.py) and the metrics endpoint
 call; it speaks numpy and plain Python, never a wire format:
 
     core = ServerCore(CoreOptions(model_repository=Path("repo")))
@@ -29,12 +29,12 @@ from trainserve.core.errors import UserError
 from trainserve.core.options.serve import ServeOptions
 from trainserve.core.version import version as trainserve_version
 from trainserve.serve import repository
-from trainserve.serve.batcher import Batcher, BatchingConfig
+from trainserve.serve.model.batcher import Batcher, BatchingConfig
 from trainserve.serve.datatypes import kserve_datatype
 from trainserve.serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
-from trainserve.serve.model import LoadedModel, SessionOptions, TensorSpec
-from trainserve.serve.spin import Poller
-from trainserve.serve.stats import ModelStats
+from trainserve.serve.model.sessions import LoadedModel, SessionOptions, TensorSpec
+from trainserve.serve.engine.spin import Poller
+from trainserve.serve.model.model_stats import ModelStats
 
 log = logging.getLogger(__name__)
 
@@ -127,10 +127,10 @@ class ServerCore:
         self._accepting = False
         self.draining = False  # set when shutdown begins: ready turns False while in-flight requests finish
         self.live = True
-        self.frontends = 1  # front-end processes serving this core (serve/engine.py); shown in the served config
+        self.frontends = 1  # front-end processes serving this core (serve/engine/model_process.py); shown in the served config
         self._batchers: list[Batcher] = []
         self._poll_ns = options.busy_poll_us * 1000
-        # the loop polls its sockets instead of sleeping (serve/spin.py) until a window ends or a batch runs
+        # the loop polls its sockets instead of sleeping (serve/engine/spin.py) until a window ends or a batch runs
         # on an instance thread, which needs the core more than the loop does
         self.poller = Poller(lambda: not self._accepting or any(b.running for b in self._batchers))
 
@@ -262,7 +262,7 @@ class ServerCore:
 
     async def statistics_dicts(self, name: str = "", version: str = "") -> list[dict]:
         """statistics() in the statistics extension's JSON form; a coroutine, so that a front end in another
-        process (serve/remote_core.py) answers it from the model process with the same call."""
+        process (serve/engine/remote_core.py) answers it from the model process with the same call."""
         return [s.to_dict() for s in self.statistics(name, version)]
 
     def _all_entries(self) -> Iterable[ModelEntry]:
@@ -296,9 +296,9 @@ class ServerCore:
                    done: Callable[[dict[str, np.ndarray] | None, Exception | None], None],
                    requests: int = 1) -> None:
         """`infer` without a coroutine: `done(result, None)` or `done(None, error)` is called when the request
-        ends (at once, when it is refused or runs at once on the loop). The model process (serve/engine.py)
+        ends (at once, when it is refused or runs at once on the loop). The model process (serve/engine/model_process.py)
         takes every request of its front ends this way: one callback instead of a task per request.
-        `requests`: how many clients' requests a front end merged into this one (serve/remote_core.py); the
+        `requests`: how many clients' requests a front end merged into this one (serve/engine/remote_core.py); the
         statistics count each of them."""
         start = time.perf_counter_ns()
         try:

@@ -1,10 +1,10 @@
 """The core as a front-end process sees it: ServerCore's API, answered from a snapshot or by the model process.
 
-A front-end process (serve/frontend_proc.py) runs the unchanged HTTP and gRPC front ends over a
+A front-end process (serve/engine/frontend_proc.py) runs the unchanged HTTP and gRPC front ends over a
 RemoteCore. The registry cannot change while serving (no model load/unload), so metadata, configs,
 the index and readiness are answered from the snapshot the model process sends once at start; only
-`infer` and the statistics go to the model process (serve/engine.py), over the control channel
-(serve/ipc.py) with tensors in the shared arena (serve/shm.py).
+`infer` and the statistics go to the model process (serve/engine/model_process.py), over the control channel
+(serve/engine/ipc.py) with tensors in the shared arena (serve/engine/shm.py).
 
 Requests merged (`MERGE_ENV`, on by default). Under load a front end's loop takes many requests in one
 turn, and the model process's one loop pays tens of microseconds of Python for each message (parse,
@@ -28,8 +28,9 @@ from collections.abc import Callable
 import numpy as np
 
 from trainserve.core import envs
-from trainserve.serve import ipc, repository, shm, spin
-from trainserve.serve.core import ModelEntry, ModelMetadata, ServerCore
+from trainserve.serve.engine import ipc, shm, spin
+from trainserve.serve import repository
+from trainserve.serve.engine.server_core import ModelEntry, ModelMetadata, ServerCore
 from trainserve.serve.errors import ServeError, Unavailable
 
 log = logging.getLogger(__name__)
@@ -99,7 +100,7 @@ class RemoteCore:
         self.draining = False
         self.live = True
         self._on_engine_gone = on_engine_gone
-        # busy-polling (serve/spin.py), as the model process chose it for this host
+        # busy-polling (serve/engine/spin.py), as the model process chose it for this host
         plan = spin.SpinPlan(*snapshot.get("spin", (0, 0, False)))
         self._after_ns, self._wait_ns = plan.after_us * 1000, plan.wait_us * 1000
         self._wait_any = plan.any_in_flight  # poll for answers however many requests are in flight
@@ -109,7 +110,7 @@ class RemoteCore:
         self._groups: dict[tuple, _Group] = {}
         self._merge_rows: dict[tuple, int] = {}  # signature -> the model's max_batch_size, 0 when not mergeable
 
-    # ---------------------------------------------------------------- lifecycle (serve/server.py's Server calls these)
+    # ---------------------------------------------------------------- lifecycle (serve/engine/server.py's Server calls these)
     async def start(self) -> None:
         self._accepting = True
 

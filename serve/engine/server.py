@@ -1,12 +1,12 @@
 """The server's lifecycle: start the core and the front ends on one event loop, drain on SIGTERM/SIGINT.
 
-serve/launch.py loads the repository and runs this, or, with several front-end processes, serve/engine.py
+serve/engine/launch.py loads the repository and runs this, or, with several front-end processes, serve/engine/model_process.py
 (which runs this same Server for the core and /metrics, and one in each front-end process over a RemoteCore).
 
 Front ends plug in through one small contract, so the HTTP, gRPC and metrics servers share the core
 and the loop without knowing each other:
 
-    # in serve/http.py, serve/grpc_h2.py, serve/metrics.py
+    # in serve/protocol/http.py, serve/protocol/grpc_h2.py, serve/protocol/prometheus.py
     def create_frontend(core: ServerCore, host: str, port: int, options: ServerOptions) -> FrontEnd
 
     class FrontEnd(Protocol):
@@ -30,13 +30,13 @@ from typing import Any, Protocol
 
 from trainserve.core.errors import UserError
 from trainserve.core.options.serve import ServeOptions
-from trainserve.serve import heap
-from trainserve.serve.core import ServerCore
+from trainserve.serve.engine import heap
+from trainserve.serve.engine.server_core import ServerCore
 
 log = logging.getLogger(__name__)
 
 # front end name -> module that provides create_frontend(core, host, port, options)
-FRONTEND_MODULES = {"http": "trainserve.serve.http", "grpc": "trainserve.serve.grpc_h2", "metrics": "trainserve.serve.metrics"}
+FRONTEND_MODULES = {"http": "trainserve.serve.protocol.http", "grpc": "trainserve.serve.protocol.grpc_h2", "metrics": "trainserve.serve.protocol.prometheus"}
 
 
 class StartError(UserError):
@@ -63,7 +63,7 @@ class ServerOptions:
     drain_timeout_s: float = 30.0  # on SIGTERM: how long in-flight requests may take to finish, seconds
     body_timeout_s: float = ServeOptions.body_timeout_s  # a request head or body not fully received this long after it began: 408, seconds
     max_connections: int = ServeOptions.max_connections  # open HTTP connections at most; more are answered 503 and closed
-    reuse_port: bool = False  # bind with SO_REUSEPORT: several front-end processes share the ports (serve/engine.py)
+    reuse_port: bool = False  # bind with SO_REUSEPORT: several front-end processes share the ports (serve/engine/model_process.py)
 
     def __post_init__(self) -> None:
         for field_name in ("http_port", "grpc_port", "metrics_port"):
@@ -132,7 +132,7 @@ class Server:
 
 async def trim_when_idle(core: ServerCore, every_s: float = 1.0) -> None:
     """Once a second: if requests were served since the last look and nothing is queued or running now,
-    give the heap's free memory back (serve.heap), so RSS falls back near its idle level after a flood;
+    give the heap's free memory back (serve.engine.heap), so RSS falls back near its idle level after a flood;
     and when RSS grew anyway (requests refused before the core, whose buffers sit in reference cycles),
     collect those cycles first."""
 
@@ -153,7 +153,7 @@ async def run_until_signalled(server: Any, on_ready: Callable[[dict[str, int | N
                               failed: asyncio.Event | None = None) -> None:
     """Start, call on_ready(ports), wait for SIGTERM or SIGINT (or `failed`), then drain and stop.
 
-    `server` is a Server or serve/engine.py's Engine: start() -> ports, stop(), and the core it serves."""
+    `server` is a Server or serve/engine/model_process.py's Engine: start() -> ports, stop(), and the core it serves."""
     loop = asyncio.get_running_loop()
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -2,7 +2,7 @@
 figure is set beside, so a gap between the two is the server's cost and not the model's.
 
 For a model of a repository as `trainserve export` writes it, the sessions are built as the server
-builds them (serve.model's session factory, so the same provider options, thread pinning and the
+builds them (serve.model.sessions's session factory, so the same provider options, thread pinning and the
 same refusal of a silent CPU fallback) and timed directly:
 
 1. batch 1 at each intra-op thread count 1, 2, 4, ... up to the usable cores, with the pool threads
@@ -25,7 +25,7 @@ Inputs are random arrays of the declared shapes and dtypes. On CUDA `session.run
 host numpy arrays, so it returns only after the device's work and copies are done: wall-clock timing
 is exact and covers the host<->device copies a served request pays too.
 
-This module imports onnxruntime (through serve.model) but never torch.
+This module imports onnxruntime (through serve.model.sessions) but never torch.
 """
 
 from __future__ import annotations
@@ -54,16 +54,16 @@ from trainserve.core.profile import (
 from trainserve.core.telemetry import gpu_name
 from trainserve.serve import repository
 from trainserve.serve.datatypes import config_to_kserve
-from trainserve.serve.model import (
+from trainserve.serve.model.sessions import (
     CUDNN_SEARCH,
     DEVICES,
     TensorSpec,
     _make_session,  # the server's own session factory: same options, same CUDA check
     config_param,
 )
-from trainserve.serve.tuning import random_feed
-from trainserve.serve.working_set import HOW as WORKING_SET_HOW
-from trainserve.serve.working_set import measure_working_set
+from trainserve.serve.model.tuning import random_feed
+from trainserve.serve.model.working_set import HOW as WORKING_SET_HOW
+from trainserve.serve.model.working_set import measure_working_set
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +162,7 @@ class ModelLimits:
     elapsed_s: float = 0.0
     working_set: dict[int, int] = field(default_factory=dict)  # batch -> bytes one session adds (working_set.py)
     skipped: list[str] = field(default_factory=list)  # points not measured (--points served), each with why
-    working_set_how: str = ""  # the meter of working_set (serve/working_set.py)
+    working_set_how: str = ""  # the meter of working_set (serve/model/working_set.py)
 
     def summary(self) -> dict:
         """{batch1_p50_ms, batch1_threads, best_batch, best_throughput_samples_s} and how they were found."""
@@ -285,7 +285,7 @@ class _Measurement:
         self.threads = cfg.thread_counts()
         self.instances = sum(g.count or 1 for g in config.instance_group) or 1
         cores = cfg.max_threads or usable_cpus()
-        try:  # the server's intra-op threads per instance, as serve.model's session recipe sets them
+        try:  # the server's intra-op threads per instance, as serve.model.sessions's session recipe sets them
             self.server_threads = int(config_param(config, "intra_op_thread_count") or 0) or max(1, cores // self.instances)
         except ValueError:
             raise UserError(f"model {entry.name!r}: parameter intra_op_thread_count must be an integer") from None
@@ -302,7 +302,7 @@ class _Measurement:
         self.unstable: list[Point] = []
 
     def probe_working_set(self) -> None:
-        """The working set at each batch (serve/working_set.py), outside the timed points' budget."""
+        """The working set at each batch (serve/model/working_set.py), outside the timed points' budget."""
         t = time.perf_counter()
         feeds = dict(self.feeds)
         extra = self.cfg.working_set_batch
@@ -391,7 +391,7 @@ def _sweep_all(m: _Measurement) -> None:
     m.remaining = len(threads) + sum(t > 1 for t in threads) + (len(threads) if len(batches) > 1 else 0) \
         + max(0, len(batches) - 2) + (1 if m.instances > 1 and len(batches) > 1 else 0)
     for t in threads:
-        sess = m.session(t, False)  # as the server runs its sessions (serve.model.SessionOptions.allow_spinning)
+        sess = m.session(t, False)  # as the server runs its sessions (serve.model.sessions.SessionOptions.allow_spinning)
         m.point(sess, "threads", 1, t, False)
         if len(batches) > 1:
             m.point(sess, "layout", batches[-1], t, False)

@@ -27,9 +27,9 @@ from typing import Protocol
 import numpy as np
 from aiohttp.http import SERVER_SOFTWARE
 
-from trainserve.serve import heap
+from trainserve.serve.engine import heap
 from trainserve.serve.errors import RequestTimeout, ServeError, TooManyConnections
-from trainserve.serve.refusals import Refusals
+from trainserve.serve.protocol.refusals import Refusals
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ _CLOSE = b"Connection: close\r\n"
 
 
 class InferFrontEnd(Protocol):
-    """What the lean path needs from the HTTP front end (serve/http.py's HttpFrontEnd)."""
+    """What the lean path needs from the HTTP front end (serve/protocol/http.py's HttpFrontEnd)."""
 
     max_body_bytes: int
 
@@ -64,7 +64,7 @@ class ConnectionTable:
 
     def __init__(self, max_connections: int, request_timeout_s: float, keepalive_s: float = KEEPALIVE_S,
                  refusals: Refusals | None = None) -> None:
-        self.refusals = refusals or Refusals()  # the server's counters for /metrics (serve/refusals.py)
+        self.refusals = refusals or Refusals()  # the server's counters for /metrics (serve/protocol/refusals.py)
         self.max_connections = max_connections
         self.request_timeout_s = request_timeout_s  # a request head + body not received within this: 408, close
         self.keepalive_s = keepalive_s  # an idle connection between requests is closed after this, silently

@@ -15,12 +15,12 @@ The first message of an event-loop turn is written at once; the ones after it in
 queued and written together at the start of the next turn, and the reader takes whatever chunks the
 socket gives: a burst of requests, or of a batch's answers, costs two syscalls each way, not one per
 message, and a lone request waits for no loop turn. Tensors do not travel here when they fit the shared
-arena (serve/shm.py): a TensorRef then holds the arena offset and no data; when a tensor does not fit, or
+arena (serve/engine/shm.py): a TensorRef then holds the arena offset and no data; when a tensor does not fit, or
 holds strings, its offset is -1 and it carries its bytes or a tuple of its elements.
 
 Kinds (-> the model process, <- the front end):
     INFER  -> Infer: a request; `requests` > 1 when the front end merged that many clients' requests into
-              this one (their rows in order along dim 0; serve/remote_core.py)
+              this one (their rows in order along dim 0; serve/engine/remote_core.py)
     CALL   -> Call: a registry call whose answer changes while serving (statistics)
     READY  -> Ready: the front end listens, on these ports
     OK     <- Answer: the tensors of the answer

@@ -1,8 +1,8 @@
 """One front-end process of a multi-front-end server: the HTTP and gRPC front ends over a RemoteCore.
 
-Started only by the model process (serve/engine.py), never by hand:
+Started only by the model process (serve/engine/model_process.py), never by hand:
 
-    python -m trainserve.serve.frontend_proc --index I --link-fd FD --arena-fd FD --engine-pid PID --options JSON
+    python -m trainserve.serve.engine.frontend_proc --index I --link-fd FD --arena-fd FD --engine-pid PID --options JSON
 
 It binds the server's ports with SO_REUSEPORT (the kernel spreads new connections over the front ends),
 reads the registry snapshot from the model process, says READY with its ports, and serves until SIGTERM
@@ -22,9 +22,9 @@ import socket
 import sys
 
 from trainserve.core.procs import die_with_parent
-from trainserve.serve import ipc, shm, spin
-from trainserve.serve.remote_core import RemoteCore
-from trainserve.serve.server import Server, ServerOptions, StartError
+from trainserve.serve.engine import ipc, shm, spin
+from trainserve.serve.engine.remote_core import RemoteCore
+from trainserve.serve.engine.server import Server, ServerOptions, StartError
 
 log = logging.getLogger("trainserve.serve.frontend")
 
@@ -73,7 +73,7 @@ async def serve(index: int, sock: socket.socket, arena: shm.Arena, options: Serv
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="trainserve.serve.frontend_proc")
+    parser = argparse.ArgumentParser(prog="trainserve.serve.engine.frontend_proc")
     parser.add_argument("--index", type=int, required=True)
     parser.add_argument("--link-fd", type=int, required=True)
     parser.add_argument("--arena-fd", type=int, required=True)

@@ -5,15 +5,15 @@ grpc's poller thread over a socket) cost more server CPU per request than the wh
 model (docs/BENCHMARKS.md, "gRPC against HTTP on one embedded server"), on the one GIL the batcher also
 needs. A gRPC call is a few HTTP/2 frames: HEADERS, DATA holding length-prefixed protobuf messages, and
 trailers with grpc-status. This module reads and writes those frames itself on an asyncio protocol, as
-serve/http_fast.py does for HTTP/1.1, and hands each decoded message to the same servicer
-(serve/grpc_server.py's InferenceServicer), so every method, status code and message is the grpc.aio
+serve/protocol/http_fast.py does for HTTP/1.1, and hands each decoded message to the same servicer
+(serve/protocol/grpc_server.py's InferenceServicer), so every method, status code and message is the grpc.aio
 server's. `TRAINSERVE_SERVE_GRPC=aio` serves through grpc.aio instead (for measurements and as a fallback).
 
 What it implements of HTTP/2 (RFC 9113) and gRPC over it:
 - the connection preface, SETTINGS (and their ACK), PING (answered), WINDOW_UPDATE both ways, RST_STREAM,
   GOAWAY, CONTINUATION, padding; PRIORITY is ignored; HPACK via the `hpack` package (Huffman and the dynamic
   table), with a header block made only of indexed fields (what a gRPC client sends from its second call on)
-  decoded and validated once per connection. What a client may not send (serve/h2_rules.py: control frames'
+  decoded and validated once per connection. What a client may not send (serve/protocol/h2_rules.py: control frames'
   streams and lengths, SETTINGS ranges, window arithmetic, padding, idle and closed streams, malformed request
   headers) is answered with the RFC's connection error (GOAWAY) or stream error (RST_STREAM);
 - flow control, credited as the server consumes, so that one connection holds a bounded amount of memory:
@@ -32,7 +32,7 @@ What it implements of HTTP/2 (RFC 9113) and gRPC over it:
   the client's windows for at most --body-timeout-s, then their stream is reset (CANCEL);
 - unary methods and the bidirectional ModelStreamInfer; gzip and deflate request messages (grpc-encoding),
   inflated up to the message limit; grpc-timeout as the call's deadline;
-- the body deadline and the connection cap of serve/grpc_guard.py: a unary call whose message has not
+- the body deadline and the connection cap of serve/protocol/grpc_guard.py: a unary call whose message has not
   arrived within --body-timeout-s answers DEADLINE_EXCEEDED; a call on one more connection than
   --max-connections with calls in flight (a reply only waiting for the client's window is not one) answers
   UNAVAILABLE; both counted as refusals;
@@ -59,20 +59,20 @@ from hpack import Decoder
 from hpack.exceptions import HPACKError
 from tritonclient.grpc import service_pb2 as pb
 
-from trainserve.serve import h2_rules as rules, refusals
-from trainserve.serve.grpc_wire import (
+from trainserve.serve.protocol import h2_rules as rules, refusals
+from trainserve.serve.protocol.grpc_wire import (
     HEAD, MESSAGE, OK_TRAILERS, RESPONSE_HEADERS, SERVICE, Aborted, complete_messages, frame, inflate, status_trailers,
     timeout_s, too_many)
-from trainserve.serve.h2_rules import (
+from trainserve.serve.protocol.h2_rules import (
     ACK, CANCEL, COMPRESSION_ERROR, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR, GOAWAY, HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PRIORITY, PRIORITY_FLAG, PROTOCOL_ERROR,
     PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, S_HEADER_TABLE_SIZE, S_INITIAL_WINDOW_SIZE, S_MAX_CONCURRENT_STREAMS,
     S_MAX_FRAME_SIZE, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE, H2Error)
 from trainserve.serve.errors import RequestTimeout, TooManyConnections
-from trainserve.serve.grpc_guard import STREAM as STREAM_INFER, CallGuard
+from trainserve.serve.protocol.grpc_guard import STREAM as STREAM_INFER, CallGuard
 from trainserve.core import envs
 from trainserve.core.errors import UserError
-from trainserve.serve.grpc_server import GrpcConfig, GrpcServer, InferenceServicer, Malformed, _status
+from trainserve.serve.protocol.grpc_server import GrpcConfig, GrpcServer, InferenceServicer, Malformed, _status
 
 log = logging.getLogger(__name__)
 
@@ -916,8 +916,8 @@ GRPC_ENV = envs.SERVE_GRPC.name  # "aio": serve gRPC through grpc.aio instead of
 
 
 def create_frontend(core: Any, host: str, port: int, options: Any) -> H2GrpcServer | GrpcServer:
-    """The hook serve/server.py calls: a gRPC front end with the server's host, port and limits, on this module's
-    HTTP/2 unless TRAINSERVE_SERVE_GRPC=aio asks for grpc.aio (serve/grpc_server.py)."""
+    """The hook serve/engine/server.py calls: a gRPC front end with the server's host, port and limits, on this module's
+    HTTP/2 unless TRAINSERVE_SERVE_GRPC=aio asks for grpc.aio (serve/protocol/grpc_server.py)."""
     choice = envs.SERVE_GRPC.get().strip().lower() or "h2"
     if choice not in ("h2", "aio"):
         raise UserError(f"{GRPC_ENV}={choice!r} must be 'h2' (the default) or 'aio' (grpc.aio)")

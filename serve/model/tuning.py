@@ -68,7 +68,7 @@ def random_feed(inputs, rows: int, rng: np.random.Generator, batched: bool = Tru
     `rows` when `batched`, a variable dimension is `dynamic_dim` (None: refused). ValueError for
     inputs random numbers cannot fill (text) or a variable dimension without `dynamic_dim`."""
     feed = {}
-    for spec in inputs:  # serve.model.TensorSpec: shape with -1 for the batch dim when batched
+    for spec in inputs:  # serve.model.sessions.TensorSpec: shape with -1 for the batch dim when batched
         dims = spec.shape[1:] if batched else spec.shape
         if any(d < 0 for d in dims) and dynamic_dim is None:
             raise ValueError(f"input {spec.name!r} has a variable dimension {list(spec.shape)}; no shape to time")

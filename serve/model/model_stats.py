@@ -56,7 +56,7 @@ class ModelStats:
 
     def record_success(self, request_ns: int, requests: int = 1) -> None:
         """A request that took `request_ns`; `requests` > 1: that many clients' requests a front end merged
-        into this one (serve/remote_core.py), each counted with the same duration."""
+        into this one (serve/engine/remote_core.py), each counted with the same duration."""
         self.success.add(request_ns * requests, requests)
         self.last_inference_ms = time.time_ns() // 1_000_000
 

@@ -1,8 +1,8 @@
 """`trainserve serve`'s entry: load the repository, then serve it in one process or through front-end processes.
 
-With one front end (the default below 8 cores and for a CPU server) everything runs on one event loop (serve/server.py);
+With one front end (the default below 8 cores and for a CPU server) everything runs on one event loop (serve/engine/server.py);
 with more, this process becomes the model process and starts the front-end processes
-(serve/engine.py). Either way the same checks run first and fail with one sentence.
+(serve/engine/model_process.py). Either way the same checks run first and fail with one sentence.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from pathlib import Path
 
 from trainserve.core.options.serve import ServeOptions
 from trainserve.core.procs import usable_cpus
-from trainserve.serve import heap
-from trainserve.serve.spin import switch_interval
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.engine import run_engine
-from trainserve.serve.model import CudaUnavailable, spin_in_run
-from trainserve.serve.server import Server, ServerOptions, StartError, ready_line, run_until_signalled
+from trainserve.serve.engine import heap
+from trainserve.serve.engine.spin import switch_interval
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+from trainserve.serve.engine.model_process import run_engine
+from trainserve.serve.model.sessions import CudaUnavailable, spin_in_run
+from trainserve.serve.engine.server import Server, ServerOptions, StartError, ready_line, run_until_signalled
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def run_server(o: ServeOptions, on_ready: Callable[[str], None] = print) -> None
     """Load the repository, serve until SIGTERM/SIGINT, drain. Raises StartError with one clear sentence.
 
     o.frontends: processes that parse HTTP and gRPC (0 = default_frontends()); above 1 this process becomes
-    the model process that batches for all of them (serve/engine.py).
+    the model process that batches for all of them (serve/engine/model_process.py).
     """
     model_repository, host, frontends = o.model_repository, o.host, o.frontends
     if not 0 <= frontends <= 64:

@@ -18,7 +18,7 @@ from typing import Any
 from aiohttp import web
 
 from trainserve.core.telemetry import Nvml, Sampler
-from trainserve.serve import refusals
+from trainserve.serve.protocol import refusals
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class MetricsServer:
 
 
 def create_frontend(core: Any, host: str, port: int, options: Any) -> MetricsServer:
-    """The hook serve/server.py calls: /metrics over the core's statistics and this machine's resources."""
+    """The hook serve/engine/server.py calls: /metrics over the core's statistics and this machine's resources."""
     gpu_index = 0  # the device the core's sessions use (onnxruntime's default CUDA device)
     return MetricsServer(lambda: [s.to_dict() for s in core.statistics()], host, port,
                          resources=ResourceReader(gpu_index=gpu_index), extra=refusals.of(core).exposition)
