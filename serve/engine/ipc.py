@@ -24,7 +24,7 @@ Kinds (-> the model process, <- the front end):
     CALL   -> Call: a registry call whose answer changes while serving (statistics)
     READY  -> Ready: the front end listens, on these ports
     OK     <- Answer: the tensors of the answer
-    ERROR  <- Failure: a serve.errors error by class name, re-raised in the front end
+    ERROR  <- Failure: a serve.request_errors error by class name, re-raised in the front end
     RESULT <- Result: a CALL's answer (pickle)
     HELLO  <- Hello: the registry snapshot the front end serves metadata from (pickle)
 """
@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, NoReturn
 
 import numpy as np
 
-from trainserve.serve import errors
+from trainserve.serve import request_errors as errors
 
 HEADER = struct.Struct("<IBI")
 INFER, CALL, READY, OK, ERROR, RESULT, HELLO = range(1, 8)
@@ -88,7 +88,7 @@ class Answer(NamedTuple):
 
 
 class Failure(NamedTuple):
-    """ERROR: a serve.errors class name and its message."""
+    """ERROR: a serve.request_errors class name and its message."""
 
     error: str
     message: str
@@ -169,7 +169,7 @@ def inline_array(dtype: str, shape: tuple[int, ...], data) -> np.ndarray:
 
 
 def failure(e: Exception) -> Failure:
-    """An error as the ERROR message: a serve.errors class travels by name; anything else is Internal."""
+    """An error as the ERROR message: a serve.request_errors class travels by name; anything else is Internal."""
     if isinstance(e, errors.ServeError) and type(e).__module__ == errors.__name__:
         return Failure(type(e).__name__, e.message)
     return Failure("Internal", f"internal error: {type(e).__name__}: {e}")

@@ -41,7 +41,7 @@ from dataclasses import asdict, dataclass, replace
 from trainserve.core.procs import child_env
 from trainserve.serve.engine import ipc, shm, spin
 from trainserve.serve.engine.server_core import ServerCore
-from trainserve.serve.errors import InvalidArgument, ServeError
+from trainserve.serve.request_errors import InvalidArgument, ServeError
 from trainserve.serve.engine.remote_core import registry_snapshot
 from trainserve.serve.engine.server import Server, ServerOptions, StartError, run_until_signalled
 

@@ -31,7 +31,7 @@ from trainserve.core import envs
 from trainserve.serve.engine import ipc, shm, spin
 from trainserve.serve import repository
 from trainserve.serve.engine.server_core import ModelEntry, ModelMetadata, ServerCore
-from trainserve.serve.errors import ServeError, Unavailable
+from trainserve.serve.request_errors import ServeError, Unavailable
 
 log = logging.getLogger(__name__)
 

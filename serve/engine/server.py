@@ -1,6 +1,6 @@
 """The server's lifecycle: start the core and the front ends on one event loop, drain on SIGTERM/SIGINT.
 
-serve/engine/launch.py loads the repository and runs this, or, with several front-end processes, serve/engine/model_process.py
+serve/engine/serve_entry.py loads the repository and runs this, or, with several front-end processes, serve/engine/model_process.py
 (which runs this same Server for the core and /metrics, and one in each front-end process over a RemoteCore).
 
 Front ends plug in through one small contract, so the HTTP, gRPC and metrics servers share the core

@@ -9,7 +9,7 @@ call; it speaks numpy and plain Python, never a wire format:
     out = await core.infer("cnn_cpu", "", {"input": x})   # -> {"logits": array with x's rows}
     await core.stop()                # refuse new work, finish in-flight, stop workers
 
-Errors are serve.errors.ServeError subclasses (InvalidArgument 400, NotFound 404, Unavailable 503,
+Errors are serve.request_errors.ServeError subclasses (InvalidArgument 400, NotFound 404, Unavailable 503,
 Internal 500); each carries `http_status` and `grpc_code` for the front end to answer with.
 """
 
@@ -31,7 +31,7 @@ from trainserve.core.version import version as trainserve_version
 from trainserve.serve import repository
 from trainserve.serve.model.batcher import Batcher, BatchingConfig
 from trainserve.serve.datatypes import kserve_datatype
-from trainserve.serve.errors import InvalidArgument, NotFound, ServeError, Unavailable
+from trainserve.serve.request_errors import InvalidArgument, NotFound, ServeError, Unavailable
 from trainserve.serve.model.sessions import LoadedModel, SessionOptions, TensorSpec
 from trainserve.serve.engine.spin import Poller
 from trainserve.serve.model.model_stats import ModelStats

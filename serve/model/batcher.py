@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trainserve.serve.model.buckets import pad_rows
-from trainserve.serve.errors import Internal, ServeError, Unavailable
+from trainserve.serve.request_errors import Internal, ServeError, Unavailable
 from trainserve.serve.model.sessions import LoadedModel, config_param
 from trainserve.serve.model.model_stats import ModelStats
 from trainserve.core.errors import UserError

@@ -20,7 +20,7 @@ from trainserve.core.procs import usable_cpus
 from trainserve.serve.model import tuning
 from trainserve.serve.model.buckets import bucket_for, pad_rows, parse_buckets
 from trainserve.serve.datatypes import config_to_kserve, numpy_dtype
-from trainserve.serve.errors import ServeError
+from trainserve.serve.request_errors import ServeError
 from trainserve.serve.model.tuning import ThreadChoice
 
 log = logging.getLogger(__name__)

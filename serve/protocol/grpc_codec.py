@@ -20,7 +20,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from trainserve.serve.datatypes import KSERVE_TO_NUMPY as DTYPES
 from trainserve.serve.datatypes import kserve_datatype as datatype_of
-from trainserve.serve.errors import InvalidArgument
+from trainserve.serve.request_errors import InvalidArgument
 from trainserve.serve.protocol.kserve import deserialize_bytes as decode_bytes_tensor
 from trainserve.serve.protocol.kserve import serialize_bytes as encode_bytes_tensor
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 
-from trainserve.serve.errors import InvalidArgument, RequestTimeout, TooManyConnections
+from trainserve.serve.request_errors import InvalidArgument, RequestTimeout, TooManyConnections
 from trainserve.serve.protocol.refusals import Refusals
 
 log = logging.getLogger(__name__)

@@ -68,7 +68,7 @@ from trainserve.serve.protocol.h2_rules import (
     FRAME_SIZE_ERROR, GOAWAY, HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PRIORITY, PRIORITY_FLAG, PROTOCOL_ERROR,
     PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, S_HEADER_TABLE_SIZE, S_INITIAL_WINDOW_SIZE, S_MAX_CONCURRENT_STREAMS,
     S_MAX_FRAME_SIZE, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE, H2Error)
-from trainserve.serve.errors import RequestTimeout, TooManyConnections
+from trainserve.serve.request_errors import RequestTimeout, TooManyConnections
 from trainserve.serve.protocol.grpc_guard import STREAM as STREAM_INFER, CallGuard
 from trainserve.core import envs
 from trainserve.core.errors import UserError

@@ -23,7 +23,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from trainserve.serve.protocol import refusals
-from trainserve.serve.errors import ServeError
+from trainserve.serve.request_errors import ServeError
 from trainserve.serve.protocol.grpc_guard import CallGuard, guard_handler
 from trainserve.serve.protocol.grpc_codec import decode_inputs, encode_response, params_to_dict, requested_outputs
 from trainserve.core.errors import UserError

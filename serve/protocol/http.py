@@ -17,7 +17,7 @@ from aiohttp import web
 
 from trainserve.serve.protocol import kserve, refusals
 from trainserve.serve.engine.server_core import ServerCore
-from trainserve.serve.errors import InvalidArgument, MethodNotAllowed, NotFound, RequestTimeout, ServeError, TooLarge, Unsupported
+from trainserve.serve.request_errors import InvalidArgument, MethodNotAllowed, NotFound, RequestTimeout, ServeError, TooLarge, Unsupported
 from trainserve.serve.protocol.http_fast import KEEPALIVE_S, ConnectionTable, FastConnection
 from trainserve.serve.engine.server import ServerOptions
 from trainserve.core.options.serve import ServeOptions

@@ -28,7 +28,7 @@ import numpy as np
 from aiohttp.http import SERVER_SOFTWARE
 
 from trainserve.serve.engine import heap
-from trainserve.serve.errors import RequestTimeout, ServeError, TooManyConnections
+from trainserve.serve.request_errors import RequestTimeout, ServeError, TooManyConnections
 from trainserve.serve.protocol.refusals import Refusals
 
 log = logging.getLogger(__name__)

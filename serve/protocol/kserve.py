@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trainserve.serve.datatypes import kserve_datatype, numpy_dtype
-from trainserve.serve.errors import InvalidArgument, Unsupported
+from trainserve.serve.request_errors import InvalidArgument, Unsupported
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 _COMPACT = json.JSONEncoder(separators=(",", ":"))  # built once: json.dumps with options builds one per call

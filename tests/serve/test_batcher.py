@@ -10,7 +10,7 @@ import pytest
 
 from trainserve.serve.model.batcher import BatchingConfig
 from trainserve.serve.engine.server_core import CoreOptions, ServerCore
-from trainserve.serve.errors import Unavailable
+from trainserve.serve.request_errors import Unavailable
 from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
 
 
@@ -345,7 +345,7 @@ def test_queue_bounds_are_validated_with_the_field_named(tmp_path):
 def test_infer_then_answers_through_its_callback_as_infer_does(tmp_path):
     """The model process's path (no task per request): results batched like infer's, every refusal and error
     through the callback (never raised), and the same statistics."""
-    from trainserve.serve.errors import InvalidArgument
+    from trainserve.serve.request_errors import InvalidArgument
 
     repo = _repo(tmp_path, max_batch_size=8, delay_us=20_000, preferred=(4,))
     xs = [np.random.default_rng(i).standard_normal((1, 4)).astype(np.float32) for i in range(4)]

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from trainserve.serve.engine.server_core import CoreOptions, ServerCore
-from trainserve.serve.errors import InvalidArgument, NotFound, Unavailable
+from trainserve.serve.request_errors import InvalidArgument, NotFound, Unavailable
 from tests.serve.tiny_models import expected_logits
 
 

@@ -13,9 +13,9 @@ import pytest
 from trainserve.serve.engine import ipc, shm
 from trainserve.serve.engine.server_core import CoreOptions, ServerCore
 from trainserve.serve.engine.model_process import reserve_port
-from trainserve.serve.errors import InvalidArgument, NotFound, TooLarge, Unavailable
+from trainserve.serve.request_errors import InvalidArgument, NotFound, TooLarge, Unavailable
 from trainserve.serve.engine.remote_core import RemoteCore, registry_snapshot
-from trainserve.serve.engine.launch import default_frontends
+from trainserve.serve.engine.serve_entry import default_frontends
 from trainserve.serve.engine.server import ready_line
 
 

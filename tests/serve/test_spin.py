@@ -16,7 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 
 from trainserve.serve.engine import ipc, shm, spin
-from trainserve.serve.errors import Unavailable
+from trainserve.serve.request_errors import Unavailable
 from trainserve.serve.engine.remote_core import RemoteCore
 from tests.serve.test_frontends import Served, grpc_infer, http_infer, slow_repo, with_group_killed
 from tests.serve.tiny_models import expected_logits
