@@ -6,10 +6,10 @@ Every message is a 9-byte header, then its body:
 
 What travels is declared here, one NamedTuple per kind, and encoded and decoded only by `encode` and
 `decode`: a field added on one side and not the other fails here, with the kind's name, not far away in
-the other process. marshal stays the encoding of the hot kinds: for plain tuples of str, int, bytes and
-None it is the fastest the standard library has (faster than pickle, struct packing by hand or JSON),
-and both ends are the same build of this package; the version makes a mismatched peer an error, not a
-misread. marshal takes exact tuples only, so a message's tensors (TensorRef) are plain tuples.
+the other process. marshal stays the encoding of the hot kinds: for an INFER message it costs what
+pickle does (about 0.5 µs each way), it refuses anything but plain values (no object of ours can slip
+onto the wire), and both ends are the same build of this package; the version makes a mismatched peer an
+error, not a misread. marshal takes exact tuples only, so a message's tensors (TensorRef) are plain tuples.
 
 The first message of an event-loop turn is written at once; the ones after it in that turn are
 queued and written together at the start of the next turn, and the reader takes whatever chunks the
