@@ -21,11 +21,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trainserve.serve import ipc, shm
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.engine import Engine, FrontEndProcess
-from trainserve.serve.remote_core import RemoteCore, registry_snapshot
-from trainserve.serve.server import ServerOptions
+from trainserve.serve.engine import ipc, shm
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+from trainserve.serve.engine.model_process import Engine, FrontEndProcess
+from trainserve.serve.engine.remote_core import RemoteCore, registry_snapshot
+from trainserve.serve.engine.server import ServerOptions
 
 
 class Captured:

@@ -234,7 +234,7 @@ def _floor_server(port: int, ready) -> None:
     import grpc
     from tritonclient.grpc import service_pb2 as pb
 
-    from trainserve.serve.grpc_server import InferenceServicer, _generic_handlers
+    from trainserve.serve.protocol.grpc_server import InferenceServicer, _generic_handlers
 
     response = pb.ModelInferResponse(model_name="floor", model_version="1")
     response.outputs.add(name="logits", datatype="FP32", shape=[1, 10])

@@ -1,4 +1,4 @@
-"""The lean HTTP path's request-head parsing: the hand-written parser (serve/http_fast.py) against the
+"""The lean HTTP path's request-head parsing: the hand-written parser (serve/protocol/http_fast.py) against the
 same job done by httptools (llhttp, uvicorn's parser), side by side in one process, per head.
 
     python benchmarks/head_parse.py [--heads 200000] [--rounds 5]
@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httptools  # noqa: E402
 
-from trainserve.serve.http_fast import FastConnection, _infer_target  # noqa: E402
+from trainserve.serve.protocol.http_fast import FastConnection, _infer_target  # noqa: E402
 
 HEAD = (b"POST /v2/models/cnn_cpu/infer HTTP/1.1\r\nHost: 127.0.0.1:8000\r\nUser-Agent: python/gevent-http-client-1.5.3"
         b"\r\nInference-Header-Content-Length: 167\r\nContent-Length: 12455\r\nConnection: keep-alive")

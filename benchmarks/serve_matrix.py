@@ -18,7 +18,7 @@ client CPU. A point whose clients used >= 90% of their cores is marked client-bo
 Writes $OUT/serve_matrix.json and $OUT/serve_matrix.md (default OUT=./bench-out).
 
 The two sides may be one tree served two ways, no older checkout needed: --before-env / --after-env set
-environment variables of one side's server (e.g. TRAINSERVE_SERVE_SPIN=0, serve/spin.py) and
+environment variables of one side's server (e.g. TRAINSERVE_SERVE_SPIN=0, serve/engine/spin.py) and
 --before-args / --after-args add `trainserve serve` options (e.g. "--frontends 1"):
 
     python benchmarks/serve_matrix.py --before-env TRAINSERVE_SERVE_SPIN=0 --after-env TRAINSERVE_SERVE_SPIN=1 \
@@ -168,7 +168,7 @@ def start_server(root: Path, repo: Path, device: str, cpus: set[int] | None, ext
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and (line := proc.stdout.readline()):
         lines.append(line)
-        if "busy-poll" in line:  # the model process's polling choice (serve/spin.py), kept for the record
+        if "busy-poll" in line:  # the model process's polling choice (serve/engine/spin.py), kept for the record
             STARTUP_NOTES.setdefault(proc.pid, []).append(" ".join(line.split()))
         if m := re.search(r"ready http=[^:]+:(\d+)", line):
             threading.Thread(target=proc.stdout.read, daemon=True).start()  # a full pipe would stall it

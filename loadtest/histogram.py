@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from trainserve.core import percentiles
+
 _EXACT = 2048  # µs: values below are their own bucket
 _SUB = 1024  # linear buckets per power of two above _EXACT
 
@@ -104,13 +106,11 @@ class Histogram:
         """Nearest-rank percentile (q in 0..100) in ms; the bucket's midpoint above 2 ms."""
         if self.count == 0:
             raise ValueError("percentile of an empty histogram")
-        if not 0 <= q <= 100:
-            raise ValueError(f"percentile q={q} is outside 0..100")
-        rank = max(1, math.ceil(q / 100.0 * self.count))
+        wanted = percentiles.rank(self.count, q)
         seen = 0
         for i in sorted(self.counts):
             seen += self.counts[i]
-            if seen >= rank:
+            if seen >= wanted:
                 low, high = _bounds(i)
                 us = low if high - low == 1 else (low + high - 1) / 2
                 # the extremes are exact: never report beyond what was seen

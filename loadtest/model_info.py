@@ -16,7 +16,7 @@ import numpy as np
 from trainserve.core.errors import UserError
 
 # The extension name trainserve's embedded server lists in its server metadata, besides the name "triton"
-# it shares with NVIDIA Triton: part of the protocol between the stages (serve/core.py sends it; a test
+# it shares with NVIDIA Triton: part of the protocol between the stages (serve/engine/server_core.py sends it; a test
 # checks both sides agree).
 EMBEDDED_EXTENSION = "trainserve"
 

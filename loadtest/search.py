@@ -181,8 +181,8 @@ class RateSearch:
                 and (self._only_unsettled(probe) or (len(self.probes) == 1 and probe.latency_only)):
             # its windows met the SLO but did not agree: measured again, as perf_analyzer measures until it
             # is stable, rather than let one noisy probe move the bracket down. The first rate also carries the
-            # server's first seconds under load: on the H200 host (2026-12-06) a first probe at 16,000 req/s
-            # failed with p99 45 ms where a 30 s window at that rate, and later probes near it, met 20 ms
+            # server's first seconds under load (warming caches, pools, the allocator), which can fail a p99
+            # that a 30 s window at the same rate, and later probes near it, meet (docs/BENCHMARKS.md)
             self._again = probe.rate
         elif not probe.passed and (self.lowest_failed is None or probe.rate < self.lowest_failed.rate):
             self.lowest_failed = probe

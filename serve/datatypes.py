@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 from tritonclient.utils import np_to_triton_dtype, triton_to_np_dtype
 
-from trainserve.serve.errors import InvalidArgument
+from trainserve.serve.request_errors import InvalidArgument
 
 # The datatypes this server decodes and encodes, in the KServe v2 order. tritonclient maps names to
 # numpy dtypes and back but has no list of the names a server accepts, so that list is kept here.

@@ -138,7 +138,7 @@ def model_config_from_card(card: ModelCard, kind: Literal["cpu", "gpu"],
         c.instance_group.add(kind=pb.ModelInstanceGroup.KIND_CPU, count=cfg.cpu_instances)
         # Keys read by Triton's onnxruntime backend; inter-op 1 because execution is sequential. The intra-op
         # count is written only when asked or when instances must share the cores: otherwise the serving
-        # machine decides (the embedded server times its thread layout at load, serve.tuning), not this one.
+        # machine decides (the embedded server times its thread layout at load, serve.model.tuning), not this one.
         if cfg.cpu_threads or cfg.cpu_instances > 1:
             c.parameters["intra_op_thread_count"].string_value = str(cfg.intra_op_threads())
         c.parameters["inter_op_thread_count"].string_value = "1"

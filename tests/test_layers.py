@@ -48,3 +48,20 @@ def test_a_cycle_breaks_the_contract(tmp_path: Path) -> None:
     (root / "trainserve" / "core" / "b_cycle.py").write_text("from trainserve.core import a_cycle\n")
     done = _lint_imports(root)
     assert done.returncode != 0 and "a_cycle" in done.stdout, done.stdout[-2000:]
+
+
+def test_the_model_layer_importing_a_protocol_breaks_the_serve_layers(tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path)
+    (root / "serve" / "model" / "leak.py").write_text("from trainserve.serve.protocol import kserve\n")
+    done = _lint_imports(root)
+    assert done.returncode != 0
+    assert "trainserve.serve.model.leak" in done.stdout and "trainserve.serve.protocol.kserve" in done.stdout
+
+
+def test_a_protocol_importing_a_session_breaks_the_serve_contract(tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path)
+    (root / "serve" / "protocol" / "leak.py").write_text("from trainserve.serve.model import sessions\n")
+    done = _lint_imports(root)
+    assert done.returncode != 0
+    assert "trainserve.serve.protocol.leak" in done.stdout and "trainserve.serve.model.sessions" in done.stdout
+    assert "a protocol module never imports the model layer" in done.stdout.replace("\n", " ")

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainserve.core import envs
 from trainserve.core.errors import UserError
 from trainserve.core.profile import ProfileRecord
 from trainserve.train.config import scaled_lr
@@ -40,7 +41,7 @@ log = logging.getLogger(__name__)
 # Set in every GPU run's environment before NCCL starts: NVLink multicast stays off.
 GPU_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1"}
 # Debug hook: when "1", every rank checksums its parameters after each step and rank 0 compares.
-CHECK_SYNC_ENV = "TRAINSERVE_DDP_CHECK_SYNC"
+CHECK_SYNC_ENV = envs.DDP_CHECK_SYNC.name
 
 
 @dataclass
@@ -130,7 +131,7 @@ def setup(device: str) -> DistContext:
         kwargs["device_id"] = torch.device(dev)  # binds NCCL eagerly to this rank's GPU
     dist.init_process_group(**kwargs)
     _CURRENT = DistContext(rank=rank, world_size=world, local_rank=local, backend=backend, device=dev,
-                           sync_check=os.environ.get(CHECK_SYNC_ENV) == "1")
+                           sync_check=envs.DDP_CHECK_SYNC.get())
     if rank != 0:  # one voice: only rank 0 logs progress; the others report warnings and errors
         logging.getLogger().setLevel(max(logging.getLogger().level, logging.WARNING))
     log.debug("joined process group: %s", _CURRENT)

@@ -41,7 +41,7 @@ EDGE_STEP = 32  # the transformer's edge is searched on d_model multiples of thi
 
 CPU_FP16_NOTE = ("inference fp16 is measured on GPUs only: onnxruntime's CPU provider crashes (a segmentation "
                  "fault) building a session of the fp16 transformer, and the project serves fp16 on GPUs alone")
-# InferProbe(onnx_path, feeds, device) -> working-set bytes; raises on failure (serve/frontier_probe.py)
+# InferProbe(onnx_path, feeds, device) -> working-set bytes; raises on failure (serve/model/frontier_probe.py)
 InferProbe = Callable[[Path, dict[str, Any], str], int]
 
 

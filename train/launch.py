@@ -17,13 +17,14 @@ import subprocess
 import sys
 from collections.abc import Sequence
 
+from trainserve.core import envs
 from trainserve.core.errors import UserError
 from trainserve.core.procs import die_with_parent, stop_group
 from trainserve.train.distributed import GPU_ENV, launched_by_torchrun
 
 log = logging.getLogger(__name__)
 
-ARGV_ENV = "TRAINSERVE_ARGV"  # the workers' trainserve arguments, a JSON list of strings
+ARGV_ENV = envs.ARGV.name  # the workers' trainserve arguments, a JSON list of strings
 STOP_GRACE_S = 20.0  # torchrun's own grace for its workers is 30 s; we give it this, then SIGKILL
 
 

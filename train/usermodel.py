@@ -28,7 +28,7 @@ from trainserve.core.errors import UserError
 from trainserve.core.options.train import INPUT_DTYPES  # int64: token ids, drawn below --vocab-size
 
 FAMILY = "user"
-MIN_VOCAB = 10  # loadtest/model_info.py and serve/tuning.py send random token ids 0..9
+MIN_VOCAB = 10  # loadtest/model_info.py and serve/model/tuning.py send random token ids 0..9
 
 
 def is_reference(model: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import logging
-import os
 import sys
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
@@ -27,7 +26,7 @@ from trainserve.commands import report as _report
 from trainserve.commands import run as _run
 from trainserve.commands import serve as _serve
 from trainserve.commands import train as _train
-from trainserve.core import diskfull
+from trainserve.core import diskfull, envs
 from trainserve.core.errors import UserError
 from trainserve.train import launch
 
@@ -100,7 +99,7 @@ app.command("run")(user_errors(_run.run))
 
 def main() -> None:
     """The `trainserve` command; a torchrun worker started by `train --nproc` gets its arguments from the launcher."""
-    if len(sys.argv) == 1 and launch.ARGV_ENV in os.environ:
+    if len(sys.argv) == 1 and envs.ARGV.is_set():
         sys.argv = ["trainserve", *worker_args()]
     app()
 
@@ -108,7 +107,7 @@ def main() -> None:
 def worker_args() -> list[str]:
     """The trainserve arguments the `--nproc` launcher handed to its torchrun workers."""
     try:
-        args = json.loads(os.environ[launch.ARGV_ENV])
+        args = json.loads(envs.ARGV.text())
     except json.JSONDecodeError as e:
         raise SystemExit(f"{launch.ARGV_ENV} must hold the JSON list `trainserve train --nproc N` writes ({e})") from None
     if not isinstance(args, list) or not all(isinstance(a, str) for a in args):

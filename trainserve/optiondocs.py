@@ -1,4 +1,5 @@
-"""docs/options.md and compose.yaml's defaults, generated from the option trees (trainserve/core/options/).
+"""docs/options.md and compose.yaml's defaults, generated from the option trees (trainserve/core/options/) and
+the environment switches (trainserve/core/envs.py).
 
     python -m trainserve.optiondocs          # exit 1 and say what differs when either is out of date
     python -m trainserve.optiondocs --write  # rewrite them
@@ -14,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from trainserve.core import envs
 from trainserve.core.options.commands import COMMANDS, LOCUST
 from trainserve.core.options.serve import ServeOptions
 from trainserve.core.options.spec import REQUIRED, Command, Option
@@ -84,7 +86,18 @@ def options_md() -> str:
     out += ["## Locust (`locust -f loadtest/locustfile.py`)", "",
             "The load test's own arguments, also given by `trainserve load`; those with a label are fields of the "
             "web UI's start form.", "", *table(LOCUST, web=True), ""]
+    out += ["## Environment switches", "",
+            "Declared in `trainserve/core/envs.py`, the one module that reads them; each is read when it is used. "
+            "Most are for measurements and launchers: what a user chooses is an option above.", "",
+            *env_table(), ""]
     return "\n".join(out)
+
+
+def env_table() -> list[str]:
+    lines = ["| variable | type | default | what it does |", "| --- | --- | --- | --- |"]
+    for s in envs.SWITCHES:
+        lines.append(f"| `{s.name}` | {_cell(s.type)} | {f'`{s.default}`' if s.default else 'unset'} | {_cell(s.doc)} |")
+    return lines
 
 
 def compose_text(text: str) -> str:

@@ -88,7 +88,7 @@ def test_example_report_in_the_browser(tab: Any) -> None:
     check_report(tab, REPO_ROOT / "docs" / "example-report" / "report.html")
 
 
-# What issue 27 asked of the page (items 13, 14, 16), read in the browser.
+# What the page promises a reader (alt text, grouped warnings, a measured first tile), read in the browser.
 PAGE_FACTS = """() => ({
   alts: [...document.images].map(i => i.alt),
   warnHeading: document.querySelector("#warnings h2").textContent,

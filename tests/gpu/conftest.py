@@ -12,9 +12,10 @@ import os
 
 import pytest
 
+from trainserve.core import envs
 from trainserve.core.telemetry import Nvml
 
-REQUIRE_ENV = "TRAINSERVE_REQUIRE_GPU"
+REQUIRE_ENV = envs.REQUIRE_GPU.name
 
 
 def cuda_missing() -> str | None:
@@ -38,7 +39,7 @@ def gate(reason: str | None, env: dict[str, str]) -> None:
     """Nothing when CUDA is there (`reason` None); else fail where the environment requires the GPU, or skip."""
     if reason is None:
         return
-    if env.get(REQUIRE_ENV) == "1":
+    if envs.REQUIRE_GPU.parse(env.get(REQUIRE_ENV, envs.REQUIRE_GPU.default)):
         pytest.fail(f"{REQUIRE_ENV}=1 but the GPU tier cannot run: {reason}", pytrace=False)
     pytest.skip(f"needs CUDA: {reason}")
 

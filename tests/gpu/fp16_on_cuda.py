@@ -20,7 +20,7 @@ def main(run: Path) -> None:
     import onnxruntime as ort
 
     if hasattr(ort, "preload_dlls"):
-        ort.preload_dlls()  # the CUDA libraries pip's nvidia packages ship, as serve/model.py loads them
+        ort.preload_dlls()  # the CUDA libraries pip's nvidia packages ship, as serve/model/sessions.py loads them
     from trainserve.core.card import ModelCard, example_inputs
     from trainserve.train import verify
 

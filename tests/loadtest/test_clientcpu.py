@@ -83,7 +83,7 @@ def test_cpu_seconds_count_over_the_span_they_were_spent_in_not_the_measured_win
     gen = {"per_process_cpu_s": {"master": 0.5, "w1": 10.0, "w2": 10.2}, "window_s": 35.0}
     client = from_results(gen, 3.0, workers=2)
     assert not client.saturated and max(client.per_process_core_fraction.values()) < 0.3
-    # without the span (an older record) the measured window stands in, as before
+    # without the span (an older record) the measured window stands in
     assert from_results({k: v for k, v in gen.items() if k != "window_s"}, 3.0, workers=2).saturated
 
 

@@ -44,7 +44,7 @@ def test_a_front_end_at_its_core_in_the_next_step_bounds_the_capacity() -> None:
 
 
 def test_with_several_front_ends_the_model_process_is_not_counted_as_front_end() -> None:
-    # the GPU example of 2026-12-05: the server (model process and 4 front ends) at 3.69 cores was read as 4 front
+    # a GPU server: the server (model process and 4 front ends) at 3.69 cores was read as 4 front
     # ends saturated; the model process's own ~0.9 core is not front end
     r = _ramp_record()
     r.served.frontends = 4
@@ -123,7 +123,7 @@ def test_a_bracketed_server_search_is_bounded_by_the_slo_at_the_next_rate() -> N
 
 
 def test_a_search_whose_budget_ended_first_is_bounded_by_the_budget_not_the_offered_load() -> None:
-    # the 16-core H100 host: 30 s of doubling from 100 req/s ended at 6,400 req/s with every rate passing, and the
+    # a 16-core host: 30 s of doubling from 100 req/s ended at 6,400 req/s with every rate passing, and the
     # record blamed "the offered load"
     r = _search_record(capacity_req_s=6400.0, upper_req_s=None, lower_bound=True, budget_ended=True)
     redecide(r)
@@ -137,7 +137,7 @@ def test_a_search_whose_budget_ended_first_is_bounded_by_the_budget_not_the_offe
 
 
 def test_a_search_the_client_limited_is_bounded_by_the_client() -> None:
-    # the H200 host, 2026-12-06: gRPC's search stopped at 12,500 req/s because a Locust process was busy at 13,000,
+    # gRPC's search stopped at 12,500 req/s because a Locust process was busy at 13,000,
     # while the whole search's mean client CPU (0.83 of each core) was under the mark; the record said "the
     # offered load"
     r = _search_record(capacity_req_s=12500.0, upper_req_s=13000.0, lower_bound=True, client_limited=True,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.server import Server, ServerOptions
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+from trainserve.serve.engine.server import Server, ServerOptions
 from tests.serve.tiny_models import make_repository
 
 

@@ -1,6 +1,6 @@
 """A real server (core + front ends on real loopback sockets) on an event loop in a background thread.
 
-Cheaper than a subprocess for the protocol tests, and the same code path: serve/server.py's Server.
+Cheaper than a subprocess for the protocol tests, and the same code path: serve/engine/server.py's Server.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.server import Server, ServerOptions
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+from trainserve.serve.engine.server import Server, ServerOptions
 
 
 @contextlib.contextmanager

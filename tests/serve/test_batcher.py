@@ -8,9 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from trainserve.serve.batcher import BatchingConfig
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.errors import Unavailable
+from trainserve.serve.model.batcher import BatchingConfig
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+from trainserve.serve.request_errors import Unavailable
 from tests.serve.tiny_models import classifier_config, classifier_onnx, expected_logits
 
 
@@ -161,7 +161,7 @@ def _as_if(batcher, run_ms: float, idle_ms: float) -> None:
 
 
 def test_a_run_is_on_the_loop_only_after_the_batcher_was_idle_longer_than_the_run(tmp_path):
-    from trainserve.serve.batcher import LONE_CREDIT
+    from trainserve.serve.model.batcher import LONE_CREDIT
 
     repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
     x = np.ones((1, 4), np.float32)
@@ -190,7 +190,7 @@ def test_a_run_is_on_the_loop_only_after_the_batcher_was_idle_longer_than_the_ru
 def test_the_lone_credit_is_bounded_by_the_loop_time_its_runs_take(tmp_path):
     # A CPU model's lone request may run on the loop up to 50 ms: runs of 10 ms get 3 runs of credit (32 ms),
     # not 16 runs holding the loop for 160 ms while a burst that came just after a run waits to be read.
-    from trainserve.serve.batcher import LONE_CREDIT_NS
+    from trainserve.serve.model.batcher import LONE_CREDIT_NS
 
     repo = _repo(tmp_path, 'parameters { key: "idle_inline_max_us" value: { string_value: "50000" } }\n',
                  max_batch_size=8, delay_us=0)
@@ -213,7 +213,7 @@ def test_the_lone_credit_is_bounded_by_the_loop_time_its_runs_take(tmp_path):
 
 
 def test_a_request_that_comes_while_another_waits_ends_the_lone_credit(tmp_path):
-    from trainserve.serve.batcher import LONE_CREDIT_NS
+    from trainserve.serve.model.batcher import LONE_CREDIT_NS
 
     repo = _repo(tmp_path, max_batch_size=8, delay_us=0)
     one, two = np.ones((1, 4), np.float32), np.ones((2, 4), np.float32)
@@ -345,7 +345,7 @@ def test_queue_bounds_are_validated_with_the_field_named(tmp_path):
 def test_infer_then_answers_through_its_callback_as_infer_does(tmp_path):
     """The model process's path (no task per request): results batched like infer's, every refusal and error
     through the callback (never raised), and the same statistics."""
-    from trainserve.serve.errors import InvalidArgument
+    from trainserve.serve.request_errors import InvalidArgument
 
     repo = _repo(tmp_path, max_batch_size=8, delay_us=20_000, preferred=(4,))
     xs = [np.random.default_rng(i).standard_normal((1, 4)).astype(np.float32) for i in range(4)]
@@ -378,7 +378,7 @@ def test_a_lone_request_to_a_cpu_model_runs_on_the_loop_for_longer_than_a_gpu_mo
     """A CPU model's lone run goes on the event loop up to CPU_IDLE_INLINE_MAX_US (its threads take every core
     anyway; the hand-off costs two wake-ups), a GPU model's up to 2 ms; config.pbtxt's parameter wins on both."""
     from google.protobuf import text_format
-    from trainserve.serve.batcher import CPU_IDLE_INLINE_MAX_US
+    from trainserve.serve.model.batcher import CPU_IDLE_INLINE_MAX_US
     from tritonclient.grpc import model_config_pb2
 
     def config(extra: str = ""):

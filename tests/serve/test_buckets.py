@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainserve.serve.buckets import bucket_for, pad_rows, parse_buckets
-from trainserve.serve.model import BUCKET_SESSIONS_MAX_BYTES, LoadedModel, LoadError, SessionOptions, default_bucket_sessions
+from trainserve.serve.model.buckets import bucket_for, pad_rows, parse_buckets
+from trainserve.serve.model.sessions import BUCKET_SESSIONS_MAX_BYTES, LoadedModel, LoadError, SessionOptions, default_bucket_sessions
 from trainserve.serve.repository import parse_config_file
 from tests.serve.tiny_models import FEATURES, classifier_config, classifier_onnx, expected_logits
 

@@ -1,4 +1,4 @@
-"""A careless or hostile client against `trainserve serve` as a real process (issue 27): slow large bodies must
+"""A careless or hostile client against `trainserve serve` as a real process: slow large bodies must
 not stall another client, and memory must come back after refused gzip bodies, refused gRPC requests and a
 gRPC flood."""
 
@@ -128,7 +128,7 @@ def _idle_rss(proc, port: int, grpc_port: int) -> tuple[psutil.Process, int]:
     return server, server.memory_info().rss
 
 
-# Each scenario on its own server, measured from its own idle level (issue 27's criterion: within 10%).
+# Each scenario on its own server, measured from its own idle level (the criterion: back within 10%).
 # One after another on one server, what the earlier ones leave in glibc's and grpc's free lists adds up
 # to 15-50% above idle (docs/BENCHMARKS.md).
 

@@ -294,7 +294,7 @@ def test_sigkill_of_the_whole_group_leaves_no_shared_memory(tmp_path):
 
 
 def test_front_ends_that_keep_dying_stop_the_server_with_one_line(tmp_path):
-    from trainserve.serve.engine import RESTART_LIMIT
+    from trainserve.serve.engine.model_process import RESTART_LIMIT
 
     srv = Served(slow_repo(tmp_path, spins=100))
     try:

@@ -4,20 +4,19 @@ framing and errors, the port reservation, and the registry snapshot a front end 
 from __future__ import annotations
 
 import asyncio
-import marshal
 import pickle
 import socket
 
 import numpy as np
 import pytest
 
-from trainserve.serve import ipc, shm
-from trainserve.serve.core import CoreOptions, ServerCore
-from trainserve.serve.engine import reserve_port
-from trainserve.serve.errors import InvalidArgument, NotFound, TooLarge, Unavailable
-from trainserve.serve.remote_core import RemoteCore, registry_snapshot
-from trainserve.serve.launch import default_frontends
-from trainserve.serve.server import ready_line
+from trainserve.serve.engine import ipc, shm
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+from trainserve.serve.engine.model_process import reserve_port
+from trainserve.serve.request_errors import InvalidArgument, NotFound, TooLarge, Unavailable
+from trainserve.serve.engine.remote_core import RemoteCore, registry_snapshot
+from trainserve.serve.engine.serve_entry import default_frontends
+from trainserve.serve.engine.server import ready_line
 
 
 def test_default_frontends_is_one_below_8_cores_then_a_quarter_of_them_at_most_8_and_one_for_a_cpu_server():
@@ -41,11 +40,11 @@ def test_arena_reuses_freed_blocks_and_says_when_it_is_full():
 
 
 def test_errors_cross_the_channel_as_their_own_class_and_others_as_internal():
-    e = ipc.raise_error(ipc.error_message(NotFound("no version 3")))
+    e = ipc.raise_error(ipc.failure(NotFound("no version 3")))
     assert type(e) is NotFound and e.message == "no version 3" and e.http_status == 404
-    e = ipc.raise_error(ipc.error_message(TooLarge(10, 5)))  # a class whose __init__ takes other arguments
+    e = ipc.raise_error(ipc.failure(TooLarge(10, 5)))  # a class whose __init__ takes other arguments
     assert type(e) is TooLarge and "exceeds" in e.message
-    e = ipc.raise_error(ipc.error_message(ValueError("boom")))
+    e = ipc.raise_error(ipc.failure(ValueError("boom")))
     assert e.grpc_code == "INTERNAL" and "ValueError: boom" in e.message
 
 
@@ -82,7 +81,7 @@ def test_link_reads_frames_split_anywhere_and_batches_one_turn_of_sends():
 
 def test_inline_tensors_keep_dtype_shape_and_strings():
     for array in (np.arange(6, dtype=np.int64).reshape(2, 3), np.array([[b"a", b"bc"]], dtype=object)):
-        name, dtype, shape, offset, data = marshal.loads(marshal.dumps(ipc.inline_tensor("t", array)))
+        (name, dtype, shape, offset, data), = ipc.decode(*ipc.encode(ipc.Answer((ipc.inline_tensor("t", array),)))).tensors
         back = ipc.inline_array(dtype, tuple(shape), data)
         assert offset == -1 and back.dtype == array.dtype and back.shape == array.shape
         assert back.tolist() == array.tolist()
@@ -162,7 +161,7 @@ class _Wire:
             while pos < len(data):
                 length, kind, _ = ipc.HEADER.unpack_from(data, pos)
                 if kind == ipc.INFER:
-                    self.messages.append(marshal.loads(data[pos + 9 : pos + 9 + length])[6])
+                    self.messages.append(ipc.decode(kind, data[pos + 9 : pos + 9 + length]).requests)
                 pos += 9 + length
         asyncio.get_running_loop().call_soon(self.to.data_received, data)
 
@@ -177,8 +176,8 @@ def test_a_front_end_merges_one_turn_of_requests_and_each_gets_its_own_rows_erro
     """Requests that arrive together go to the model process as one message per batch (at most
     max_batch_size rows, 8 here), the first of the turn alone; each client gets its own rows back; a request
     the model refuses is not merged and gets its own error; the statistics count every client's request."""
-    from trainserve.serve.engine import Engine, FrontEndProcess
-    from trainserve.serve.server import ServerOptions
+    from trainserve.serve.engine.model_process import Engine, FrontEndProcess
+    from trainserve.serve.engine.server import ServerOptions
     from tests.serve.tiny_models import expected_logits
 
     async def main() -> None:

@@ -9,8 +9,8 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc._infer_result import InferResult
 from tritonclient.grpc._utils import _get_inference_request
 
-from trainserve.serve.errors import InvalidArgument
-from trainserve.serve.grpc_codec import (
+from trainserve.serve.request_errors import InvalidArgument
+from trainserve.serve.protocol.grpc_codec import (
     CodecError,
     decode_inputs,
     encode_bytes_tensor,

@@ -1,4 +1,4 @@
-"""The gRPC front end's own HTTP/2 (serve/grpc_h2.py): what tritonclient does not show, through a raw HTTP/2
+"""The gRPC front end's own HTTP/2 (serve/protocol/grpc_h2.py): what tritonclient does not show, through a raw HTTP/2
 connection on a real server; compressed messages and the grpc.aio fallback through tritonclient."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from hpack import Decoder, Encoder
 from tritonclient.grpc import service_pb2 as pb
 
 from trainserve.core.errors import UserError
-from trainserve.serve.grpc_h2 import GRPC_ENV, H2GrpcServer, create_frontend
-from trainserve.serve.grpc_server import GrpcConfig, GrpcServer
-from trainserve.serve.server import ServerOptions
+from trainserve.serve.protocol.grpc_h2 import GRPC_ENV, H2GrpcServer, create_frontend
+from trainserve.serve.protocol.grpc_server import GrpcConfig, GrpcServer
+from trainserve.serve.engine.server import ServerOptions
 from tests.serve.inprocess import running_server
 from tests.serve.tiny_models import expected_logits, make_repository
 
@@ -137,7 +137,7 @@ def test_settings_and_ping_are_answered_and_an_unknown_method_is_unimplemented(s
 
 
 def test_calls_past_the_advertised_stream_limit_are_refused_and_the_rest_answered(server):
-    from trainserve.serve.grpc_h2 import MAX_STREAMS
+    from trainserve.serve.protocol.grpc_h2 import MAX_STREAMS
 
     client = RawClient(server[1])
     try:
@@ -296,7 +296,7 @@ def test_a_taken_port_is_an_os_error_naming_the_address(server):
 
 
 def test_calls_cancelled_faster_than_allowed_end_the_connection_and_the_server_goes_on(server):
-    from trainserve.serve.grpc_h2 import RESET_BURST
+    from trainserve.serve.protocol.grpc_h2 import RESET_BURST
 
     srv, port = server
     before = srv.core.refusals.get("grpc", "flood")
@@ -388,7 +388,7 @@ def send_until_blocked(client: RawClient, sid: int, message: bytes, window: dict
     """Send `message` on stream `sid` while the client's windows allow (`window`: by stream id, 0 the
     connection's, grown by the server's WINDOW_UPDATEs), until a second passes without credit or 4 windows went
     through; how many were sent. DATA received meanwhile is added to `replies`."""
-    from trainserve.serve.grpc_h2 import RECV_WINDOW
+    from trainserve.serve.protocol.grpc_h2 import RECV_WINDOW
 
     sent, progress = 0, time.monotonic()
     while sent < 4 * RECV_WINDOW // len(message):  # a server crediting on arrival lets all of it through
@@ -410,7 +410,7 @@ def send_until_blocked(client: RawClient, sid: int, message: bytes, window: dict
 
 
 def test_a_stream_whose_replies_are_not_read_stops_being_credited_and_resumes_when_they_are(tmp_path):
-    from trainserve.serve.grpc_h2 import OUT_BACKLOG, RECV_WINDOW
+    from trainserve.serve.protocol.grpc_h2 import OUT_BACKLOG, RECV_WINDOW
 
     repo = make_repository(tmp_path / "repo")
     with running_server(repo, max_queue_size=8) as (srv, ports):  # few requests in flight: replies come back soon
@@ -453,7 +453,7 @@ def test_a_stream_whose_replies_are_not_read_stops_being_credited_and_resumes_wh
 
 
 def test_a_connection_past_its_budget_of_messages_still_arriving_has_that_call_refused(tmp_path, monkeypatch):
-    from trainserve.serve import grpc_h2
+    from trainserve.serve.protocol import grpc_h2
 
     monkeypatch.setattr(grpc_h2, "PARTIAL_FLOOR", 0)  # the budget: 4 messages at the limit, 1 MiB
     repo = make_repository(tmp_path / "repo")
@@ -499,7 +499,7 @@ def goaway_code(client: RawClient, timeout_s: float = 3) -> int | None:
 
 
 def test_data_past_the_granted_window_ends_the_connection_with_flow_control_error(server):
-    from trainserve.serve.grpc_h2 import RECV_WINDOW
+    from trainserve.serve.protocol.grpc_h2 import RECV_WINDOW
 
     mib = 1 << 20
     client = RawClient(server[1])
@@ -518,7 +518,7 @@ def test_data_past_the_granted_window_ends_the_connection_with_flow_control_erro
 
 
 def test_complete_messages_waiting_for_their_calls_end_count_against_the_connections_budget(tmp_path, monkeypatch):
-    from trainserve.serve import grpc_h2
+    from trainserve.serve.protocol import grpc_h2
 
     monkeypatch.setattr(grpc_h2, "PARTIAL_FLOOR", 0)  # the budget: 4 messages at the limit, 1 MiB
     repo = make_repository(tmp_path / "repo")

@@ -14,7 +14,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
-from trainserve.serve.grpc_server import GrpcConfig
+from trainserve.serve.protocol.grpc_server import GrpcConfig
 from tests.serve.inprocess import running_server
 from tests.serve.tiny_models import BIAS, WEIGHT, expected_logits, make_repository
 
@@ -301,7 +301,7 @@ def test_grpc_config_validates_fields():
 
 
 def test_a_taken_port_is_an_os_error(server):
-    from trainserve.serve.grpc_server import GrpcServer
+    from trainserve.serve.protocol.grpc_server import GrpcServer
 
     port = int(server[1].rsplit(":", 1)[1])
 
@@ -316,7 +316,7 @@ def test_every_service_method_is_served_through_the_generic_handler(stub):
     """The service is registered as a generic handler only (grpc_server._generic_handlers): no method may be lost."""
     from dataclasses import dataclass
 
-    from trainserve.serve.grpc_server import InferenceServicer, _generic_handlers
+    from trainserve.serve.protocol.grpc_server import InferenceServicer, _generic_handlers
 
     @dataclass
     class Details(grpc.HandlerCallDetails):

@@ -1,11 +1,11 @@
-"""trainserve.serve.heap.trim gives freed heap memory back to the system (Linux with glibc)."""
+"""trainserve.serve.engine.heap.trim gives freed heap memory back to the system (Linux with glibc)."""
 
 from __future__ import annotations
 
 import psutil
 import pytest
 
-from trainserve.serve import heap
+from trainserve.serve.engine import heap
 
 
 @pytest.mark.skipif(heap._LIBC is None, reason="malloc_trim is glibc's (Linux)")

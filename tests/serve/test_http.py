@@ -232,7 +232,7 @@ def test_queue_full_answers_503_over_http(tmp_path, monkeypatch):
     (tmp_path / "m" / "config.pbtxt").write_text(classifier_config("m", max_batch_size=1))
     # Each run takes 0.3 s, so while the first runs every later request must wait in the queue:
     # two fit, the rest are refused, however slowly the client's requests arrive.
-    from trainserve.serve.model import LoadedModel
+    from trainserve.serve.model.sessions import LoadedModel
 
     run = LoadedModel.run
 

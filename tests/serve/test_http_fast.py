@@ -148,7 +148,7 @@ def test_declared_bodies_take_no_memory_before_they_arrive(server):
 
 
 def test_the_aiohttp_hand_over_serves_the_bytes_read_before_and_after_it():
-    """serve/http_fast.py hands a connection to aiohttp as this test does: asyncio's Transport.set_protocol to a
+    """serve/protocol/http_fast.py hands a connection to aiohttp as this test does: asyncio's Transport.set_protocol to a
     handler from aiohttp's web.Server factory, its connection_made(transport), then data_received(bytes) with
     what the lean path read but did not parse. aiohttp must then answer that request and the next ones that
     arrive on the same connection afterwards; an aiohttp or asyncio that changes this fails here (pyproject

@@ -8,8 +8,8 @@ import struct
 import numpy as np
 import pytest
 
-from trainserve.serve import kserve
-from trainserve.serve.errors import InvalidArgument, Unsupported
+from trainserve.serve.protocol import kserve
+from trainserve.serve.request_errors import InvalidArgument, Unsupported
 
 
 def _binary_request(header: dict, *blobs: bytes) -> tuple[bytes, int]:

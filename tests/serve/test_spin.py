@@ -1,4 +1,4 @@
-"""Busy-polling between requests (serve/spin.py): when it is on, that it ends, and that it never hangs a request."""
+"""Busy-polling between requests (serve/engine/spin.py): when it is on, that it ends, and that it never hangs a request."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import psutil
 import pytest
 import tritonclient.grpc as grpcclient
 
-from trainserve.serve import ipc, shm, spin
-from trainserve.serve.errors import Unavailable
-from trainserve.serve.remote_core import RemoteCore
+from trainserve.serve.engine import ipc, shm, spin
+from trainserve.serve.request_errors import Unavailable
+from trainserve.serve.engine.remote_core import RemoteCore
 from tests.serve.test_frontends import Served, grpc_infer, http_infer, slow_repo, with_group_killed
 from tests.serve.tiny_models import expected_logits
 
@@ -97,6 +97,12 @@ def _frame(sock: socket.socket) -> tuple[int, int, bytes]:
     return kind, rid, sock.recv(length, socket.MSG_WAITALL) if length else b""
 
 
+def _result(rid: int, value: object) -> bytes:
+    """A RESULT frame as the model process writes it."""
+    kind, body = ipc.encode(ipc.Result(value))
+    return ipc.HEADER.pack(len(body), kind, rid) + body
+
+
 async def _remote(plan: spin.SpinPlan, loop_side: socket.socket) -> RemoteCore:
     arena = shm.Arena(shm.create_arena_fd("trainserve-test", 1 << 20), 1 << 20)
     core = RemoteCore({**SNAPSHOT, "spin": (plan.after_us, plan.wait_us, plan.any_in_flight)}, arena, on_engine_gone=lambda: None)
@@ -117,7 +123,7 @@ def test_a_lone_request_polls_while_it_waits_and_after_its_answer():
         assert core.poller.polling  # waiting for the answer: the loop does not sleep
         kind, rid, body = await asyncio.to_thread(_frame, engine)
         assert (kind, body) == (ipc.CALL, b"x")
-        engine.sendall(ipc.HEADER.pack(len(b"\x80\x04K*."), ipc.RESULT, rid) + b"\x80\x04K*.")  # pickle of 42
+        engine.sendall(_result(rid, 42))
         assert await call == 42
         assert core.poller.polling  # the client's next request may come: still polling
         await asyncio.sleep(0.2)
@@ -137,7 +143,7 @@ def test_a_cpu_model_front_end_stops_polling_when_its_request_goes_to_the_model_
         core = await _remote(spin.SpinPlan(after_us=10_000_000, wait_us=0), ours)  # the plan on a CPU host
         first = asyncio.ensure_future(core._send(ipc.CALL, b"x", None))
         _, rid, _ = await asyncio.to_thread(_frame, engine)
-        engine.sendall(ipc.HEADER.pack(len(b"\x80\x04K*."), ipc.RESULT, rid) + b"\x80\x04K*.")
+        engine.sendall(_result(rid, 42))
         assert await first == 42
         assert core.poller.polling  # after the answer: waiting for the client's next request
         second = asyncio.ensure_future(core._send(ipc.CALL, b"y", None))
@@ -166,7 +172,7 @@ def test_with_two_requests_in_flight_a_front_end_polls_only_when_asked_to(any_in
         assert core.poller.polling == any_in_flight
         await asyncio.sleep(0.1)
         _, rid, _ = await asyncio.to_thread(_frame, engine)
-        engine.sendall(ipc.HEADER.pack(len(b"\x80\x04K*."), ipc.RESULT, rid) + b"\x80\x04K*.")
+        engine.sendall(_result(rid, 42))
         assert await first == 42
         assert core.poller.polling == any_in_flight  # an answer with another still in flight: load, no window
         second.cancel()
@@ -256,8 +262,8 @@ def test_a_killed_model_process_leaves_no_polling_front_end_and_no_request_hangi
 
 def test_cpu_sessions_spin_inside_runs_only_when_asked(tmp_path, monkeypatch):
     from tests.serve.tiny_models import classifier_config, classifier_onnx
-    from trainserve.serve.core import CoreOptions, ServerCore
-    from trainserve.serve.model import ORT_SPIN_ENV, spin_in_run
+    from trainserve.serve.engine.server_core import CoreOptions, ServerCore
+    from trainserve.serve.model.sessions import ORT_SPIN_ENV, spin_in_run
 
     assert not spin_in_run("cpu", 4, "")  # the default: threads that busy-wait lose their cores to clients beside them
     assert spin_in_run("cpu", 2, " RUN ") and not spin_in_run("cpu", 4, "off")
@@ -280,7 +286,7 @@ def test_cpu_sessions_spin_inside_runs_only_when_asked(tmp_path, monkeypatch):
 def test_a_bad_spinning_setting_stops_the_server_with_one_line(tmp_path):
     import subprocess
 
-    from trainserve.serve.model import ORT_SPIN_ENV
+    from trainserve.serve.model.sessions import ORT_SPIN_ENV
 
     env = {**os.environ, ORT_SPIN_ENV: "sometimes"}
     p = subprocess.run([sys.executable, "-m", "trainserve", "serve", "--model-repository", str(tmp_path),
@@ -295,7 +301,7 @@ def test_an_answer_that_leaves_the_batcher_idle_polls_however_long_its_run_took(
     """One process (ServerCore's own window): a lone user's next request comes within the client's own time
     after the answer, so the loop polls then even when the run outlasted the window (a CPU model's batch-1
     run is milliseconds); it stops when the window ends."""
-    from trainserve.serve.core import CoreOptions, ServerCore
+    from trainserve.serve.engine.server_core import CoreOptions, ServerCore
 
     repo = slow_repo(tmp_path, spins=8000)  # a ~7 ms run on the instance's thread (idle_inline_max_us 0)
 

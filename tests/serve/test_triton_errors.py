@@ -16,7 +16,7 @@ from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from trainserve.loadtest.model_info import EMBEDDED_EXTENSION
-from trainserve.serve.core import EMBEDDED_EXTENSION as SERVED_MARKER
+from trainserve.serve.engine.server_core import EMBEDDED_EXTENSION as SERVED_MARKER
 from tests.serve.conftest import ThreadServer
 
 # (case, model, version, inputs as (name, array), requested outputs, HTTP status, gRPC code, Triton's message)
@@ -140,7 +140,7 @@ def _grpc_refusal(server, request) -> tuple:
 
 
 def test_grpc_checks_run_in_tritons_order(server):
-    """Issue 27 item 17: Triton's InferGRPCToInput checks input by input, so typed contents beside raw ones are
+    """Triton's InferGRPCToInput checks input by input, so typed contents beside raw ones are
     refused before the raw entries are counted, and a missing raw entry is named by its input."""
     x = np.ones((1, 4), np.float32)
     typed = pb.ModelInferRequest.InferInputTensor(name="INPUT0", datatype="FP32", shape=[1, 4])

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from trainserve.serve import tuning
-from trainserve.serve.core import CoreOptions, ServerCore
+from trainserve.serve.model import tuning
+from trainserve.serve.engine.server_core import CoreOptions, ServerCore
 from tests.serve.tiny_models import classifier_onnx, expected_logits
 
 
@@ -32,7 +32,7 @@ def _core(repo) -> ServerCore:
 
 
 def test_the_choice_is_measured_logged_and_served_in_the_config(tmp_path, caplog):
-    with caplog.at_level(logging.INFO, logger="trainserve.serve.model"):
+    with caplog.at_level(logging.INFO, logger="trainserve.serve.model.sessions"):
         core = _core(_repo(tmp_path))
     model = core.model("m")
     choice = model.thread_choice
@@ -123,7 +123,7 @@ def test_a_kind_gpu_model_on_a_cpu_server_says_where_it_runs(tmp_path, caplog):
     repo = _repo(tmp_path)
     cfg = repo / "m" / "config.pbtxt"
     cfg.write_text(cfg.read_text() + "instance_group [ { count: 1 kind: KIND_GPU } ]\n")
-    with caplog.at_level(logging.WARNING, logger="trainserve.serve.model"):
+    with caplog.at_level(logging.WARNING, logger="trainserve.serve.model.sessions"):
         core = _core(repo)
     note = "config.pbtxt asks for KIND_GPU instances, but this server runs with --device cpu: the model runs on the CPU"
     assert core.model_ready("m") and note in caplog.text

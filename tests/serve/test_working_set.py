@@ -1,4 +1,4 @@
-"""Inference's working set (serve/working_set.py): one fresh onnxruntime session's memory at each batch size
+"""Inference's working set (serve/model/working_set.py): one fresh onnxruntime session's memory at each batch size
 holds its weights and grows with the batch (the arena keeps the activations of the largest batch run)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from trainserve.serve.working_set import working_set_by_batch
+from trainserve.serve.model.working_set import working_set_by_batch
 
 IN, HIDDEN = 512, 4096  # weights: 512 x 4096 fp32 = 8 MiB; activations: 16 KiB per row
 

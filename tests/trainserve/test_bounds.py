@@ -209,7 +209,7 @@ def disturbed_limit(tmp_path_factory) -> Path:
     import multiprocessing
 
     from tests.loadtest.tiny_repo import build_repository
-    from trainserve.serve import limits
+    from trainserve.serve.model import inprocess_limits as limits
 
     root = tmp_path_factory.mktemp("limits")
     build_repository(root / "repo")

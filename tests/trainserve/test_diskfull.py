@@ -1,5 +1,5 @@
 """A full disk during `trainserve train` (the checkpoint save) and `trainserve export` (the fp16/int8 variants):
-one sentence on stderr, exit 1, no traceback (issue 27 item 6). The disk is a real tmpfs of a few KiB, so the
+one sentence on stderr, exit 1, no traceback. The disk is a real tmpfs of a few KiB, so the
 write fails with the kernel's own ENOSPC; mounting needs root, elsewhere these tests skip."""
 
 from __future__ import annotations

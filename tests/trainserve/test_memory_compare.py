@@ -98,7 +98,7 @@ def test_the_schema_describes_memory_compare(summary):
 
 def test_a_training_batch_beyond_the_served_batches_is_probed_and_compared(tmp_path):
     from tests.loadtest.tiny_repo import build_repository
-    from trainserve.serve import limits
+    from trainserve.serve.model import inprocess_limits as limits
 
     build_repository(tmp_path / "repo")  # max_batch_size 16; training ran at 64
     [result] = limits.measure_repository(tmp_path / "repo", limits.LimitsConfig(
@@ -116,7 +116,7 @@ def test_a_training_batch_beyond_the_served_batches_is_probed_and_compared(tmp_p
 
 
 def test_a_gpu_without_per_process_memory_falls_back_to_the_device_s(monkeypatch):
-    from trainserve.serve import working_set as ws
+    from trainserve.serve.model import working_set as ws
 
     used = iter([1000, 1400, 1900])  # baseline, after batch 1, after batch 2
     monkeypatch.setattr(ws, "process_bytes", lambda device, device_id=0: None)  # NVML lists no process here

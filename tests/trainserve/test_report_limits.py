@@ -94,7 +94,7 @@ def test_html_and_markdown_set_served_figures_beside_the_limits(report):
 
 
 def test_limits_alone_and_a_run_without_limits(tmp_path):
-    # no limits: the report is as before, with a line saying they were not measured
+    # no limits: the report has its other sections, and a line saying they were not measured
     plain = build_report(make_run(tmp_path, "plain", gpu=False)).parent
     s = json.loads((plain / "summary.json").read_text())
     assert s["models"]["cnn"]["limits"] == {} and s["models"]["cnn"]["server_vs_limit"] == {}

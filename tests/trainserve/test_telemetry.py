@@ -278,8 +278,8 @@ def test_power_is_read_every_tick_and_read_costs_names_each_call(monkeypatch):
 
 
 def test_a_point_shorter_than_nvmls_period_reads_not_sampled_never_0(monkeypatch):
-    """Issue 27 item 15: NVML's utilization covers its own past period; on a point shorter than that the
-    readings speak for the idle gap before it (the H200 sweep read 0% at 31,050 samples/s)."""
+    """NVML's utilization covers its own past period; on a point shorter than that the
+    readings speak for the idle gap before it (a sweep's short point would read 0% while busy)."""
     fake = FakeNvml()
     monkeypatch.setitem(sys.modules, "pynvml", fake)
     busy = {"on": False}

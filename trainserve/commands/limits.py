@@ -16,7 +16,7 @@ def limits(o: Args) -> None:
     the report sets every served figure beside these limits.
     """
     from trainserve.core.runs import existing_run_dir
-    from trainserve.serve.limits import LimitsConfig, measure_repository, save
+    from trainserve.serve.model.inprocess_limits import LimitsConfig, measure_repository, save
 
     cfg = LimitsConfig(device=o.device, budget_s=o.budget_s, points=o.points, working_set_batch=o.working_set_batch)
     folder = existing_run_dir(o.run, o.runs_dir, writable=True)

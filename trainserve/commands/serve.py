@@ -15,7 +15,7 @@ def serve(o: Args) -> None:
     SIGTERM or Ctrl-C stops taking requests, finishes those in flight and exits 0.
     """
     from trainserve.core.options.serve import ServeOptions
-    from trainserve.serve.launch import run_server
+    from trainserve.serve.engine.serve_entry import run_server
 
     # a StartError (a UserError) becomes one sentence and exit 1, as every command's
     run_server(ServeOptions(**o.of(ServeOptions)), on_ready=lambda line: typer.echo(line))

@@ -50,7 +50,7 @@ class Limit:
 
     p50_ms_by_batch: dict[int, float]  # lowest in-process p50 per batch size, ms
     best_throughput_samples_s: float | None  # highest in-process throughput at any batch
-    best_spread: float | None = None  # that point's windows: half their range over their mean (serve/limits.py)
+    best_spread: float | None = None  # that point's windows: half their range over their mean (serve/model/inprocess_limits.py)
     best_point: str = ""  # which point, e.g. "batch 64 on 2 thread(s)"
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
-import math
 import os
 import platform
 import socket
@@ -20,6 +19,7 @@ from typing import Any, Literal
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
+from trainserve.core.percentiles import percentile
 from trainserve.core.served import NESTED as _SERVED_NESTED
 from trainserve.core.served import Served
 from trainserve.core.version import version as trainserve_version
@@ -61,14 +61,6 @@ class LatencyStats:
             max_ms=_r(s[-1]),
             min_ms=_r(s[0]),
         )
-
-
-def percentile(sorted_values: list[float], q: float) -> float:
-    """Nearest-rank percentile of an already sorted, non-empty list (q in 0..100)."""
-    if not sorted_values:
-        raise ValueError("percentile of an empty list")
-    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
-    return sorted_values[k]
 
 
 def _r(x: float) -> float:

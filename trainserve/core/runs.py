@@ -6,16 +6,17 @@ import os
 import re
 from pathlib import Path
 
+from trainserve.core import envs
 from trainserve.core.errors import UserError
 
-RUNS_ENV = "TRAINSERVE_RUNS"
+RUNS_ENV = envs.RUNS.name
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")
 
 
 def default_runs_dir() -> Path:
     """Where runs live unless a command is given --runs-dir: $TRAINSERVE_RUNS, else ./runs (read at each
     call, so every command, and a test that sets the variable, sees the same folder)."""
-    return Path(os.environ.get(RUNS_ENV, "runs"))
+    return envs.RUNS.get()
 
 
 def run_dir(run: str, runs_dir: Path | None = None, writable: bool = False) -> Path:

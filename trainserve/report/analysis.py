@@ -24,11 +24,11 @@ from trainserve.core.speedup import ratio as _div
 from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.answers import answers
-from trainserve.report.attribution import attribution_section, bound_of
+from trainserve.report.attribution_section import attribution_section, bound_of
 from trainserve.report.batching import batching_section, data_path_section, is_nobatch
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.energy import NO_ENERGY, own_energy
-from trainserve.report.limits import is_limit, limits_section
+from trainserve.report.limits_section import is_limit, limits_section
 from trainserve.report.memory_compare import memory_compare
 from trainserve.report.scenarios import scenarios_section
 from trainserve.report.sections import (
@@ -220,7 +220,7 @@ def _model_section(name: str, entries: list[Entry]) -> ModelSection:
     section.limits, section.server_vs_limit = lims.limits, lims.server_vs_limit
     section.limit_points, section.limit_speedups = lims.limit_points, lims.limit_speedups
     section.memory_compare = memory_compare(entries, section)
-    section.attribution, section.capacity_bounds = attribution_section(infer_entries)  # report/attribution.py
+    section.attribution, section.capacity_bounds = attribution_section(infer_entries)  # report/attribution_section.py
     return section
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
-from trainserve.report.attribution import PART_LABELS
+from trainserve.report.attribution_section import PART_LABELS
 from trainserve.report.plots import _figure, _png, _style, safe_name
 from trainserve.report.sections import AttributionPoint, ModelSection
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from trainserve.report import units as u
 from trainserve.report import sentences
-from trainserve.report.attribution import PART_LABELS
+from trainserve.report.attribution_section import PART_LABELS
 from trainserve.report.attribution_plot import figure_name
 from trainserve.report.sections import AttributionPoint, ModelSection
 

@@ -4,7 +4,7 @@ the same way on both sides, and a ratio only between figures of one kind.
 - working set: the model's own bytes. Training: weights, gradients, optimizer state and activations at
   the training batch (the CUDA allocator's peak; on the CPU, torch's CPU allocator over a profiled
   step, train/memory.py). Inference: weights, the runtime's arena and activations at the same batch
-  (one onnxruntime session's memory delta, serve/working_set.py, from `trainserve limits`).
+  (one onnxruntime session's memory delta, serve/model/working_set.py, from `trainserve limits`).
 - process total: everything the process held. CPU: the peak RSS of the training process and of the
   serving process. GPU: the device memory in use (NVML), CUDA contexts included, while each ran.
 
@@ -55,7 +55,7 @@ def _train(entries: list[Entry], view: Column | None, device: str) -> tuple[Memo
 
 
 def _infer_working_set(entries: list[Entry], device: str, batch: int | None) -> MemoryFigure | None:
-    """The in-process limits' working set at the training batch (one session's delta, serve/working_set.py)."""
+    """The in-process limits' working set at the training batch (one session's delta, serve/model/working_set.py)."""
     if batch is None:
         return None
     for e in entries:

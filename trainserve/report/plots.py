@@ -31,7 +31,7 @@ def model_figures(section: ModelSection) -> dict[str, bytes]:
     return out
 
 
-# What each figure shows, for its alt text (issue 27 item 13): a reader without the image, or with a screen
+# What each figure shows, for its alt text: a reader without the image, or with a screen
 # reader, learns what the chart holds instead of its file name
 ALT_TEXT = {
     "throughput": "Bar chart of samples per second for model {m}: training and inference, CPU beside GPU",

@@ -13,7 +13,7 @@ from typing import Any
 
 from trainserve.report import answers_render, attribution_render, cost_render, scenarios, withheld
 from trainserve.report import frontier as frontier_view
-from trainserve.report import limits as lim
+from trainserve.report import limits_section as lim
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.analysis import DEVICE_LABEL, columns

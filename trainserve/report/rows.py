@@ -7,7 +7,7 @@ from collections.abc import Callable
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report import units as u
 from trainserve.report.energy import marked
-from trainserve.report.limits import row_limit, row_vs_limit
+from trainserve.report.limits_section import row_limit, row_vs_limit
 from trainserve.report.sections import Column, InferSpeedup, TrainSpeedup
 from trainserve.report.withheld import guard
 

@@ -21,7 +21,7 @@ from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.report import units as u
 from trainserve.report.collect import Entry
 from trainserve.report.energy import own_energy
-from trainserve.report.limits import is_limit
+from trainserve.report.limits_section import is_limit
 from trainserve.report.sections import NoiseRow, PerScenario, Report, ScenarioRow, Scenarios
 from trainserve.report.stats import ci95, within_noise
 from trainserve.report.verdict import reasons_of

@@ -42,7 +42,7 @@ class ColumnMemory:
 
 @dataclass
 class Batch1Limit:
-    """The in-process limit beside a served batch-1 column (report/limits.py)."""
+    """The in-process limit beside a served batch-1 column (report/limits_section.py)."""
     p50_ms: float | None
     threads: int | None
     overhead_ms: float | None  # served p50 minus the in-process one
@@ -50,7 +50,7 @@ class Batch1Limit:
 
 @dataclass
 class SaturatedLimit:
-    """The in-process limit beside a served saturated column (report/limits.py)."""
+    """The in-process limit beside a served saturated column (report/limits_section.py)."""
     throughput_samples_s: float | None
     batch: int | None
     efficiency: float | None  # served samples/s over the best in-process samples/s
@@ -280,7 +280,7 @@ class MemoryCompare:
     notes: list[str]
 
 
-# --- in-process limits (report/limits.py) --------------------------------------------------------
+# --- in-process limits (report/limits_section.py) --------------------------------------------------------
 
 @dataclass
 class DeviceLimit:
@@ -324,7 +324,7 @@ class Limits:
     limit_speedups: LimitSpeedups
 
 
-# --- latency attribution (report/attribution.py) -------------------------------------------------
+# --- latency attribution (report/attribution_section.py) -------------------------------------------------
 
 @dataclass
 class Split:

@@ -227,7 +227,7 @@ def _mfu(s: ModelSection) -> list[str]:
     return [f"{s.model}: GPU training MFU withheld — {err['error']}."] if err else []
 
 
-# --- served beside the in-process limit (report/limits.py) ---------------------------------------
+# --- served beside the in-process limit (report/limits_section.py) ---------------------------------------
 
 def in_process_batch1(s: ModelSection) -> str:
     """The in-process twin of the served batch-1 ratio: ", 3.1x in process (p50 0.10 ms vs 0.31 ms)"."""
@@ -259,7 +259,7 @@ def _limits(s: ModelSection) -> list[tuple[str, str]]:
     return out
 
 
-# --- where the served time goes (report/attribution.py) ------------------------------------------
+# --- where the served time goes (report/attribution_section.py) ------------------------------------------
 
 def bound(p: AttributionPoint) -> str:
     """"GPU · batch 1 · 16 users: 5,012 req/s — bounded by the GPU: busy, ..."."""

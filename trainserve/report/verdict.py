@@ -26,7 +26,7 @@ from typing import Any
 
 from trainserve.report.collect import Entry
 from trainserve.report.invariants import KINDS as INVARIANT_KINDS
-from trainserve.report.limits import is_limit
+from trainserve.report.limits_section import is_limit
 from trainserve.report.sections import HeadlineConclusion, HeadlineSpeedup, ModelSection, Report
 
 MAX_ERROR_FRACTION = 0.001
