@@ -56,6 +56,7 @@ class DistContext:
     sync_checks: int = 0  # steps whose parameters were compared across ranks (debug hook)
     sync_check: bool = field(default=False, repr=False)
     baseline_throughput: float | None = None  # samples/s of a 1-process run, for scaling efficiency
+    shard: bool = False  # --shard: parameters, gradients and optimizer state split across the ranks (train/sharding.py)
 
     @property
     def distributed(self) -> bool:
@@ -71,7 +72,7 @@ class DistContext:
 
     def describe(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "backend": self.backend, "rank": self.rank,
-                "local_rank": self.local_rank}
+                "local_rank": self.local_rank, "parallelism": "fsdp2" if self.shard else "ddp"}
 
 
 def launched_by_torchrun(environ: dict[str, str] | None = None) -> bool:
@@ -210,8 +211,9 @@ def set_epoch(sampler: Any | None, epoch: int) -> None:
 
 
 def wrap(model: Any, ctx: DistContext) -> Any:
-    """Wrap in DistributedDataParallel when distributed; the model must already be on ctx.device."""
-    if not ctx.distributed:
+    """Wrap in DistributedDataParallel when distributed; the model must already be on ctx.device. A sharded
+    model (ctx.shard: already split by train/sharding.py) is its own data-parallel wrapper."""
+    if not ctx.distributed or ctx.shard:
         return model
     from torch.nn.parallel import DistributedDataParallel
 
@@ -247,7 +249,7 @@ def _byte_dtype() -> Any:
 
 def check_in_sync(model: Any, ctx: DistContext, step: int) -> None:
     """All ranks compare parameter digests; raises on every rank if any rank differs."""
-    if not ctx.distributed:
+    if not ctx.distributed or ctx.shard:  # sharded ranks hold different parts by design
         return
     digests = all_gather(ctx, params_digest(model))
     ctx.sync_checks += 1

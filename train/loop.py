@@ -21,7 +21,7 @@ from trainserve.core.fsutil import write_json_atomic
 from trainserve.core.procs import usable_cpus
 from trainserve.core.telemetry import Sampler
 from trainserve.train import checkpoint as ckpt
-from trainserve.train import distributed, release
+from trainserve.train import distributed, release, sharding
 from trainserve.train.config import TrainConfig, scaled_lr
 from trainserve.train.data import Splits, load_splits
 from trainserve.train.device import (
@@ -166,9 +166,12 @@ class _Training:
         if self.channels_last:
             torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
         model = model.to(device, memory_format=torch.channels_last) if self.channels_last else model.to(device)
-        self.memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))
-        self.memory.moment("weights")
         self.n_params = sum(p.numel() for p in model.parameters())
+        self.sharded = self.dist_ctx.distributed and self.dist_ctx.shard
+        if self.sharded:  # before the optimizer: it must hold each rank's shards, not whole parameters
+            sharding.shard(model)
+        self.memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's part
+        self.memory.moment("weights")
         lr = scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # the global batch under DDP
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
                                            fused=device == "cuda")
@@ -177,6 +180,9 @@ class _Training:
         self.history: list[dict[str, Any]] = []
         self.start_step = 0
         if state is not None:
+            if state.get("sharded"):  # its optimizer state is keyed by parameter name, not by position
+                raise UserError(f"--resume: {self.out_dir / CHECKPOINT_NAME} was written by a sharded run (--shard), "
+                                "which cannot be resumed; train it again with --overwrite")
             self.memory.use_moments = False
             model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -310,10 +316,15 @@ class _Training:
         self.history.append(entry)
         log.debug("epoch %d/%d: %s", epoch + 1, self.n_epochs, entry)
         self.card.metrics = {k: v for k, v in entry.items() if k.startswith(("test_", "train_"))}
+        if self.sharded:  # every rank joins the gather; the writer saves the whole model
+            model_state, optimizer_state = sharding.full_state(self.model, self.optimizer)
+        else:
+            model_state = {k: v.detach().cpu() for k, v in self.model.state_dict().items()} if self.is_main else {}
+            optimizer_state = self.optimizer.state_dict() if self.is_main else {}
         if self.is_main:
             ckpt.save(self.out_dir / CHECKPOINT_NAME, {
-                "model": {k: v.detach().cpu() for k, v in self.model.state_dict().items()},
-                "optimizer": self.optimizer.state_dict(), "scaler": self.scaler.state_dict(),
+                "model": model_state, "sharded": self.sharded,
+                "optimizer": optimizer_state, "scaler": self.scaler.state_dict(),
                 "epoch": step // self.spe, "step": step, "card": self.card.to_dict(), "rng": ckpt.rng_state(),
                 "train_config": cfg.to_dict(), "history": self.history})
         return entry

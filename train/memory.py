@@ -182,8 +182,13 @@ def cpu_step_peak_bytes(fn: Any) -> tuple[Any, int | None]:
 
 
 def tensor_bytes(tensors: Any) -> int:
-    """Bytes held by an iterable of tensors (None entries skipped)."""
-    return sum(t.numel() * t.element_size() for t in tensors if t is not None)
+    """Bytes this process holds of an iterable of tensors (None entries skipped; a sharded tensor's local part)."""
+    total = 0
+    for t in tensors:
+        if t is not None:
+            t = t.to_local() if callable(getattr(t, "to_local", None)) else t
+            total += t.numel() * t.element_size()
+    return total
 
 
 def optimizer_state_bytes(optimizer: Any) -> int:

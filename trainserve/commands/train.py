@@ -15,6 +15,11 @@ def train(o: Args) -> None:
     """Train a model; write checkpoint, model card, history and profile to RUNS_DIR/RUN/train."""
     from trainserve.train import distributed, launch
 
+    if o.shard and not (o.nproc or distributed.launched_by_torchrun()):
+        raise UserError("--shard splits the model across the --nproc processes; add --nproc 2 (or more), or drop "
+                        "--shard")
+    if o.shard and o.resume:
+        raise UserError("--resume of a sharded run (--shard) is not supported; train it again with --overwrite")
     if (rc := launch.relaunch(o.nproc, o.device)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
     from trainserve.core.runs import run_dir
@@ -47,6 +52,7 @@ def train(o: Args) -> None:
                         "it, --overwrite to train it again from scratch, or another --run")
 
     with distributed.session(cfg.device) as dist_ctx:  # joins torchrun's process group when launched by it
+        dist_ctx.shard = o.shard
         if o.scaling_baseline is not None:
             dist_ctx.baseline_throughput = distributed.baseline_throughput_from(o.scaling_baseline)
         if not dist_ctx.is_writer:  # ranks > 0 train silently; rank 0 shows progress and writes

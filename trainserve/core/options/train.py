@@ -96,6 +96,9 @@ class TrainJob(Seeds, RunsDir):
                                  "trained RUN is refused).", flags=("--overwrite",))
     nproc: int | None = opt(None, "Data-parallel: N processes under torchrun (one per GPU; gloo on CPU). See "
                                   "docs/distributed.md.")
+    shard: bool = opt(False, "With --nproc N: shard parameters, gradients and optimizer state across the N "
+                             "processes (FSDP2 fully_shard), each holding about 1/N, instead of a whole copy each "
+                             "(DDP).", flags=("--shard",))
     scaling_baseline: Path | None = opt(None, "DDP: a 1-process run's profile.json (or its train folder) to "
                                               "compute scaling efficiency against.")
 
