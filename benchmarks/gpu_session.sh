@@ -67,7 +67,7 @@ frontends)  # issue 23: serve --frontends 1, 2, 4; batch-1 HTTP and gRPC at 16 a
 frontends-ramp)  # issue 23's target: batch-1 HTTP capacity within p99 <= 20 ms, --frontends 4 (default on 16 cores)
   step frontends_ramp 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 4 --users 64 \
     --protocols http --duration-s 15 --processes 8 --ramp --ramp-step-s 4 --ramp-max-users 192 --out "$R/frontends-ramp" ;;
-perf23)  # issue 23's misses: busy-polling of the multi-front-end server (serve/engine/spin.py) off (before) vs as chosen
+perf23)  # busy-polling of the multi-front-end server (serve/engine/spin.py) off (before) vs as chosen
   # from the cores (after), one tree, no older checkout; servers on cores 0-9, clients on the rest. ~300 s.
   # GPU: --frontends 4, HTTP and gRPC at 1/16/128 users; CPU: the default front ends (2 on 10 cores), 1/16
   # users; CPU again with onnxruntime's own spinning (serve --spin) against without. $R/perf23-*/serve_matrix.{json,md}
@@ -191,7 +191,7 @@ merge-search)  # issue 23's open-loop target on this tree: the Server search (--
     $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --rate 16000 --slo-p99-ms 20 \
     --duration 90s --processes 8 --metrics-url http://127.0.0.1:18002/metrics --run merge-search --runs-dir '$R/runs'; \
     rc=\$?; kill -TERM \$s; wait \$s; kill \$t 2>/dev/null; exit \$rc" ;;
-h2grpc)  # issue 23's gRPC target: gRPC served by serve/protocol/grpc_h2.py (after) against grpc.aio (before:
+h2grpc)  # gRPC served by serve/protocol/grpc_h2.py (after) against grpc.aio (before:
   # TRAINSERVE_SERVE_GRPC=aio), one tree, so HTTP is the control; GPU with --frontends 4, CPU one process; servers on 0-9
   perf23_repo
   step h2_gpu 240 env OUT="$R/h2-gpu" $py benchmarks/serve_matrix.py --repository "$p23" --device cuda \

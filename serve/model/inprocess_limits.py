@@ -40,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from trainserve.core.bounds import spread_of
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
 from trainserve.core.options.serve import LimitsJob
@@ -132,10 +133,7 @@ class Point:
     def spread(self) -> float | None:
         """Half the range of the last CONSECUTIVE windows' samples/s, as a share of their mean: how far a second
         measurement of this point may land from this one (None with fewer than two windows)."""
-        last = self.windows_samples_s[-CONSECUTIVE:]
-        if len(last) < 2 or not sum(last):
-            return None
-        return (max(last) - min(last)) / 2 / (sum(last) / len(last))
+        return spread_of(self.windows_samples_s[-CONSECUTIVE:])
 
     @property
     def p50_ms(self) -> float:

@@ -138,9 +138,15 @@ def served_spread(record: ProfileRecord) -> float | None:
     used = set((record.validity.stability or {}).get("windows_used") or [])
     rates = [float(w["requests_s"]) for w in windows
              if (not used or w.get("index") in used) and isinstance(w.get("requests_s"), (int, float))]
-    if len(rates) < 2 or not sum(rates):
+    return spread_of(rates)
+
+
+def spread_of(values: list[float]) -> float | None:
+    """Half the range of a measurement's windows over their mean: how far a second measurement may land from
+    this one; the one definition of a spread for served and in-process figures alike (None below two windows)."""
+    if len(values) < 2 or not sum(values):
         return None
-    return (max(rates) - min(rates)) / 2 / (sum(rates) / len(rates))
+    return (max(values) - min(values)) / 2 / (sum(values) / len(values))
 
 
 def check_client(max_process_core_fraction: float | None) -> Violation | None:

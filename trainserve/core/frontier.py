@@ -23,8 +23,8 @@ STATUSES = ("fits", "does_not_fit", "error", "skipped")
 
 
 # A fit of a few points is trusted this far past the largest size it saw, no further: the activations'
-# share, the allocator's rounding and the runtime's workspace change with size, and a 1,000x extrapolation
-# (seen: a 2,470 B-parameter "edge" from points under 1 B) is a guess, not a measurement's consequence.
+# share, the allocator's rounding and the runtime's workspace change with size, so an edge a thousand times
+# past the measured points is a guess, not a consequence of the measurements.
 MAX_EXTRAPOLATION = 4.0  # x the largest measured parameter count
 
 
