@@ -31,6 +31,20 @@ def _data_path(record: ProfileRecord, placement: str, throughput: float, wait: f
     return record
 
 
+def _compared(device: str, precision: str, batch: int, host: float, device_side: float, wait_ms: float,
+              share: float) -> ProfileRecord:
+    """A sweep's best point with its data-path comparison (train/datapath.py's DataPathResult.to_dict())."""
+    r = _sweep_point(device, precision, batch, device_side, batch * MIB)
+    r.extra["data_path"] = {"device": device, "batch_size": batch, "precision": precision, "rows": batch * 16,
+                            "host_over_device": host / device_side, "seconds": 2.0, "runs": [
+                                {"placement": "host", "samples_s": host, "step_p50_ms": 10.0, "data_wait_ms": wait_ms,
+                                 "data_wait_share": share, "timed_steps": 10, "workers": 4 if device == "cuda" else 0,
+                                 "pin_memory": device == "cuda"},
+                                {"placement": "device", "samples_s": device_side, "step_p50_ms": 9.8,
+                                 "data_wait_ms": 0.05, "data_wait_share": 0.005, "timed_steps": 10}]}
+    return r
+
+
 def _answered_run(runs: Path) -> Path:
     run = make_run(runs)
     train = ProfileRecord.load(run / "compare" / "profile-cuda.json")  # the GPU's training column
@@ -47,6 +61,7 @@ def _answered_run(runs: Path) -> Path:
     _data_path(cpu, "host", 363.0, 0.02).save(run / "compare" / "profile-cpu.json")
     for batch, x in ((64, 300.0), (128, 400.0)):
         _sweep_point("cpu", "fp32", batch, x, batch * MIB).save(run / "sweep" / "cpu" / f"fp32-b{batch}.json")
+    _compared("cuda", "bf16", 512, 41000.0, 42000.0, 0.3, 0.02).save(run / "sweep" / "cuda" / "bf16-b512.json")
     _server("cpu", "cnn_cpu", 600.0, 12.0, 3.0).save(run / "load" / "embedded-cpu-server.json")
     _server("cpu", "cnn_cpu_nobatch", 300.0, 9.5).save(run / "load" / "embedded-cpu-server-nobatch.json")
     _server("cuda", "cnn_gpu", 36000.0, 14.0, 36.0).save(run / "load" / "embedded-cuda-server.json")
@@ -76,8 +91,12 @@ def test_each_measured_question_is_answered_with_its_figure_and_link(answered):
         a["dynamic_batching"]["text"]
     assert a["dynamic_batching"]["link"] == "#batching-cnn"
     assert "Released: yes" in a["gpu_release"]["text"] and "600 MiB used before" in a["gpu_release"]["text"]
-    assert "not input-bound" in a["data_path"]["text"] and "1% of step time" in a["data_path"]["text"]
-    assert "host placement runs at 0.82x" in a["data_path"]["text"]
+    data = a["data_path"]["text"]
+    assert "GPU, at the sweep's best batch (512, bf16): the host DataLoader (pinned memory, non_blocking copies, " \
+           "4 workers) feeds 41,000 samples/s, 0.30 ms of host data time per step (2% of step time), the data " \
+           "resident on the GPU 42,000 samples/s — host at 0.98x of device: the data path does not limit " \
+           "training" in data
+    assert data.index("GPU, at") < data.index("CPU: host placement at batch 512") and "not input-bound" in data and "not measured" not in data
     assert "training fits batch 4,096" in a["max_batch"]["text"]
     assert "best at batch 128 fp32" in a["batch_precision"]["text"]
     page = html.read_text()
@@ -110,3 +129,26 @@ def test_a_cpu_only_run_says_what_it_did_not_measure(tmp_path):
     for q in ("train_speedup", "gpu_release", "dynamic_batching", "max_batch"):
         assert not a[q]["measured"] and a[q]["command"], q
     assert "no GPU" in a["train_speedup"]["text"]
+
+
+def test_the_data_path_says_when_it_limits_training_and_what_it_did_not_measure(tmp_path):
+    run = make_run(tmp_path, gpu=False)
+    _compared("cpu", "fp32", 1024, 2000.0, 3000.0, 12.0, 0.3).save(run / "sweep" / "cpu" / "fp32-b1024.json")
+    html = build_report(run)
+    a = {x["id"]: x for x in json.loads((html.parent / "summary.json").read_text())["answers"]}["data_path"]
+    assert a["measured"] and "the host DataLoader (no copy: the host is the device, 0 workers) feeds 2,000" in a["text"]
+    assert "as pre-materialised tensors 3,000 samples/s — host at 0.67x of device: the data path limits training " \
+           "(it costs 33% of the samples/s)" in a["text"]
+    assert "GPU: not measured in this run: no GPU in this run; `trainserve compare --sweep --device cuda`" in a["text"]
+    assert "host DataLoader (sweep's best point, 0 workers)" in (html.parent / "report.md").read_text()
+
+
+def test_a_skipped_comparison_says_why(tmp_path):
+    run = make_run(tmp_path)
+    r = _sweep_point("cuda", "bf16", 512, 42000.0, 512 * MIB)
+    r.extra["data_path"] = {"device": "cuda", "batch_size": 512, "precision": "bf16",
+                            "skipped": "would exceed the sweep's time budget (needs ~9.0 s, 2.0 s left)"}
+    r.save(run / "sweep" / "cuda" / "bf16-b512.json")
+    html = build_report(run)
+    a = {x["id"]: x for x in json.loads((html.parent / "summary.json").read_text())["answers"]}["data_path"]
+    assert "GPU host-vs-device comparison: not measured in this run: would exceed the sweep's time budget" in a["text"]

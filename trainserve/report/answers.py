@@ -14,9 +14,19 @@ from dataclasses import dataclass
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.sections import Answer, InferSpeedup, ModelSection, Report, TrainSpeedup
+from trainserve.report.sections import (
+    Answer,
+    DataPath,
+    DataPathPoint,
+    InferSpeedup,
+    ModelSection,
+    Report,
+    TrainSpeedup,
+)
 
 INPUT_BOUND_SHARE = 0.20  # a data-wait share of step time above this is "input-bound" (train/record.py's warning)
+DATA_PATH_LIMIT = 0.90  # host-fed samples/s below this share of the resident data's: the data path limits training
+GPU_DATA_PATH_COMMAND = "trainserve compare --sweep --device cuda"
 
 
 @dataclass(frozen=True)
@@ -117,23 +127,51 @@ def _batch_precision(m: ModelSection) -> Found:
 
 def _data_path(m: ModelSection) -> Found:
     texts = []
-    for d, dp in m.data_path.items():
-        shares = [f"{p.placement} placement at batch {p.batch_size}: {u.num(p.throughput_samples_s)} samples/s, "
-                  f"{_share(p.data_wait_share)} of step time waiting for data"
-                  for p in dp.points]
-        waits = [p.data_wait_share for p in dp.points if p.data_wait_share is not None]
-        bound = (" — input-bound" if max(waits) > INPUT_BOUND_SHARE else " — not input-bound") if waits else ""
-        text = f"{DEVICE_LABEL[d]}: " + "; ".join(shares) + bound
-        if dp.host_over_device is not None:
-            text += f"; host placement runs at {u.ratio(dp.host_over_device)} the samples/s of data on the device"
-        elif d == "cpu":
-            text += " (on a CPU the host is the device: there is no host-to-device copy to measure)"
-        texts.append(text)
+    for d in sorted(m.data_path, key=lambda d: d != "cuda"):  # the GPU's answer first: the question is about it
+        dp = m.data_path[d]
+        by = {p.placement: p for p in dp.points if p.compared}
+        if "host" in by and "device" in by:
+            texts.append(_compared(d, by["host"], by["device"], dp.host_over_device))
+        elif dp.points:
+            texts.append(_placements(d, dp))
+        if dp.skipped:
+            texts.append(f"{DEVICE_LABEL[d]} host-vs-device comparison: not measured in this run: {dp.skipped}")
     if not texts:
-        return Found(None, "no training record says where its data lived")
+        return Found(None, "neither the training sweep nor a training record measured where its data lived")
     if "cuda" not in m.data_path:
-        texts.append("host-to-device copies: not measured in this run, as no GPU trained")
+        texts.append(f"GPU: not measured in this run: no GPU in this run; `{GPU_DATA_PATH_COMMAND}` on a machine "
+                     "with an NVIDIA GPU measures it")
     return Found("; ".join(texts) + ".")
+
+
+def _compared(d: str, host: DataPathPoint, dev: DataPathPoint, r: float | None) -> str:
+    """The sweep's comparison: "does the data path limit training here", with both figures and their ratio."""
+    workers = "" if host.workers is None else f", {host.workers} worker{'s' if host.workers != 1 else ''}"
+    feed = ("pinned memory, non_blocking copies" if d == "cuda" else "no copy: the host is the device") + workers
+    where = "resident on the GPU" if d == "cuda" else "as pre-materialised tensors"
+    wait = "" if host.host_data_ms is None else (f", {u.ms(host.host_data_ms)} of host data time per step "
+                                                 f"({_share(host.data_wait_share)} of step time)")
+    limits = (r is not None and r < DATA_PATH_LIMIT) or (host.data_wait_share or 0) > INPUT_BOUND_SHARE
+    verdict = (f"the data path limits training (it costs {100 * (1 - r):.0f}% of the samples/s)"
+               if limits and r is not None else "the data path limits training" if limits
+               else "the data path does not limit training")
+    return (f"{DEVICE_LABEL[d]}, at the sweep's best batch ({host.batch_size}, {host.precision}): the host DataLoader "
+            f"({feed}) feeds {u.num(host.throughput_samples_s)} samples/s{wait}, the data {where} "
+            f"{u.num(dev.throughput_samples_s)} samples/s — host at {u.ratio(r)} of device: {verdict}")
+
+
+def _placements(d: str, dp: DataPath) -> str:
+    """Training records' own placements, when the sweep did not compare the two."""
+    shares = [f"{p.placement} placement at batch {p.batch_size}: {u.num(p.throughput_samples_s)} samples/s, "
+              f"{_share(p.data_wait_share)} of step time waiting for data" for p in dp.points]
+    waits = [p.data_wait_share for p in dp.points if p.data_wait_share is not None]
+    bound = (" — input-bound" if max(waits) > INPUT_BOUND_SHARE else " — not input-bound") if waits else ""
+    text = f"{DEVICE_LABEL[d]}: " + "; ".join(shares) + bound
+    if dp.host_over_device is not None:
+        text += f"; host placement runs at {u.ratio(dp.host_over_device)} the samples/s of data on the device"
+    elif d == "cpu":
+        text += " (on a CPU the host is the device: there is no host-to-device copy to measure)"
+    return text
 
 
 def _batching(m: ModelSection) -> Found:
@@ -195,7 +233,7 @@ QUESTIONS: tuple[Question, ...] = (
              "trainserve compare --sweep --device cuda (trainserve run does it unless --no-sweep)", _batch_precision),
     Question("data_path", "what data loading and host-to-device copies do to speed, and whether training is "
              "input-bound", "#data-path-{m}",
-             "trainserve run  # on a machine with an NVIDIA GPU: its sweep measures host and device placement",
+             "trainserve run  # on a machine with an NVIDIA GPU: its sweep compares host and device placement",
              _data_path),
     Question("dynamic_batching", "what dynamic batching buys a GPU server, and at what latency", "#batching-{m}",
              "trainserve run (it measures the Server scenario with batching off on each served device)", _batching),

@@ -8,13 +8,14 @@ from html import escape
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.sections import ModelSection, Report
+from trainserve.report.sections import DataPathPoint, ModelSection, Report
 
 Table = Callable[[list[str], list[list[str]]], list[str]]
 
 BATCHING_HEADER = ["device", "batching", "served model", "capacity, req/s within the SLO", "p99 there",
                    "mean batch", "record"]
-DATA_HEADER = ["device", "placement", "batch", "precision", "samples/s", "waiting for data", "record"]
+DATA_HEADER = ["device", "placement", "batch", "precision", "samples/s", "waiting for data",
+               "host data time per step", "record"]
 
 
 def anchor(name: str, model: str) -> str:
@@ -58,15 +59,26 @@ def _batching_rows(m: ModelSection) -> list[list[str]]:
 
 
 def _data_rows(m: ModelSection) -> list[list[str]]:
-    return [[DEVICE_LABEL[d], p.placement, str(p.batch_size), p.precision, u.num(p.throughput_samples_s),
-             u.MISSING if p.data_wait_share is None else f"{100 * p.data_wait_share:.1f}% of step time", p.source]
+    return [[DEVICE_LABEL[d], _placement(p), str(p.batch_size), p.precision, u.num(p.throughput_samples_s),
+             u.MISSING if p.data_wait_share is None else f"{100 * p.data_wait_share:.1f}% of step time",
+             u.ms(p.host_data_ms), p.source]
             for d, dp in m.data_path.items() for p in dp.points]
+
+
+def _placement(p: DataPathPoint) -> str:
+    if not p.compared:
+        return p.placement
+    if p.placement == "device":
+        return "device (sweep's best point)"
+    workers = "" if p.workers is None else f", {p.workers} workers"
+    return f"host DataLoader (sweep's best point{workers})"
 
 
 BATCHING_NOTE = ("The Server scenario (the highest Poisson rate whose p99 meets the SLO) on the model as exported "
                  "beside the same model with batching off; each p99 is at its own capacity.")
 DATA_NOTE = ("Host placement: a DataLoader with pinned memory and asynchronous copies; device: the data resident on "
-             "the device. On a CPU both are the same memory.")
+             "the device. On a CPU both are the same memory. The sweep's best point is trained both ways, back to "
+             "back on one split; host data time is what each step spent on the host getting its batch.")
 
 
 def html_tables(m: ModelSection) -> str:

@@ -4,7 +4,8 @@
   p99 SLO) of the model as exported (`<m>_cpu`, its dynamic_batching) beside the same model with batching off
   (`<m>_cpu_nobatch`: max_batch_size 1, no dynamic_batching).
 - **Data path**: each training record's placement (host: DataLoader, pinned memory, async copies; device:
-  the split resident on the device) and the share of step time it waited for data.
+  the split resident on the device) and the share of step time it waited for data, and the sweep's comparison of
+  the two at its best point (train/datapath.py).
 
 The batching-off records are kept out of every other figure (scenarios, saturated columns, cost): they
 measure a server configured to be worse on purpose.
@@ -65,28 +66,48 @@ def placement_of(record: ProfileRecord) -> str | None:
 
 
 def data_path_section(entries: list[Entry]) -> dict[str, DataPath]:
-    """Per device, the training runs' input paths (sweep points, always resident, are left out)."""
+    """Per device, the training runs' input paths, and the sweep's host-vs-device comparison at its best point
+    (its points' own data is resident, so only that comparison is read from them)."""
     out: dict[str, DataPath] = {}
     for d in DEVICES:
-        points = []
+        points: list[DataPathPoint] = []
+        skipped = None
         for e in sorted(entries, key=lambda e: e.source):
             r = e.record
-            if r.phase != "train" or r.device != d or r.extra.get("sweep") or placement_of(r) is None:
+            if r.phase != "train" or r.device != d:
                 continue
-            share = r.extra.get("data_wait_share")
-            points.append(DataPathPoint(source=e.source, device=d, placement=placement_of(r) or "",
-                                        batch_size=r.batch_size, precision=r.precision,
-                                        throughput_samples_s=r.speed.throughput_samples_s,
-                                        data_wait_share=share if isinstance(share, (int, float)) else None))
-        if points:
-            out[d] = DataPath(points=points, host_over_device=_host_over_device(points))
+            if r.extra.get("sweep"):
+                compared = r.extra.get("data_path")
+                if isinstance(compared, dict):
+                    points += _compared_points(e, compared)
+                    skipped = compared.get("skipped") or skipped
+                continue
+            if placement_of(r) is not None:
+                share = r.extra.get("data_wait_share")
+                points.append(DataPathPoint(source=e.source, device=d, placement=placement_of(r) or "",
+                                            batch_size=r.batch_size, precision=r.precision,
+                                            throughput_samples_s=r.speed.throughput_samples_s,
+                                            data_wait_share=share if isinstance(share, (int, float)) else None))
+        if points or skipped:
+            out[d] = DataPath(points=points, host_over_device=_host_over_device(points), skipped=skipped)
     return out
 
 
+def _compared_points(e: Entry, dp: dict) -> list[DataPathPoint]:
+    """The two sides train/datapath.py measured (DataPathResult.to_dict()), as points."""
+    return [DataPathPoint(source=e.source, device=e.record.device, placement=str(run.get("placement")),
+                          batch_size=int(dp.get("batch_size") or 0), precision=str(dp.get("precision")),
+                          throughput_samples_s=run.get("samples_s"), data_wait_share=run.get("data_wait_share"),
+                          host_data_ms=run.get("data_wait_ms"), compared=True, workers=run.get("workers"))
+            for run in dp.get("runs") or [] if isinstance(run, dict) and run.get("placement") in PLACEMENTS]
+
+
 def _host_over_device(points: list[DataPathPoint]) -> float | None:
-    """Host placement's samples/s over device placement's, at the same batch and precision (None: no pair)."""
-    for h in (p for p in points if p.placement == "host"):
-        for dv in (p for p in points if p.placement == "device"):
-            if (h.batch_size, h.precision) == (dv.batch_size, dv.precision):
-                return _div(h.throughput_samples_s, dv.throughput_samples_s)
+    """Host placement's samples/s over device placement's, at the same batch and precision (None: no pair);
+    the sweep's own comparison first, as both its sides ran on one split, back to back."""
+    for pool in ([p for p in points if p.compared], points):
+        for h in (p for p in pool if p.placement == "host"):
+            for dv in (p for p in pool if p.placement == "device"):
+                if (h.batch_size, h.precision) == (dv.batch_size, dv.precision):
+                    return _div(h.throughput_samples_s, dv.throughput_samples_s)
     return None

@@ -462,6 +462,9 @@ class DataPathPoint:
     precision: str
     throughput_samples_s: float | None
     data_wait_share: float | None  # of step time, 0..1
+    host_data_ms: float | None = field(default=None, metadata=OPTIONAL)  # mean host time per step getting the batch
+    compared: bool = False  # one side of the sweep's host-vs-device comparison at its best point (train/datapath.py)
+    workers: int | None = field(default=None, metadata=OPTIONAL)  # DataLoader workers (host placement)
 
 
 @dataclass
@@ -469,6 +472,7 @@ class DataPath:
     """Per device, the training records' input paths; host beside device placement where both ran."""
     points: list[DataPathPoint]
     host_over_device: float | None  # samples/s with host placement over device placement, same batch
+    skipped: str | None = field(default=None, metadata=OPTIONAL)  # why the sweep's comparison did not run
 
 
 # --- a model -------------------------------------------------------------------------------------
