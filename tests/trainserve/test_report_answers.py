@@ -23,6 +23,18 @@ def _server(device: str, model: str, capacity: float, p99: float, mean_batch: fl
     return r
 
 
+def _shared(device: str, model: str, rate: float, p50: float, p99: float) -> ProfileRecord:
+    """One side of the shared-rate pair, as trainserve run marks it (pipeline._mark_shared_rate)."""
+    r = _infer(device, 1, 1, rate, p50)
+    r.model, r.concurrency = model, None
+    r.settings = {"scenario": "open loop", "mode": "open", "rate": rate, "duration_s": 10.0}
+    r.speed.latency.p99_ms = p99
+    base = model.removesuffix("_nobatch")
+    r.extra["shared_rate"] = {"rate_req_s": rate, "pair": [base, base + "_nobatch"],
+                              "basis": "0.8 x the batching-off Server capacity"}
+    return r
+
+
 def _data_path(record: ProfileRecord, placement: str, throughput: float, wait: float) -> ProfileRecord:
     record.settings["data_placement"] = placement
     record.speed.throughput_samples_s = throughput
@@ -66,6 +78,8 @@ def _answered_run(runs: Path) -> Path:
     _server("cpu", "cnn_cpu_nobatch", 300.0, 9.5).save(run / "load" / "embedded-cpu-server-nobatch.json")
     _server("cuda", "cnn_gpu", 36000.0, 14.0, 36.0).save(run / "load" / "embedded-cuda-server.json")
     _server("cuda", "cnn_gpu_nobatch", 4000.0, 6.0).save(run / "load" / "embedded-cuda-server-nobatch.json")
+    _shared("cuda", "cnn_gpu", 3200.0, 0.01, 2.5).save(run / "load" / "embedded-cuda-shared-rate.json")
+    _shared("cuda", "cnn_gpu_nobatch", 3200.0, 0.02, 7.25).save(run / "load" / "embedded-cuda-shared-rate-nobatch.json")
     return run
 
 
@@ -90,6 +104,11 @@ def test_each_measured_question_is_answered_with_its_figure_and_link(answered):
     assert "+8.00 ms p99" in a["dynamic_batching"]["text"] and "CPU: dynamic batching carries 2.0x" in \
         a["dynamic_batching"]["text"]
     assert a["dynamic_batching"]["link"] == "#batching-cnn"
+    assert "At 3,200 req/s offered to both (0.8 x the batching-off Server capacity, open loop for 10 s each): " \
+           "batching p99 2.50 ms (p50 0.01 ms), without batching p99 7.25 ms (p50 0.02 ms)" in a["dynamic_batching"]["text"]
+    assert "At one shared rate: not measured in this run: no load offered both variants one rate; `trainserve load " \
+           "--model cnn_cpu --rate R --duration 10s`, and the same on cnn_cpu_nobatch, measures it" in \
+           a["dynamic_batching"]["text"]
     assert "Released: yes" in a["gpu_release"]["text"] and "600 MiB used before" in a["gpu_release"]["text"]
     data = a["data_path"]["text"]
     assert "GPU, at the sweep's best batch (512, bf16): the host DataLoader (pinned memory, non_blocking copies, " \
@@ -117,7 +136,10 @@ def test_a_question_without_records_says_not_measured_why_and_how(answered):
 
 
 def test_batching_off_records_stay_out_of_the_served_figures(answered):
-    s, _ = answered
+    s, html = answered
+    # the shared-rate loads are batch 1 at one user's worth of concurrency, yet never the batch-1 column
+    assert s["models"]["cnn"]["infer"]["onnxruntime"]["cuda"]["batch1"]["source"] != "load/embedded-cuda-shared-rate.json"
+    assert "0.01 ms / 2.50 ms at 3,200 req/s" in html.read_text()
     server = s["scenarios"]["models"]["cnn"]["cpu"]["Server"]
     assert server["source"] == "load/embedded-cpu-server.json"  # not the batching-off search, though newer
     assert "cnn_nobatch" not in s["models"] and "cnn_cpu_nobatch" not in s["models"]

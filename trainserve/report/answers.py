@@ -12,10 +12,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
 from trainserve.report.sections import (
     Answer,
+    BatchingCompare,
     DataPath,
     DataPathPoint,
     InferSpeedup,
@@ -180,7 +182,7 @@ def _batching(m: ModelSection) -> Found:
         on, off = b.on, b.off
         if on is not None and off is not None and on.capacity_req_s and off.capacity_req_s is None:
             texts.append(f"{DEVICE_LABEL[d]}: dynamic batching carries {u.num(on.capacity_req_s)} requests/s within "
-                         "the SLO, and with batching off no rate the search tried met it")
+                         "the SLO, and with batching off no rate the search tried met it" + _at_shared_rate(m, b))
             continue
         if on is None or off is None or b.capacity_ratio is None:
             continue
@@ -188,12 +190,27 @@ def _batching(m: ModelSection) -> Found:
         batch = f", mean batch {on.mean_batch:.1f}" if on.mean_batch is not None else ""
         texts.append(f"{DEVICE_LABEL[d]}: dynamic batching carries {u.ratio(b.capacity_ratio)} the requests/s within "
                      f"the SLO ({u.num(on.capacity_req_s)} vs {u.num(off.capacity_req_s)} with batching off{batch}), "
-                     f"at {delta} ({u.ms(on.p99_ms)} vs {u.ms(off.p99_ms)}, each at its capacity)")
+                     f"at {delta} ({u.ms(on.p99_ms)} vs {u.ms(off.p99_ms)}, each at its capacity)"
+                     + _at_shared_rate(m, b))
     if not texts:
         return Found(None, "no Server scenario was measured with batching off")
     if "cuda" not in m.batching:
         texts.append("GPU: not measured in this run, as no GPU server ran")
     return Found("; ".join(texts) + ".")
+
+
+def _at_shared_rate(m: ModelSection, b: BatchingCompare) -> str:
+    """Both variants at one offered rate: their p50 and p99 side by side, or why that was not measured."""
+    sr = b.shared_rate
+    if sr is None:
+        why = ("the batching-off search found no rate within the SLO, so there is no rate both carry"
+               if b.off is not None and not b.off.capacity_req_s else "no load offered both variants one rate")
+        served = b.on.model if b.on is not None else f"{m.model}_{'gpu' if b.device == 'cuda' else 'cpu'}"
+        return (f". At one shared rate: not measured in this run: {why}; `trainserve load --model {served} "
+                f"--rate R --duration 10s`, and the same on {served}{NOBATCH_SUFFIX}, measures it")
+    window = f", open loop for {sr.duration_s:g} s each" if sr.duration_s else ", open loop"
+    return (f". At {u.num(sr.rate_req_s)} req/s offered to both ({sr.basis}{window}): batching p99 {u.ms(sr.on_p99_ms)} "
+            f"(p50 {u.ms(sr.on_p50_ms)}), without batching p99 {u.ms(sr.off_p99_ms)} (p50 {u.ms(sr.off_p50_ms)})")
 
 
 def _gpu_release(m: ModelSection) -> Found:

@@ -3,11 +3,13 @@
 - **Dynamic batching on and off**: on each device, the Server scenario (the highest Poisson rate within the
   p99 SLO) of the model as exported (`<m>_cpu`, its dynamic_batching) beside the same model with batching off
   (`<m>_cpu_nobatch`: max_batch_size 1, no dynamic_batching).
+  Both are also offered one open-loop rate (`extra["shared_rate"]`, written by trainserve run), so their p50 and
+  p99 stand side by side at the same load.
 - **Data path**: each training record's placement (host: DataLoader, pinned memory, async copies; device:
   the split resident on the device) and the share of step time it waited for data, and the sweep's comparison of
   the two at its best point (train/datapath.py).
 
-The batching-off records are kept out of every other figure (scenarios, saturated columns, cost): they
+The batching-off and shared-rate records are kept out of every other figure (scenarios, saturated columns, cost): they
 measure a server configured to be worse on purpose.
 """
 
@@ -19,7 +21,7 @@ from trainserve.core.speedup import DEVICES
 from trainserve.core.speedup import ratio as _div
 from trainserve.report.collect import Entry
 from trainserve.report.scenarios import scenario_of
-from trainserve.report.sections import BatchingCompare, BatchingSide, DataPath, DataPathPoint
+from trainserve.report.sections import BatchingCompare, BatchingSide, DataPath, DataPathPoint, SharedRate
 
 PLACEMENTS = ("host", "device")
 
@@ -27,6 +29,16 @@ PLACEMENTS = ("host", "device")
 def is_nobatch(record: ProfileRecord) -> bool:
     """A load record of a model served with batching off (`trainserve export` writes `<m>_<kind>_nobatch`)."""
     return record.model.rsplit("/", 1)[-1].endswith(NOBATCH_SUFFIX)
+
+
+def is_shared_rate(record: ProfileRecord) -> bool:
+    """One side of the shared-rate pair: batching on or off, offered the rate both carry."""
+    return isinstance(record.extra, dict) and isinstance(record.extra.get("shared_rate"), dict)
+
+
+def set_aside(record: ProfileRecord) -> bool:
+    """A load that measures batching against itself, not the served model: only this section reads it."""
+    return is_nobatch(record) or is_shared_rate(record)
 
 
 def batching_section(entries: list[Entry]) -> dict[str, BatchingCompare]:
@@ -42,8 +54,28 @@ def batching_section(entries: list[Entry]) -> dict[str, BatchingCompare]:
             delta = round(on.p99_ms - off.p99_ms, 4)
         out[d] = BatchingCompare(device=d, on=on, off=off,
                                  capacity_ratio=_div(on and on.capacity_req_s, off.capacity_req_s),
-                                 p99_delta_ms=delta)
+                                 p99_delta_ms=delta, shared_rate=_shared_rate([e for e in entries
+                                                                               if e.record.device == d]))
     return out
+
+
+def _shared_rate(entries: list[Entry]) -> SharedRate | None:
+    """The newest shared-rate load of each variant, when both were offered the same rate."""
+    sides = []
+    for off in (False, True):
+        mine = [e for e in entries if is_shared_rate(e.record) and is_nobatch(e.record) == off]
+        sides.append(max(mine, key=lambda e: e.record.created) if mine else None)
+    on, off = sides
+    if on is None or off is None:
+        return None
+    rate, other = on.record.extra["shared_rate"].get("rate_req_s"), off.record.extra["shared_rate"].get("rate_req_s")
+    if not rate or rate != other:
+        return None
+    lon, loff = on.record.speed.latency, off.record.speed.latency
+    return SharedRate(rate_req_s=rate, basis=str(on.record.extra["shared_rate"].get("basis") or ""),
+                      on_source=on.source, off_source=off.source, on_p50_ms=lon.p50_ms, on_p99_ms=lon.p99_ms,
+                      off_p50_ms=loff.p50_ms, off_p99_ms=loff.p99_ms,
+                      duration_s=(on.record.settings or {}).get("duration_s"))
 
 
 def _newest_server(entries: list[Entry]) -> BatchingSide | None:

@@ -443,6 +443,20 @@ class BatchingSide:
 
 
 @dataclass
+class SharedRate:
+    """Batching on and off offered one open-loop rate (a share of the batching-off capacity): latency side by side."""
+    rate_req_s: float
+    basis: str  # how the rate was chosen
+    on_source: str
+    off_source: str
+    on_p50_ms: float | None
+    on_p99_ms: float | None
+    off_p50_ms: float | None
+    off_p99_ms: float | None
+    duration_s: float | None  # of each load
+
+
+@dataclass
 class BatchingCompare:
     """On one device, the Server scenario with the model's dynamic batching as exported beside batching off."""
     device: str
@@ -450,6 +464,7 @@ class BatchingCompare:
     off: BatchingSide | None
     capacity_ratio: float | None  # on over off
     p99_delta_ms: float | None  # on minus off, each at its own capacity
+    shared_rate: SharedRate | None = field(default=None, metadata=OPTIONAL)  # both at one rate (pipeline.py)
 
 
 @dataclass
