@@ -54,7 +54,7 @@ MODELS = FAMILIES
 # with batching off (`trainserve export` writes `<model>_<kind>_nobatch`), what dynamic batching is judged by;
 # "shared-rate" and its nobatch twin offer both the same open-loop rate, so their p99s stand side by side
 SCENARIOS = ("ramp", "server", "batch1", "saturated", "server-nobatch", "shared-rate", "shared-rate-nobatch")
-SHARED_RATE_SHARE = 0.8  # the shared rate: this share of the batching-off capacity, which both variants carry
+SHARED_RATE_SHARE = 0.8  # the shared rate: this share of the lower of the two variants' Server capacities
 RUN_OPTIONS = "run.json"  # the options that decide a run's work (--resume checks them)
 STAGES = "stages.json"  # the stages that completed, with their seconds (--resume keeps them)
 
@@ -401,16 +401,20 @@ class Pipeline:
                 *windows]
 
     def _shared_rate(self, device: str) -> float | str:
-        """The one open-loop rate both variants are offered (SHARED_RATE_SHARE of the batching-off capacity, which
-        both carry within the SLO), or why there is none."""
-        try:
-            off = ProfileRecord.load(self.root / "load" / f"embedded-{device}-server-nobatch.json")
-        except UserError:
-            return "the batching-off Server search wrote no record"
-        capacity = (off.extra.get("search") or {}).get("capacity_req_s")
-        if not capacity:
-            return "the batching-off Server search found no rate within the SLO, so there is no rate both carry"
-        return round(max(1.0, SHARED_RATE_SHARE * capacity), 1)
+        """The one open-loop rate both variants are offered, or why there is none: SHARED_RATE_SHARE of the lower
+        Server capacity (on a GPU batching off's; on a few CPU cores batching can carry less), which both carry
+        within the SLO."""
+        capacities = []
+        for name, label in (("server", "as exported"), ("server-nobatch", "with batching off")):
+            try:
+                found = ProfileRecord.load(self.root / "load" / f"embedded-{device}-{name}.json")
+            except UserError:
+                return f"the Server search {label} wrote no record"
+            capacity = (found.extra.get("search") or {}).get("capacity_req_s")
+            if not capacity:
+                return f"the Server search {label} found no rate within the SLO, so there is no rate both carry"
+            capacities.append(capacity)
+        return round(max(1.0, SHARED_RATE_SHARE * min(capacities)), 1)
 
     def _shared_rate_args(self, device: str, rate: float, windows: list[str]) -> list[str]:
         """Open loop (Poisson arrivals, latency from the scheduled send) at `rate`, one row per request."""
@@ -610,7 +614,7 @@ def _mark_shared_rate(path: Path, rate: float, model: str) -> None:
         return
     record = ProfileRecord.load(path)
     record.extra["shared_rate"] = {"rate_req_s": rate, "pair": [model, model + NOBATCH_SUFFIX],
-                                   "basis": f"{SHARED_RATE_SHARE:g} x the batching-off Server capacity"}
+                                   "basis": f"{SHARED_RATE_SHARE:g} x the lower of the two Server capacities"}
     record.save(path)
 
 

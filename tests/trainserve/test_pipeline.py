@@ -46,7 +46,7 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
         "embedded-cpu-server_stats.csv", "embedded-cpu-shared-rate-nobatch.json",
         "embedded-cpu-shared-rate-nobatch_stats.csv", "embedded-cpu-shared-rate.json",
         "embedded-cpu-shared-rate_stats.csv"]
-    # both variants at one open-loop rate, 80% of the batching-off capacity (1,200), briefly on a quick run
+    # both variants at one open-loop rate, 80% of the lower Server capacity (1,200 each), briefly on a quick run
     for name in ("shared-rate", "shared-rate-nobatch"):
         log = (tmp_path / "p1" / "logs" / f"load-cpu-{name}.log").read_text()
         assert "--rate 960 " in log and "--duration 3s" in log and "--search" not in log
@@ -295,3 +295,18 @@ def test_resume_refuses_other_options_and_a_run_that_never_started(tmp_path, mon
                  argv=fake_argv)
     with pytest.raises(UserError, match=r"^--resume: run 'r9' cannot be resumed, its run.json at .* is missing"):
         Pipeline(RunConfig(device="cpu", quick=True, run="r9", runs_dir=tmp_path, resume=True), argv=fake_argv)
+
+
+def test_the_shared_rate_is_a_share_of_the_lower_capacity_or_says_why_not(tmp_path):
+    from trainserve.core.profile import ProfileRecord
+
+    pipeline = Pipeline(RunConfig(device="cpu", quick=True, run="s1", runs_dir=tmp_path), argv=fake_argv)
+    assert pipeline._shared_rate("cpu") == "the Server search as exported wrote no record"
+    for name, capacity in (("server", 2000.0), ("server-nobatch", None)):
+        r = ProfileRecord(phase="infer", model="cnn_cpu", backend="onnxruntime", device="cpu", batch_size=1)
+        r.extra["search"] = {"capacity_req_s": capacity}
+        r.save(tmp_path / "s1" / "load" / f"embedded-cpu-{name}.json")
+    assert "with batching off found no rate within the SLO" in pipeline._shared_rate("cpu")
+    r.extra["search"] = {"capacity_req_s": 4000.0}  # batching off carries more here: the lower one decides
+    r.save(tmp_path / "s1" / "load" / "embedded-cpu-server-nobatch.json")
+    assert pipeline._shared_rate("cpu") == 1600.0

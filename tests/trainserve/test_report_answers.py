@@ -31,7 +31,7 @@ def _shared(device: str, model: str, rate: float, p50: float, p99: float) -> Pro
     r.speed.latency.p99_ms = p99
     base = model.removesuffix("_nobatch")
     r.extra["shared_rate"] = {"rate_req_s": rate, "pair": [base, base + "_nobatch"],
-                              "basis": "0.8 x the batching-off Server capacity"}
+                              "basis": "0.8 x the lower of the two Server capacities"}
     return r
 
 
@@ -104,7 +104,7 @@ def test_each_measured_question_is_answered_with_its_figure_and_link(answered):
     assert "+8.00 ms p99" in a["dynamic_batching"]["text"] and "CPU: dynamic batching carries 2.0x" in \
         a["dynamic_batching"]["text"]
     assert a["dynamic_batching"]["link"] == "#batching-cnn"
-    assert "At 3,200 req/s offered to both (0.8 x the batching-off Server capacity, open loop for 10 s each): " \
+    assert "At 3,200 req/s offered to both (0.8 x the lower of the two Server capacities, open loop for 10 s each): " \
            "batching p99 2.50 ms (p50 0.01 ms), without batching p99 7.25 ms (p50 0.02 ms)" in a["dynamic_batching"]["text"]
     assert "At one shared rate: not measured in this run: no load offered both variants one rate; `trainserve load " \
            "--model cnn_cpu --rate R --duration 10s`, and the same on cnn_cpu_nobatch, measures it" in \

@@ -203,8 +203,9 @@ def _at_shared_rate(m: ModelSection, b: BatchingCompare) -> str:
     """Both variants at one offered rate: their p50 and p99 side by side, or why that was not measured."""
     sr = b.shared_rate
     if sr is None:
-        why = ("the batching-off search found no rate within the SLO, so there is no rate both carry"
-               if b.off is not None and not b.off.capacity_req_s else "no load offered both variants one rate")
+        why = ("a Server search found no rate within the SLO, so there is no rate both carry"
+               if not (b.off and b.off.capacity_req_s and b.on and b.on.capacity_req_s)
+               else "no load offered both variants one rate")
         served = b.on.model if b.on is not None else f"{m.model}_{'gpu' if b.device == 'cuda' else 'cpu'}"
         return (f". At one shared rate: not measured in this run: {why}; `trainserve load --model {served} "
                 f"--rate R --duration 10s`, and the same on {served}{NOBATCH_SUFFIX}, measures it")

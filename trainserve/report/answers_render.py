@@ -84,7 +84,7 @@ def _placement(p: DataPathPoint) -> str:
 
 BATCHING_NOTE = ("The Server scenario (the highest Poisson rate whose p99 meets the SLO) on the model as exported "
                  "beside the same model with batching off; each p99 is at its own capacity. At the shared rate both "
-                 "are offered one open-loop Poisson rate, a share of the batching-off capacity, so their latencies "
+                 "are offered one open-loop Poisson rate, a share of the lower capacity, so their latencies "
                  "compare at the same load.")
 DATA_NOTE = ("Host placement: a DataLoader with pinned memory and asynchronous copies; device: the data resident on "
              "the device. On a CPU both are the same memory. The sweep's best point is trained both ways, back to "

@@ -444,7 +444,7 @@ class BatchingSide:
 
 @dataclass
 class SharedRate:
-    """Batching on and off offered one open-loop rate (a share of the batching-off capacity): latency side by side."""
+    """Batching on and off offered one open-loop rate (a share of the lower capacity): latency side by side."""
     rate_req_s: float
     basis: str  # how the rate was chosen
     on_source: str
