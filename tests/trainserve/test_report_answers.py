@@ -174,3 +174,17 @@ def test_a_skipped_comparison_says_why(tmp_path):
     html = build_report(run)
     a = {x["id"]: x for x in json.loads((html.parent / "summary.json").read_text())["answers"]}["data_path"]
     assert "GPU host-vs-device comparison: not measured in this run: would exceed the sweep's time budget" in a["text"]
+
+
+@pytest.mark.parametrize("host, device, share, verdict", [
+    # cnn/tiny and cnn/small at their sweeps' best batches on an H100 (4 workers, pinned memory)
+    (119806.0, 430246.0, 0.84, "host at 0.28x of device: the data path limits training (it costs 72% of the samples/s)"),
+    # a quarter of the step waiting on the host, yet no slower: the wait absorbed GPU work queued ahead
+    (68801.0, 68733.0, 0.25, "host at 1.0x of device: the data path does not limit training"),
+])
+def test_the_gpu_verdict_rests_on_the_samples_s_ratio(tmp_path, host, device, share, verdict):
+    run = make_run(tmp_path)
+    _compared("cuda", "bf16", 4096, host, device, 28.8, share).save(run / "sweep" / "cuda" / "bf16-b4096.json")
+    html = build_report(run)
+    a = {x["id"]: x for x in json.loads((html.parent / "summary.json").read_text())["answers"]}["data_path"]
+    assert verdict in a["text"] and "GPU: not measured" not in a["text"]

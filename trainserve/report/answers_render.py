@@ -88,7 +88,9 @@ BATCHING_NOTE = ("The Server scenario (the highest Poisson rate whose p99 meets 
                  "compare at the same load.")
 DATA_NOTE = ("Host placement: a DataLoader with pinned memory and asynchronous copies; device: the data resident on "
              "the device. On a CPU both are the same memory. The sweep's best point is trained both ways, back to "
-             "back on one split; host data time is what each step spent on the host getting its batch.")
+             "back on one split; host data time is what each step spent on the host getting its batch. On a GPU that "
+             "time also covers compute queued ahead whenever getting a batch synchronises, so the two samples/s, "
+             "not this time, say whether the data path limits training.")
 
 
 def html_tables(m: ModelSection) -> str:
