@@ -31,6 +31,7 @@ INPUT_BOUND_SHARE = 0.20  # a data-wait share of step time above this is "input-
 # this ratio alone: on a GPU the host's wait for a batch also absorbs compute queued ahead (a copy or an index
 # transfer that synchronises), so a large wait share with a ratio near 1 costs the GPU nothing
 DATA_PATH_LIMIT = 0.90
+WAIT_EXPLAINS = 0.5  # ... when the longer wait for batches covers at least this share of the longer step
 GPU_DATA_PATH_COMMAND = "trainserve compare --sweep --device cuda"
 
 
@@ -156,12 +157,28 @@ def _compared(d: str, host: DataPathPoint, dev: DataPathPoint, r: float | None) 
     where = "resident on the GPU" if d == "cuda" else "as pre-materialised tensors"
     wait = "" if host.host_data_ms is None else (f", {u.ms(host.host_data_ms)} of host data time per step "
                                                  f"({_share(host.data_wait_share)} of step time)")
-    verdict = ("the data path was not compared" if r is None
-               else f"the data path limits training (it costs {100 * (1 - r):.0f}% of the samples/s)"
-               if r < DATA_PATH_LIMIT else "the data path does not limit training")
     return (f"{DEVICE_LABEL[d]}, at the sweep's best batch ({host.batch_size}, {host.precision}): the host DataLoader "
             f"({feed}) feeds {u.num(host.throughput_samples_s)} samples/s{wait}, the data {where} "
-            f"{u.num(dev.throughput_samples_s)} samples/s — host at {u.ratio(r)} of device: {verdict}")
+            f"{u.num(dev.throughput_samples_s)} samples/s — host at {u.ratio(r)} of device: {_verdict(host, dev, r)}")
+
+
+def _verdict(host: DataPathPoint, dev: DataPathPoint, r: float | None) -> str:
+    """Whether the data path limits training: host-fed samples/s below DATA_PATH_LIMIT of resident, with the extra
+    time getting batches covering at least half the extra step time (a slower host side that did not wait longer
+    for its batches was slowed by something else: other work on the host's cores)."""
+    if r is None:
+        return "the data path was not compared"
+    if r >= DATA_PATH_LIMIT:
+        return "the data path does not limit training"
+    cost = f"it costs {100 * (1 - r):.0f}% of the samples/s"
+    steps = [p.batch_size / p.throughput_samples_s * 1e3 if p.throughput_samples_s else None for p in (host, dev)]
+    if None in steps or host.host_data_ms is None or dev.host_data_ms is None:
+        return f"the data path limits training ({cost})"
+    step_gap, wait_gap = steps[0] - steps[1], host.host_data_ms - dev.host_data_ms
+    if wait_gap >= WAIT_EXPLAINS * step_gap:
+        return f"the data path limits training ({cost}; its steps waited {u.ms(wait_gap)} longer for their batches)"
+    return (f"not the data path, though: the host-fed steps took {u.ms(step_gap)} longer but waited only "
+            f"{u.ms(wait_gap)} longer for their batches, so other work on the host slowed them; rerun to confirm")
 
 
 def _placements(d: str, dp: DataPath) -> str:
