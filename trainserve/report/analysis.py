@@ -25,7 +25,7 @@ from trainserve.report import units as u
 from trainserve.report import withheld
 from trainserve.report.answers import answers
 from trainserve.report.attribution_section import attribution_section, bound_of
-from trainserve.report.batching import batching_section, data_path_section, is_nobatch
+from trainserve.report.batching import batching_section, data_path_section, set_aside
 from trainserve.report.collect import Collection, Entry
 from trainserve.report.energy import NO_ENERGY, own_energy
 from trainserve.report.limits_section import is_limit, limits_section
@@ -67,8 +67,9 @@ def model_key(record: ProfileRecord) -> str:
 
 def analyse(collection: Collection) -> Report:
     screened = withheld.screened(collection)  # figures beyond a physical bound become errors
-    # a model served with batching off on purpose stands only beside the one as exported (report/batching.py)
-    entries = [e for e in screened if not is_nobatch(e.record)]
+    # a model served with batching off on purpose, and both variants at one shared rate, stand only in the batching
+    # comparison (report/batching.py)
+    entries = [e for e in screened if not set_aside(e.record)]
     models: dict[str, ModelSection] = {}
     scenarios = scenarios_section(entries, model_key)  # SingleStream / Server / Offline, with their verdicts
     for name in sorted({model_key(e.record) for e in entries}):

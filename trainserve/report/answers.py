@@ -12,11 +12,27 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.sections import Answer, InferSpeedup, ModelSection, Report, TrainSpeedup
+from trainserve.report.sections import (
+    Answer,
+    BatchingCompare,
+    DataPath,
+    DataPathPoint,
+    InferSpeedup,
+    ModelSection,
+    Report,
+    TrainSpeedup,
+)
 
 INPUT_BOUND_SHARE = 0.20  # a data-wait share of step time above this is "input-bound" (train/record.py's warning)
+# host-fed samples/s below this share of the resident data's: the data path limits training. The verdict rests on
+# this ratio alone: on a GPU the host's wait for a batch also absorbs compute queued ahead (a copy or an index
+# transfer that synchronises), so a large wait share with a ratio near 1 costs the GPU nothing
+DATA_PATH_LIMIT = 0.90
+WAIT_EXPLAINS = 0.5  # ... when the longer wait for batches covers at least this share of the longer step
+GPU_DATA_PATH_COMMAND = "trainserve compare --sweep --device cuda"
 
 
 @dataclass(frozen=True)
@@ -117,23 +133,66 @@ def _batch_precision(m: ModelSection) -> Found:
 
 def _data_path(m: ModelSection) -> Found:
     texts = []
-    for d, dp in m.data_path.items():
-        shares = [f"{p.placement} placement at batch {p.batch_size}: {u.num(p.throughput_samples_s)} samples/s, "
-                  f"{_share(p.data_wait_share)} of step time waiting for data"
-                  for p in dp.points]
-        waits = [p.data_wait_share for p in dp.points if p.data_wait_share is not None]
-        bound = (" — input-bound" if max(waits) > INPUT_BOUND_SHARE else " — not input-bound") if waits else ""
-        text = f"{DEVICE_LABEL[d]}: " + "; ".join(shares) + bound
-        if dp.host_over_device is not None:
-            text += f"; host placement runs at {u.ratio(dp.host_over_device)} the samples/s of data on the device"
-        elif d == "cpu":
-            text += " (on a CPU the host is the device: there is no host-to-device copy to measure)"
-        texts.append(text)
+    for d in sorted(m.data_path, key=lambda d: d != "cuda"):  # the GPU's answer first: the question is about it
+        dp = m.data_path[d]
+        by = {p.placement: p for p in dp.points if p.compared}
+        if "host" in by and "device" in by:
+            texts.append(_compared(d, by["host"], by["device"], dp.host_over_device))
+        elif dp.points:
+            texts.append(_placements(d, dp))
+        if dp.skipped:
+            texts.append(f"{DEVICE_LABEL[d]} host-vs-device comparison: not measured in this run: {dp.skipped}")
     if not texts:
-        return Found(None, "no training record says where its data lived")
+        return Found(None, "neither the training sweep nor a training record measured where its data lived")
     if "cuda" not in m.data_path:
-        texts.append("host-to-device copies: not measured in this run, as no GPU trained")
+        texts.append(f"GPU: not measured in this run: no GPU in this run; `{GPU_DATA_PATH_COMMAND}` on a machine "
+                     "with an NVIDIA GPU measures it")
     return Found("; ".join(texts) + ".")
+
+
+def _compared(d: str, host: DataPathPoint, dev: DataPathPoint, r: float | None) -> str:
+    """The sweep's comparison: "does the data path limit training here", with both figures and their ratio."""
+    workers = "" if host.workers is None else f", {host.workers} worker{'s' if host.workers != 1 else ''}"
+    feed = ("pinned memory, non_blocking copies" if d == "cuda" else "no copy: the host is the device") + workers
+    where = "resident on the GPU" if d == "cuda" else "as pre-materialised tensors"
+    wait = "" if host.host_data_ms is None else (f", {u.ms(host.host_data_ms)} of host data time per step "
+                                                 f"({_share(host.data_wait_share)} of step time)")
+    return (f"{DEVICE_LABEL[d]}, at the sweep's best batch ({host.batch_size}, {host.precision}): the host DataLoader "
+            f"({feed}) feeds {u.num(host.throughput_samples_s)} samples/s{wait}, the data {where} "
+            f"{u.num(dev.throughput_samples_s)} samples/s — host at {u.ratio(r)} of device: {_verdict(host, dev, r)}")
+
+
+def _verdict(host: DataPathPoint, dev: DataPathPoint, r: float | None) -> str:
+    """Whether the data path limits training: host-fed samples/s below DATA_PATH_LIMIT of resident, with the extra
+    time getting batches covering at least half the extra step time (a slower host side that did not wait longer
+    for its batches was slowed by something else: other work on the host's cores)."""
+    if r is None:
+        return "the data path was not compared"
+    if r >= DATA_PATH_LIMIT:
+        return "the data path does not limit training"
+    cost = f"it costs {100 * (1 - r):.0f}% of the samples/s"
+    steps = [p.batch_size / p.throughput_samples_s * 1e3 if p.throughput_samples_s else None for p in (host, dev)]
+    if None in steps or host.host_data_ms is None or dev.host_data_ms is None:
+        return f"the data path limits training ({cost})"
+    step_gap, wait_gap = steps[0] - steps[1], host.host_data_ms - dev.host_data_ms
+    if wait_gap >= WAIT_EXPLAINS * step_gap:
+        return f"the data path limits training ({cost}; its steps waited {u.ms(wait_gap)} longer for their batches)"
+    return (f"not the data path, though: the host-fed steps took {u.ms(step_gap)} longer but waited only "
+            f"{u.ms(wait_gap)} longer for their batches, so other work on the host slowed them; rerun to confirm")
+
+
+def _placements(d: str, dp: DataPath) -> str:
+    """Training records' own placements, when the sweep did not compare the two."""
+    shares = [f"{p.placement} placement at batch {p.batch_size}: {u.num(p.throughput_samples_s)} samples/s, "
+              f"{_share(p.data_wait_share)} of step time waiting for data" for p in dp.points]
+    waits = [p.data_wait_share for p in dp.points if p.data_wait_share is not None]
+    bound = (" — input-bound" if max(waits) > INPUT_BOUND_SHARE else " — not input-bound") if waits else ""
+    text = f"{DEVICE_LABEL[d]}: " + "; ".join(shares) + bound
+    if dp.host_over_device is not None:
+        text += f"; host placement runs at {u.ratio(dp.host_over_device)} the samples/s of data on the device"
+    elif d == "cpu":
+        text += " (on a CPU the host is the device: there is no host-to-device copy to measure)"
+    return text
 
 
 def _batching(m: ModelSection) -> Found:
@@ -142,7 +201,7 @@ def _batching(m: ModelSection) -> Found:
         on, off = b.on, b.off
         if on is not None and off is not None and on.capacity_req_s and off.capacity_req_s is None:
             texts.append(f"{DEVICE_LABEL[d]}: dynamic batching carries {u.num(on.capacity_req_s)} requests/s within "
-                         "the SLO, and with batching off no rate the search tried met it")
+                         "the SLO, and with batching off no rate the search tried met it" + _at_shared_rate(m, b))
             continue
         if on is None or off is None or b.capacity_ratio is None:
             continue
@@ -150,12 +209,28 @@ def _batching(m: ModelSection) -> Found:
         batch = f", mean batch {on.mean_batch:.1f}" if on.mean_batch is not None else ""
         texts.append(f"{DEVICE_LABEL[d]}: dynamic batching carries {u.ratio(b.capacity_ratio)} the requests/s within "
                      f"the SLO ({u.num(on.capacity_req_s)} vs {u.num(off.capacity_req_s)} with batching off{batch}), "
-                     f"at {delta} ({u.ms(on.p99_ms)} vs {u.ms(off.p99_ms)}, each at its capacity)")
+                     f"at {delta} ({u.ms(on.p99_ms)} vs {u.ms(off.p99_ms)}, each at its capacity)"
+                     + _at_shared_rate(m, b))
     if not texts:
         return Found(None, "no Server scenario was measured with batching off")
     if "cuda" not in m.batching:
         texts.append("GPU: not measured in this run, as no GPU server ran")
     return Found("; ".join(texts) + ".")
+
+
+def _at_shared_rate(m: ModelSection, b: BatchingCompare) -> str:
+    """Both variants at one offered rate: their p50 and p99 side by side, or why that was not measured."""
+    sr = b.shared_rate
+    if sr is None:
+        why = ("a Server search found no rate within the SLO, so there is no rate both carry"
+               if not (b.off and b.off.capacity_req_s and b.on and b.on.capacity_req_s)
+               else "no load offered both variants one rate")
+        served = b.on.model if b.on is not None else f"{m.model}_{'gpu' if b.device == 'cuda' else 'cpu'}"
+        return (f". At one shared rate: not measured in this run: {why}; `trainserve load --model {served} "
+                f"--rate R --duration 10s`, and the same on {served}{NOBATCH_SUFFIX}, measures it")
+    window = f", open loop for {sr.duration_s:g} s each" if sr.duration_s else ", open loop"
+    return (f". At {u.num(sr.rate_req_s)} req/s offered to both ({sr.basis}{window}): batching p99 {u.ms(sr.on_p99_ms)} "
+            f"(p50 {u.ms(sr.on_p50_ms)}), without batching p99 {u.ms(sr.off_p99_ms)} (p50 {u.ms(sr.off_p50_ms)})")
 
 
 def _gpu_release(m: ModelSection) -> Found:
@@ -195,7 +270,7 @@ QUESTIONS: tuple[Question, ...] = (
              "trainserve compare --sweep --device cuda (trainserve run does it unless --no-sweep)", _batch_precision),
     Question("data_path", "what data loading and host-to-device copies do to speed, and whether training is "
              "input-bound", "#data-path-{m}",
-             "trainserve run  # on a machine with an NVIDIA GPU: its sweep measures host and device placement",
+             "trainserve run  # on a machine with an NVIDIA GPU: its sweep compares host and device placement",
              _data_path),
     Question("dynamic_batching", "what dynamic batching buys a GPU server, and at what latency", "#batching-{m}",
              "trainserve run (it measures the Server scenario with batching off on each served device)", _batching),

@@ -8,13 +8,14 @@ from html import escape
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report import units as u
-from trainserve.report.sections import ModelSection, Report
+from trainserve.report.sections import DataPathPoint, ModelSection, Report, SharedRate
 
 Table = Callable[[list[str], list[list[str]]], list[str]]
 
 BATCHING_HEADER = ["device", "batching", "served model", "capacity, req/s within the SLO", "p99 there",
-                   "mean batch", "record"]
-DATA_HEADER = ["device", "placement", "batch", "precision", "samples/s", "waiting for data", "record"]
+                   "mean batch", "p50 / p99 at the shared rate", "record"]
+DATA_HEADER = ["device", "placement", "batch", "precision", "samples/s", "waiting for data",
+               "host data time per step", "record"]
 
 
 def anchor(name: str, model: str) -> str:
@@ -49,24 +50,47 @@ def _batching_rows(m: ModelSection) -> list[list[str]]:
     for d, b in m.batching.items():
         for label, side in (("dynamic, as exported", b.on), ("off (max batch 1)", b.off)):
             if side is None:
-                rows.append([DEVICE_LABEL[d], label, u.MISSING, "not measured", "", "", ""])
+                rows.append([DEVICE_LABEL[d], label, u.MISSING, "not measured", "", "", "", ""])
                 continue
             capacity = u.num(side.capacity_req_s) + (" (at least)" if side.lower_bound else "")
             mean = f"{side.mean_batch:.1f}" if side.mean_batch is not None else u.MISSING
-            rows.append([DEVICE_LABEL[d], label, side.model, capacity, u.ms(side.p99_ms), mean, side.source])
+            rows.append([DEVICE_LABEL[d], label, side.model, capacity, u.ms(side.p99_ms), mean,
+                         _shared(b.shared_rate, side is b.on), side.source])
     return rows
 
 
+def _shared(sr: SharedRate | None, on: bool) -> str:
+    if sr is None:
+        return "not measured"
+    p50, p99 = (sr.on_p50_ms, sr.on_p99_ms) if on else (sr.off_p50_ms, sr.off_p99_ms)
+    return f"{u.ms(p50)} / {u.ms(p99)} at {u.num(sr.rate_req_s)} req/s"
+
+
 def _data_rows(m: ModelSection) -> list[list[str]]:
-    return [[DEVICE_LABEL[d], p.placement, str(p.batch_size), p.precision, u.num(p.throughput_samples_s),
-             u.MISSING if p.data_wait_share is None else f"{100 * p.data_wait_share:.1f}% of step time", p.source]
+    return [[DEVICE_LABEL[d], _placement(p), str(p.batch_size), p.precision, u.num(p.throughput_samples_s),
+             u.MISSING if p.data_wait_share is None else f"{100 * p.data_wait_share:.1f}% of step time",
+             u.ms(p.host_data_ms), p.source]
             for d, dp in m.data_path.items() for p in dp.points]
 
 
+def _placement(p: DataPathPoint) -> str:
+    if not p.compared:
+        return p.placement
+    if p.placement == "device":
+        return "device (sweep's best point)"
+    workers = "" if p.workers is None else f", {p.workers} workers"
+    return f"host DataLoader (sweep's best point{workers})"
+
+
 BATCHING_NOTE = ("The Server scenario (the highest Poisson rate whose p99 meets the SLO) on the model as exported "
-                 "beside the same model with batching off; each p99 is at its own capacity.")
+                 "beside the same model with batching off; each p99 is at its own capacity. At the shared rate both "
+                 "are offered one open-loop Poisson rate, a share of the lower capacity, so their latencies "
+                 "compare at the same load.")
 DATA_NOTE = ("Host placement: a DataLoader with pinned memory and asynchronous copies; device: the data resident on "
-             "the device. On a CPU both are the same memory.")
+             "the device. On a CPU both are the same memory. The sweep's best point is trained both ways, back to "
+             "back on one split; host data time is what each step spent on the host getting its batch. On a GPU that "
+             "time also covers compute queued ahead whenever getting a batch synchronises, so the two samples/s, "
+             "not this time, say whether the data path limits training.")
 
 
 def html_tables(m: ModelSection) -> str:

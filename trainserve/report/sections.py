@@ -443,6 +443,20 @@ class BatchingSide:
 
 
 @dataclass
+class SharedRate:
+    """Batching on and off offered one open-loop rate (a share of the lower capacity): latency side by side."""
+    rate_req_s: float
+    basis: str  # how the rate was chosen
+    on_source: str
+    off_source: str
+    on_p50_ms: float | None
+    on_p99_ms: float | None
+    off_p50_ms: float | None
+    off_p99_ms: float | None
+    duration_s: float | None  # of each load
+
+
+@dataclass
 class BatchingCompare:
     """On one device, the Server scenario with the model's dynamic batching as exported beside batching off."""
     device: str
@@ -450,6 +464,7 @@ class BatchingCompare:
     off: BatchingSide | None
     capacity_ratio: float | None  # on over off
     p99_delta_ms: float | None  # on minus off, each at its own capacity
+    shared_rate: SharedRate | None = field(default=None, metadata=OPTIONAL)  # both at one rate (pipeline.py)
 
 
 @dataclass
@@ -462,6 +477,9 @@ class DataPathPoint:
     precision: str
     throughput_samples_s: float | None
     data_wait_share: float | None  # of step time, 0..1
+    host_data_ms: float | None = field(default=None, metadata=OPTIONAL)  # mean host time per step getting the batch
+    compared: bool = False  # one side of the sweep's host-vs-device comparison at its best point (train/datapath.py)
+    workers: int | None = field(default=None, metadata=OPTIONAL)  # DataLoader workers (host placement)
 
 
 @dataclass
@@ -469,6 +487,7 @@ class DataPath:
     """Per device, the training records' input paths; host beside device placement where both ran."""
     points: list[DataPathPoint]
     host_over_device: float | None  # samples/s with host placement over device placement, same batch
+    skipped: str | None = field(default=None, metadata=OPTIONAL)  # why the sweep's comparison did not run
 
 
 # --- a model -------------------------------------------------------------------------------------
