@@ -12,12 +12,10 @@ from tests.test_history_words import product_files
 # one module per command under commands/ and one option tree per command under core/options/, plus a few
 # stage-and-report pairs: still to be renamed (each entry: the folders that share the name)
 STILL_SHARED = {
-    "cost.py": {"trainserve/core/options", "trainserve/report"},
-    "diff.py": {"trainserve/core/options", "trainserve/commands", "trainserve/report"},
+    "diff.py": {"trainserve/core/options", "trainserve/commands"},
     "export.py": {"trainserve/commands", "train"},
-    "frontier.py": {"trainserve/core/options", "trainserve/core", "trainserve/commands", "trainserve/report", "train"},
+    "frontier.py": {"trainserve/core/options", "trainserve/core", "trainserve/commands", "train"},
     "load.py": {"trainserve/core/options", "trainserve/commands"},
-    "plan.py": {"trainserve/commands", "trainserve/report"},
     "run.py": {"trainserve/core/options", "trainserve/commands"},
     "serve.py": {"trainserve/core/options", "trainserve/commands"},
     "train.py": {"trainserve/core/options", "trainserve/commands"},

@@ -22,9 +22,9 @@ def diff(o: Args) -> None:
     """
     from trainserve.core.errors import UserError
     from trainserve.core.fsutil import write_text_atomic
-    from trainserve.report.diff import diff_runs, load_run, parse_noise
-    from trainserve.report.diff_gate import breaches, parse_fail_on
-    from trainserve.report.diff_render import as_json, print_terminal, write_files
+    from trainserve.report.diff.run_diff import diff_runs, load_run, parse_noise
+    from trainserve.report.diff.diff_gate import breaches, parse_fail_on
+    from trainserve.report.diff.diff_render import as_json, print_terminal, write_files
 
     if len(o.runs) < 2:
         raise UserError("trainserve diff needs two runs or more: the baseline A, then each run to set beside it")

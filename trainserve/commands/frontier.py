@@ -28,7 +28,7 @@ def frontier(o: Args) -> None:
     """
     from trainserve.core.frontier import FRONTIER_DIR
     from trainserve.core.runs import run_dir
-    from trainserve.report.frontier import device_section
+    from trainserve.report.memory.memory_frontier import device_section
     from trainserve.serve.model.frontier_probe import session_working_set
     from trainserve.train.frontier import GIB, TRANSFORMER_SIZES, FrontierConfig, run_frontier
     from trainserve.train.usermodel import parse_shape

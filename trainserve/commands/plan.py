@@ -17,11 +17,11 @@ def plan(o: Args) -> None:
     one measured assume linear scaling, and the plan says so.
     """
     from trainserve.core.runs import existing_run_dir
-    from trainserve.report.analysis import analyse
-    from trainserve.report.collect import collect
-    from trainserve.report.cost import CostOptions
-    from trainserve.report.plan import capacity_plan, require_feasible
-    from trainserve.report.typed import to_json
+    from trainserve.report.page.analysis import analyse
+    from trainserve.report.common.collect import collect
+    from trainserve.report.cost.cost_per_million import CostOptions
+    from trainserve.report.cost.capacity_plan import capacity_plan, require_feasible
+    from trainserve.report.common.typed import to_json
 
     summary = analyse(collect(existing_run_dir(o.run, o.runs_dir)))
     opts = CostOptions.of(o).with_searched_slo(summary)

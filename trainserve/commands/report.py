@@ -18,7 +18,7 @@ def report(o: Args) -> None:
     from trainserve.core.runs import existing_run_dir
     from trainserve.report import write_report
 
-    from trainserve.report.cost import CostOptions
+    from trainserve.report.cost.cost_per_million import CostOptions
 
     opts = CostOptions.of(o)
     html, lines = write_report(existing_run_dir(o.run, o.runs_dir), opts, baseline=o.baseline, runs_dir=o.runs_dir)

@@ -25,7 +25,7 @@ def run(o: Args) -> None:
 
     from trainserve.pipeline import Pipeline, RunConfig, StageEvent
 
-    from trainserve.report.cost import CostOptions
+    from trainserve.report.cost.cost_per_million import CostOptions
 
     # prices and targets are checked before any stage runs, so a typo never costs a training run
     cost = CostOptions.of(o)

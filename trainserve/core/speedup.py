@@ -1,7 +1,7 @@
 """The CPU-vs-GPU training speed-up: one computation for the report and for `trainserve compare`.
 
 Pure arithmetic over training profile records, given as (source, record) pairs where `source` is the
-record's path inside the run folder. The report (trainserve.report.analysis) and the command line
+record's path inside the run folder. The report (trainserve.report.page.analysis) and the command line
 (`trainserve compare`, its sweeps) both call `speedups_of_records`, so they print the same figure.
 
 Two bases, always both: "train" compares the devices at the same configuration (batch size and
