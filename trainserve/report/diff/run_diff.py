@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.report.common.sections import Report
+from trainserve.report.common.sections import ModelSection, Report
 from trainserve.report.common.stats import t95
 from trainserve.report.common.typed import from_json
 
@@ -222,6 +222,15 @@ def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
 
 def figures(report: Report) -> list[Figure]:
     """Every figure of a report the diff compares, with its operating point."""
+    out = _scenario_figures(report)
+    for model, section in report.models.items():
+        out += _training_figures(model, section)
+        out += _limit_figures(model, section)
+    return out
+
+
+def _scenario_figures(report: Report) -> list[Figure]:
+    """The served figures, per model, device and scenario, each with its repeats' spread where there were repeats."""
     out: list[Figure] = []
     for model, devices in report.scenarios.models.items():
         for device, per in devices.items():
@@ -240,32 +249,43 @@ def figures(report: Report) -> list[Figure]:
                         continue
                     spread = Spread(ci["n"], ci["mean"], ci["sd"], ci["half_width"]) if ci else None
                     out.append(Figure(model, device, scenario, name, float(value), spread, point))
-    for model, section in report.models.items():
-        for device, col in section.train.items():
-            if col is not None and col.throughput_samples_s is not None:
-                out.append(Figure(model, device, "train", "train_throughput", col.throughput_samples_s, None,
-                                  {"batch": col.batch_size, "precision": col.precision}))
-        for device, sweep in section.operating_points.items():
-            best = sweep.train_best
-            if best is not None and best.throughput_samples_s is not None:
-                out.append(Figure(model, device, "train", "train_best_throughput", best.throughput_samples_s, None,
-                                  {}))  # each run at its own best: the point is part of the answer
-        for device, tta in section.time_to_accuracy.items():
-            if not tta.reached or tta.time_to_accuracy_s is None:
-                continue
-            seeds = tta.seeds or {}
-            spread = None
-            if (seeds.get("n") or 0) >= 2 and seeds.get("sd_seconds") is not None:
-                spread = Spread.of(seeds["n"], seeds["mean_seconds"], seeds["sd_seconds"])
-            out.append(Figure(model, device, "time_to_accuracy", "time_to_accuracy",
-                              spread.mean if spread else tta.time_to_accuracy_s, spread,
-                              {"target": tta.target_accuracy, "batch": tta.batch_size, "precision": tta.precision}))
-        for device, lim in section.limits.items():
-            if lim.batch1_p50_ms is not None:
-                out.append(Figure(model, device, "limits", "limit_p50", lim.batch1_p50_ms, None, {"batch": 1}))
-            if lim.best_throughput_samples_s is not None:
-                out.append(Figure(model, device, "limits", "limit_throughput", lim.best_throughput_samples_s,
-                                  None, {}))
+    return out
+
+
+def _training_figures(model: str, section: ModelSection) -> list[Figure]:
+    """A model's training figures: samples/s as trained and at its best batch, and the time to accuracy."""
+    out: list[Figure] = []
+    for device, col in section.train.items():
+        if col is not None and col.throughput_samples_s is not None:
+            out.append(Figure(model, device, "train", "train_throughput", col.throughput_samples_s, None,
+                              {"batch": col.batch_size, "precision": col.precision}))
+    for device, sweep in section.operating_points.items():
+        best = sweep.train_best
+        if best is not None and best.throughput_samples_s is not None:
+            out.append(Figure(model, device, "train", "train_best_throughput", best.throughput_samples_s, None,
+                              {}))  # each run at its own best: the point is part of the answer
+    for device, tta in section.time_to_accuracy.items():
+        if not tta.reached or tta.time_to_accuracy_s is None:
+            continue
+        seeds = tta.seeds or {}
+        spread = None
+        if (seeds.get("n") or 0) >= 2 and seeds.get("sd_seconds") is not None:
+            spread = Spread.of(seeds["n"], seeds["mean_seconds"], seeds["sd_seconds"])
+        out.append(Figure(model, device, "time_to_accuracy", "time_to_accuracy",
+                          spread.mean if spread else tta.time_to_accuracy_s, spread,
+                          {"target": tta.target_accuracy, "batch": tta.batch_size, "precision": tta.precision}))
+    return out
+
+
+def _limit_figures(model: str, section: ModelSection) -> list[Figure]:
+    """A model's in-process limits: the batch-1 p50 floor and the best samples/s, per device."""
+    out: list[Figure] = []
+    for device, lim in section.limits.items():
+        if lim.batch1_p50_ms is not None:
+            out.append(Figure(model, device, "limits", "limit_p50", lim.batch1_p50_ms, None, {"batch": 1}))
+        if lim.best_throughput_samples_s is not None:
+            out.append(Figure(model, device, "limits", "limit_throughput", lim.best_throughput_samples_s,
+                              None, {}))
     return out
 
 

@@ -28,6 +28,7 @@ from trainserve.report.common.sections import (
     LimitSpeedups,
     ModelSection,
     SaturatedLimit,
+    Served,
     ServerVsLimit,
 )
 
@@ -40,42 +41,54 @@ def limits_section(entries: list[Entry], section: ModelSection) -> Limits:
     points: dict[str, list[LimitPoint]] = {}
     for d in DEVICES:
         device = [e for e in mine if e.record.device == d]
-        b1 = [e for e in device if e.record.batch_size == 1 and e.record.speed.latency.p50_ms is not None]
-        rated = [e for e in device if e.record.speed.throughput_samples_s is not None]
-        if not b1 and not rated:
+        lim = _device_limit(device)
+        if lim is None:
             continue
-        fast = min(b1, key=lambda e: e.record.speed.latency.p50_ms) if b1 else None
-        best = max(rated, key=lambda e: e.record.speed.throughput_samples_s) if rated else None
-        limits[d] = DeviceLimit(
-            batch1_p50_ms=fast and fast.record.speed.latency.p50_ms,
-            batch1_threads=fast and fast.record.settings.get("intra_op_threads"),
-            best_batch=best and best.record.batch_size,
-            best_throughput_samples_s=best and best.record.speed.throughput_samples_s,
-        )
+        limits[d] = lim
         points[d] = sorted((_point(e) for e in device),
                            key=lambda p: (p.sweep != "threads", p.batch_size, p.threads or 0, p.spinning))
     server_vs_limit: dict[str, ServerVsLimit] = {}
     for d, lim in limits.items():
         for per_device in section.infer.values():
             served = per_device.get(d)
-            if not served:
-                continue
-            b1v, satv = served.batch1, served.saturated
-            overhead = _sub(b1v and b1v.p50_ms, lim.batch1_p50_ms)
-            efficiency = _div(satv and satv.throughput_samples_s, lim.best_throughput_samples_s)
-            if b1v:
-                b1v.limit = Batch1Limit(p50_ms=lim.batch1_p50_ms, threads=lim.batch1_threads, overhead_ms=overhead)
-            if satv:
-                satv.limit = SaturatedLimit(throughput_samples_s=lim.best_throughput_samples_s, batch=lim.best_batch,
-                                            efficiency=efficiency)
-            # the first served backend (analysis.BACKEND_PREFERENCE order) sets the device's overhead/efficiency
-            server_vs_limit.setdefault(d, ServerVsLimit(batch1_overhead_ms=overhead, saturated_efficiency=efficiency))
+            if served:
+                # the first served backend (analysis.BACKEND_PREFERENCE order) sets the device's overhead/efficiency
+                server_vs_limit.setdefault(d, _attach_limit(served, lim))
     cpu, gpu = limits.get("cpu"), limits.get("cuda")
     speedups = LimitSpeedups(
         infer_batch1=_div(cpu and cpu.batch1_p50_ms, gpu and gpu.batch1_p50_ms),
         infer_saturated=_div(gpu and gpu.best_throughput_samples_s, cpu and cpu.best_throughput_samples_s),
     )
     return Limits(limits=limits, server_vs_limit=server_vs_limit, limit_points=points, limit_speedups=speedups)
+
+
+def _device_limit(device: list[Entry]) -> DeviceLimit | None:
+    """One device's limit: its fastest batch-1 p50 and its best samples/s (None: no limit record measured either)."""
+    b1 = [e for e in device if e.record.batch_size == 1 and e.record.speed.latency.p50_ms is not None]
+    rated = [e for e in device if e.record.speed.throughput_samples_s is not None]
+    if not b1 and not rated:
+        return None
+    fast = min(b1, key=lambda e: e.record.speed.latency.p50_ms) if b1 else None
+    best = max(rated, key=lambda e: e.record.speed.throughput_samples_s) if rated else None
+    return DeviceLimit(
+        batch1_p50_ms=fast and fast.record.speed.latency.p50_ms,
+        batch1_threads=fast and fast.record.settings.get("intra_op_threads"),
+        best_batch=best and best.record.batch_size,
+        best_throughput_samples_s=best and best.record.speed.throughput_samples_s,
+    )
+
+
+def _attach_limit(served: Served, lim: DeviceLimit) -> ServerVsLimit:
+    """Sets the limit beside a served column's batch-1 and saturated views; returns what the server adds to it."""
+    b1v, satv = served.batch1, served.saturated
+    overhead = _sub(b1v and b1v.p50_ms, lim.batch1_p50_ms)
+    efficiency = _div(satv and satv.throughput_samples_s, lim.best_throughput_samples_s)
+    if b1v:
+        b1v.limit = Batch1Limit(p50_ms=lim.batch1_p50_ms, threads=lim.batch1_threads, overhead_ms=overhead)
+    if satv:
+        satv.limit = SaturatedLimit(throughput_samples_s=lim.best_throughput_samples_s, batch=lim.best_batch,
+                                    efficiency=efficiency)
+    return ServerVsLimit(batch1_overhead_ms=overhead, saturated_efficiency=efficiency)
 
 
 def _point(e: Entry) -> LimitPoint:
