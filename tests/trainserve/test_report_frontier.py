@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from tests.docpaths import assert_documented_artifacts
 
 from trainserve.cli import app
-from trainserve.core.frontier import FrontierPoint, FrontierResult, SeriesFit, load_all
+from trainserve.core.frontier_result import FrontierPoint, FrontierResult, SeriesFit, load_all
 from trainserve.report.memory.frontier_plot import frontier_figures
 from trainserve.report.memory.memory_frontier import device_section, frontier_sections, html_section, md_section
 

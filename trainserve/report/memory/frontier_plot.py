@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainserve.core.frontier import FrontierResult, load_all
+from trainserve.core.frontier_result import FrontierResult, load_all
 from trainserve.report.common.plot_canvas import _figure, _png, _style
 from trainserve.report.memory.memory_frontier import DeviceFrontier, figure_name
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from trainserve.core.frontier import MAX_EXTRAPOLATION, FrontierResult, load_all
+from trainserve.core.frontier_result import MAX_EXTRAPOLATION, FrontierResult, load_all
 from trainserve.report.common import units as u
 from trainserve.report.common.frontier_sections import DeviceFrontier, SeriesEdge
 

@@ -26,7 +26,7 @@ def frontier(o: Args) -> None:
     not fit, fits a memory model and checks its predicted edge. Writes RUNS_DIR/RUN/frontier/DEVICE.json;
     `trainserve report` draws it.
     """
-    from trainserve.core.frontier import FRONTIER_DIR
+    from trainserve.core.frontier_result import FRONTIER_DIR
     from trainserve.core.runs import run_dir
     from trainserve.report.memory.memory_frontier import device_section
     from trainserve.serve.model.frontier_probe import session_working_set
