@@ -42,20 +42,22 @@ def safe_name(name: str) -> str:
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in name)
 
 
-def _figure(width: float, height: float):
+def new_figure(width: float, height: float):
+    """A figure on matplotlib's Agg canvas (inches), laid out to fit its labels."""
     from matplotlib.figure import Figure
 
     fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
     return fig
 
 
-def _png(fig) -> bytes:
+def png_bytes(fig) -> bytes:
+    """The figure as PNG bytes on white, as the page embeds and the report folder keeps it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", facecolor="white")
     return buf.getvalue()
 
 
-def _plain_log_ticks(axis) -> None:
+def plain_log_ticks(axis) -> None:
     """Log axes labelled 0.4, 1, 2,000 rather than 4x10^-1: readers compare numbers, not exponents."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
@@ -66,7 +68,8 @@ def _plain_log_ticks(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
-def _style(ax, title: str) -> None:
+def house_style(ax, title: str) -> None:
+    """The report's look: a bold left title, no top or right spine, a light grid behind the data."""
     ax.set_title(title, loc="left", fontsize=11, fontweight="bold", color="#222")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)

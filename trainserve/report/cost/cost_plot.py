@@ -5,14 +5,7 @@ from __future__ import annotations
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report.common import units as u
 from trainserve.report.common.cost_sections import ModelCosts
-from trainserve.report.common.plot_canvas import (
-    COLORS,
-    _figure,
-    _plain_log_ticks,
-    _png,
-    _style,
-    safe_name,
-)
+from trainserve.report.common.plot_canvas import COLORS, house_style, new_figure, plain_log_ticks, png_bytes, safe_name
 from trainserve.report.common.sections import ModelSection, Report
 from trainserve.report.cost.breakeven import servers_needed
 from trainserve.report.cost.cost_per_million import frontier, hardware_usd_per_million
@@ -48,7 +41,7 @@ def cost_chart(name: str, section: ModelSection, costs: ModelCosts, slo_p99_ms: 
         return None
     lo = max(min(loads) / 2, 1e-3)
     hi = max(be.max_load_req_s, max(loads) * 2)
-    fig = _figure(7.6, 4.2)
+    fig = new_figure(7.6, 4.2)
     ax = fig.add_subplot()
     xs = np.geomspace(lo, hi, 600)
     for d in devices:
@@ -74,12 +67,12 @@ def cost_chart(name: str, section: ModelSection, costs: ModelCosts, slo_p99_ms: 
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
-    _plain_log_ticks(ax.xaxis)
-    _plain_log_ticks(ax.yaxis)
+    plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.yaxis)
     # no break-even: say why under the axis, where it cannot hide a curve
     note = "" if be.break_even_req_s is not None or not be.note else f"\n{be.note}"
     ax.set_xlabel(f"load, requests/s (one row each){note}", fontsize=9)
     ax.set_ylabel("USD per million inferences (hardware)", fontsize=9)
     ax.legend(fontsize=7.5, frameon=False, loc="upper right")
-    _style(ax, f"{name}: cost per million inferences vs load, p99 ≤ {slo_p99_ms:g} ms")
-    return _png(fig)
+    house_style(ax, f"{name}: cost per million inferences vs load, p99 ≤ {slo_p99_ms:g} ms")
+    return png_bytes(fig)

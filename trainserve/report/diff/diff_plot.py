@@ -7,7 +7,7 @@ value (A = 100) and labelled with its own value: one axis, every figure readable
 from __future__ import annotations
 
 from trainserve.report.common import units as u
-from trainserve.report.common.plot_canvas import _figure, _png, _style
+from trainserve.report.common.plot_canvas import house_style, new_figure, png_bytes
 from trainserve.report.diff.run_diff import Change, Diff
 
 COLOR_A, COLOR_B = "#8a93a3", "#3b6ea5"
@@ -26,7 +26,7 @@ def section_chart(title: str, changes: list[Change], a_name: str, b_name: str) -
     rows = [c for c in changes if c.a != 0]
     if not rows:
         return None
-    fig = _figure(7.6, 0.55 * len(rows) + 1.3)
+    fig = new_figure(7.6, 0.55 * len(rows) + 1.3)
     ax = fig.add_subplot()
     labels = [f"{c.scenario} {c.name}" for c in rows][::-1]
     ys = list(range(len(rows)))
@@ -49,8 +49,8 @@ def section_chart(title: str, changes: list[Change], a_name: str, b_name: str) -
     ax.set_xlim(0, top * 1.9)
     ax.set_xlabel("% of A's value (A = 100)", fontsize=9)
     ax.legend(fontsize=8, loc="lower right", frameon=False)
-    _style(ax, f"{title}: B against A")
-    return _png(fig)
+    house_style(ax, f"{title}: B against A")
+    return png_bytes(fig)
 
 
 def charts(diff: Diff) -> dict[str, bytes]:

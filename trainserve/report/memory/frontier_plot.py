@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from trainserve.core.frontier_result import FrontierResult, load_all
-from trainserve.report.common.plot_canvas import _figure, _png, _style
+from trainserve.report.common.plot_canvas import house_style, new_figure, png_bytes
 from trainserve.report.memory.memory_frontier import DeviceFrontier, figure_name
 
 _COLORS = {"fp32": "#3b6ea5", "bf16": "#d08770", "fp16": "#76b900", "int8": "#b48ead"}
@@ -21,7 +21,7 @@ def frontier_figures(run_dir: Path, sections: list[DeviceFrontier]) -> dict[str,
 def chart(r: FrontierResult, section: DeviceFrontier | None) -> bytes:
     """Training (solid; dashed with checkpointing) and inference (dotted) peaks against parameters, log-log;
     crosses: sizes that did not fit; stars: each series' largest that fits (hollow when only predicted)."""
-    fig = _figure(7.2, 4.4)
+    fig = new_figure(7.2, 4.4)
     ax = fig.add_subplot()
     for name in r.series():
         pts = sorted((p for p in r.points if p.series == name and p.peak_bytes), key=lambda p: p.params)
@@ -50,5 +50,5 @@ def chart(r: FrontierResult, section: DeviceFrontier | None) -> bytes:
     ax.set_xlabel("parameters", fontsize=9)
     ax.set_ylabel("peak memory (GiB)", fontsize=9)
     ax.legend(fontsize=7.5, frameon=False, ncol=2)
-    _style(ax, f"Model size against peak memory, batch {r.batch_size}: {r.device_name}")
-    return _png(fig)
+    house_style(ax, f"Model size against peak memory, batch {r.batch_size}: {r.device_name}")
+    return png_bytes(fig)

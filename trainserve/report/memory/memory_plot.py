@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report.common import units as u
-from trainserve.report.common.plot_canvas import COLORS, _figure, _png, _style
+from trainserve.report.common.plot_canvas import COLORS, house_style, new_figure, png_bytes
 from trainserve.report.common.sections import MemoryFigure, ModelSection
 
 PARTS = (("weights", "#4c566a"), ("gradients", "#d08770"), ("optimizer", "#b48ead"), ("activations", "#ebcb8b"))
@@ -24,7 +24,7 @@ def memory(section: ModelSection) -> bytes | None:
                      for phase, f in pair]
     if not bars:
         return None
-    fig = _figure(max(7.2, 1.2 * len(bars)), 3.4)
+    fig = new_figure(max(7.2, 1.2 * len(bars)), 3.4)
     ax = fig.add_subplot()
     gib = 1024**3
     scale, unit = (gib, "GiB") if max(f.bytes for *_, f in bars) >= gib / 4 else (1024**2, "MiB")
@@ -47,6 +47,6 @@ def memory(section: ModelSection) -> bytes | None:
     ax.set_ylabel(unit, fontsize=9)
     ax.margins(y=0.15)
     ax.legend(fontsize=8, frameon=False, loc="upper left")
-    _style(ax, f"{section.model}: memory, like with like (working sets at one batch; process totals)")
-    return _png(fig)
+    house_style(ax, f"{section.model}: memory, like with like (working sets at one batch; process totals)")
+    return png_bytes(fig)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.report.common import units as u
-from trainserve.report.common.plot_canvas import COLORS, _figure, _plain_log_ticks, _png, _style, safe_name
+from trainserve.report.common.plot_canvas import COLORS, house_style, new_figure, plain_log_ticks, png_bytes, safe_name
 from trainserve.report.common.sections import ModelSection
 from trainserve.report.common.typed import to_json
 from trainserve.report.memory.memory_plot import memory
@@ -50,7 +50,7 @@ def throughput(section: ModelSection) -> bytes | None:
     cols = [(label, v) for label, v in columns(section) if v and v.throughput_samples_s]
     if not cols:
         return None
-    fig = _figure(7.2, 0.45 * len(cols) + 1.0)
+    fig = new_figure(7.2, 0.45 * len(cols) + 1.0)
     ax = fig.add_subplot()
     labels = [label for label, _ in cols][::-1]
     values = [v.throughput_samples_s for _, v in cols][::-1]
@@ -62,9 +62,9 @@ def throughput(section: ModelSection) -> bytes | None:
     for bar, value in zip(bars, values):
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {u.num(value)}", va="center", fontsize=8)
     ax.set_xlim(right=max(values) * 6)
-    _plain_log_ticks(ax.xaxis)
-    _style(ax, f"{section.model}: throughput, training (hatched) vs inference")
-    return _png(fig)
+    plain_log_ticks(ax.xaxis)
+    house_style(ax, f"{section.model}: throughput, training (hatched) vs inference")
+    return png_bytes(fig)
 
 
 def latency(section: ModelSection) -> bytes | None:
@@ -73,7 +73,7 @@ def latency(section: ModelSection) -> bytes | None:
         return None
     import numpy as np
 
-    fig = _figure(7.2, 0.6 * len(cols) + 1.2)
+    fig = new_figure(7.2, 0.6 * len(cols) + 1.2)
     ax = fig.add_subplot()
     y = np.arange(len(cols))[::-1]
     height = 0.8 / len(PCTS)
@@ -83,11 +83,11 @@ def latency(section: ModelSection) -> bytes | None:
         ax.barh(y + (1.5 - i) * height, vals, height=height, color=shade, label=title)
     ax.set_yticks(y, [label for label, _ in cols])
     ax.set_xscale("log")
-    _plain_log_ticks(ax.xaxis)
+    plain_log_ticks(ax.xaxis)
     ax.set_xlabel("ms per training step / per request (log scale)", fontsize=9)
     ax.legend(fontsize=8, ncols=4, loc="lower left", bbox_to_anchor=(0, 1.0), frameon=False)
-    _style(ax, f"{section.model}: step time and latency percentiles\n")
-    return _png(fig)
+    house_style(ax, f"{section.model}: step time and latency percentiles\n")
+    return png_bytes(fig)
 
 
 
@@ -103,7 +103,7 @@ def max_batch(section: ModelSection) -> bytes | None:
     rows = [(f"{phase} · {DEVICE_LABEL[d]} ({v.precision})", getattr(v, key) or 0, color)
             for d, v in mb.items()
             for phase, key, color in (("training", "train", "#d08770"), ("inference", "infer", "#5e81ac"))]
-    fig = _figure(7.2, 0.9 + 0.42 * len(rows))
+    fig = new_figure(7.2, 0.9 + 0.42 * len(rows))
     ax = fig.add_subplot()
     labels = [r[0] for r in rows][::-1]
     values = [r[1] for r in rows][::-1]
@@ -112,8 +112,8 @@ def max_batch(section: ModelSection) -> bytes | None:
         ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {u.num(value)}", va="center", fontsize=8)
     ax.set_xlabel("largest batch that fits, samples", fontsize=9)
     ax.margins(x=0.15)
-    _style(ax, f"{section.model}: largest batch, training vs inference")
-    return _png(fig)
+    house_style(ax, f"{section.model}: largest batch, training vs inference")
+    return png_bytes(fig)
 
 
 def sweep(section: ModelSection) -> bytes | None:
@@ -166,7 +166,7 @@ def operating_points_chart(series: list[dict[str, Any]], title: str) -> bytes | 
     series = [s for s in series if any(p.get("throughput_samples_s") for p in s["points"])]
     if not series:
         return None
-    fig = _figure(9.0, 3.6)
+    fig = new_figure(9.0, 3.6)
     ax_t, ax_m = fig.subplots(1, 2)
     markers = ("o", "s", "^", "D", "v", "P")
     peaks = [p["peak_bytes"] for s in series for p in s["points"] if p.get("peak_bytes")]
@@ -194,11 +194,11 @@ def operating_points_chart(series: list[dict[str, Any]], title: str) -> bytes | 
         ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
         ax.set_xlabel("batch size (samples per step)", fontsize=9)
     ax_t.set_yscale("log")
-    _plain_log_ticks(ax_t.yaxis)
+    plain_log_ticks(ax_t.yaxis)
     ax_t.set_ylabel("samples/s (log scale)", fontsize=9)
     ax_m.set_ylabel(f"peak memory, {unit}", fontsize=9)
     ax_t.legend(fontsize=7.5, frameon=False, loc="best")
-    _style(ax_t, "throughput (best ringed)")
-    _style(ax_m, "peak memory (inference: the server's)")
+    house_style(ax_t, "throughput (best ringed)")
+    house_style(ax_m, "peak memory (inference: the server's)")
     fig.suptitle(title, fontsize=10, fontweight="bold")
-    return _png(fig)
+    return png_bytes(fig)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.speedup import DEVICE_LABEL
-from trainserve.report.common.plot_canvas import _figure, _png, _style, safe_name
+from trainserve.report.common.plot_canvas import house_style, new_figure, png_bytes, safe_name
 from trainserve.report.common.sections import AttributionPoint, ModelSection
 from trainserve.report.serving.attribution_section import PART_LABELS
 
@@ -30,14 +30,14 @@ def attribution_chart(model: str, attribution: list[AttributionPoint]) -> bytes 
         return None
     devices = [d for d in ("cpu", "cuda") if any(p.device == d for p in points)]
     counts = [sum(p.device == d for p in points) for d in devices]
-    fig = _figure(9.0, 1.4 + 0.34 * len(points) + 0.5 * len(devices))
+    fig = new_figure(9.0, 1.4 + 0.34 * len(points) + 0.5 * len(devices))
     axes = fig.subplots(len(devices), 1, squeeze=False, height_ratios=[c + 1 for c in counts])[:, 0]
     for ax, d in zip(axes, devices):
         _panel(ax, [p for p in points if p.device == d])
-        _style(ax, f"{model} on the {DEVICE_LABEL[d]}: where each request's time goes, and its bound")
+        house_style(ax, f"{model} on the {DEVICE_LABEL[d]}: where each request's time goes, and its bound")
     handles, labels = axes[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="outside lower center", ncols=len(PART_LABELS), fontsize=8, frameon=False)
-    return _png(fig)
+    return png_bytes(fig)
 
 
 def _panel(ax: Any, points: list[AttributionPoint]) -> None:

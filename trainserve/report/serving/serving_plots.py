@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trainserve.core.speedup import DEVICE_LABEL
 from trainserve.report.common import units as u
-from trainserve.report.common.plot_canvas import COLORS, _figure, _plain_log_ticks, _png, _style
+from trainserve.report.common.plot_canvas import COLORS, house_style, new_figure, plain_log_ticks, png_bytes
 from trainserve.report.common.sections import ModelSection, Ramp
 
 
@@ -13,7 +13,7 @@ def ramp(section: ModelSection) -> bytes | None:
     ramps = section.ramps
     if not ramps:
         return None
-    fig = _figure(7.2, 3.6)
+    fig = new_figure(7.2, 3.6)
     ax = fig.add_subplot()
     palette = ("#3b6ea5", "#76b900", "#d08770", "#b48ead", "#5e81ac", "#a3be8c")
     for i, r in enumerate(ramps):
@@ -25,8 +25,8 @@ def ramp(section: ModelSection) -> bytes | None:
     ax.set_xlabel("throughput, samples/s", fontsize=9)
     ax.set_ylabel("latency, ms", fontsize=9)
     ax.legend(fontsize=7.5, frameon=False, loc="upper left")
-    _style(ax, f"{section.model}: latency vs throughput as load ramps up")
-    return _png(fig)
+    house_style(ax, f"{section.model}: latency vs throughput as load ramps up")
+    return png_bytes(fig)
 
 
 def _draw_ramp(ax, r: Ramp, color: str) -> None:
@@ -48,7 +48,7 @@ def _log_where_wide(axis, set_scale, values: list[float]) -> None:
     positive = [v for v in values if v and v > 0]
     if positive and max(positive) / min(positive) >= 10:
         set_scale("log")
-        _plain_log_ticks(axis)
+        plain_log_ticks(axis)
 
 
 def frontier(section: ModelSection) -> bytes | None:
@@ -57,7 +57,7 @@ def frontier(section: ModelSection) -> bytes | None:
     devices = [d for d in section.devices_measured if d in section.limits]
     if not devices:
         return None
-    fig = _figure(7.2 if len(devices) == 1 else 10.5, 4.6)
+    fig = new_figure(7.2 if len(devices) == 1 else 10.5, 4.6)
     axes = fig.subplots(1, len(devices), squeeze=False)[0]
     for ax, d in zip(axes, devices):
         xs, ys = _draw_served(ax, section, d)
@@ -67,8 +67,8 @@ def frontier(section: ModelSection) -> bytes | None:
         ax.set_xlabel("throughput, samples/s", fontsize=9)
         ax.set_ylabel("p50 latency per request, ms", fontsize=9)
         ax.legend(fontsize=7, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.18), ncols=2)
-        _style(ax, f"{section.model} · {DEVICE_LABEL[d]}: served vs in-process limit")
-    return _png(fig)
+        house_style(ax, f"{section.model} · {DEVICE_LABEL[d]}: served vs in-process limit")
+    return png_bytes(fig)
 
 
 def _draw_served(ax, section: ModelSection, d: str) -> tuple[list[float], list[float]]:
