@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.core.frontier import MAX_EXTRAPOLATION, FrontierPoint, FrontierResult, SeriesFit, series_name
+from trainserve.core.frontier_result import MAX_EXTRAPOLATION, FrontierPoint, FrontierResult, SeriesFit, series_name
 
 log = logging.getLogger(__name__)
 

@@ -609,7 +609,7 @@ class _ServerWatch:
 
 def _mark_shared_rate(path: Path, rate: float, model: str) -> None:
     """Say in the load record that it is one side of the shared-rate pair, so the report sets it beside its twin
-    (report/batching.py) and keeps it out of every other figure."""
+    (report/serving/batching.py) and keeps it out of every other figure."""
     if not path.is_file():
         return
     record = ProfileRecord.load(path)

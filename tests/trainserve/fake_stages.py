@@ -70,7 +70,7 @@ def main() -> None:
     elif stage == "export":
         (run / "model_repository" / f"{a.model or 'cnn'}_cpu" / "1").mkdir(parents=True, exist_ok=True)
     elif stage == "frontier":
-        from trainserve.core.frontier import FrontierPoint, FrontierResult
+        from trainserve.core.frontier_result import FrontierPoint, FrontierResult
 
         point = FrontierPoint(series="train fp32", mode="train", precision="fp32", checkpointing=False, size=32,
                               params=30000, batch_size=8, status="fits", peak_bytes=600000)

@@ -11,7 +11,7 @@ import pytest
 from tests.trainserve.test_report import MIB, _infer, _sweep_point, make_run
 from trainserve.core.profile import ProfileRecord
 from trainserve.report import build_report
-from trainserve.report.answers import QUESTIONS
+from trainserve.report.answers.answers import QUESTIONS
 
 
 def _server(device: str, model: str, capacity: float, p99: float, mean_batch: float | None = None) -> ProfileRecord:

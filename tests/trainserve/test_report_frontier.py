@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 from tests.docpaths import assert_documented_artifacts
 
 from trainserve.cli import app
-from trainserve.core.frontier import FrontierPoint, FrontierResult, SeriesFit, load_all
-from trainserve.report.frontier import device_section, frontier_sections, html_section, md_section
-from trainserve.report.frontier_plot import frontier_figures
+from trainserve.core.frontier_result import FrontierPoint, FrontierResult, SeriesFit, load_all
+from trainserve.report.memory.frontier_plot import frontier_figures
+from trainserve.report.memory.memory_frontier import device_section, frontier_sections, html_section, md_section
 
 
 def _pt(series: str, size: int, params: int, peak: int, status: str = "fits", **kw) -> FrontierPoint:

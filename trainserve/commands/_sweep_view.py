@@ -10,9 +10,9 @@ import typer
 from trainserve.core.errors import UserError
 from trainserve.core.speedup import speedups_of_records
 from trainserve.core.telemetry import NOT_SAMPLED
-from trainserve.report import units as u
-from trainserve.report.sections import TrainSpeedup
-from trainserve.report.sentences import train_speedup_text
+from trainserve.report.common import units as u
+from trainserve.report.common.sections import TrainSpeedup
+from trainserve.report.common.sentences import train_speedup_text
 from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
 
 POINT_PREFIX = "sweep point:"  # `trainserve run` shows the lines that start with this, as they come
