@@ -25,11 +25,14 @@ What it implements of HTTP/2 (RFC 9113) and gRPC over it:
   bounded by its budget (the larger of PARTIAL_FLOOR, 256 MiB, and 4 messages at the limit): the call whose
   DATA would pass it is answered RESOURCE_EXHAUSTED and counted as a refusal (`memory`), and the connection
   goes on. A header block costs at most MAX_HEADER_BLOCK bytes in at most MAX_CONTINUATIONS CONTINUATION
-  frames (checked from the frame headers, before buffering) and two table-size updates at its start.
+  frames (checked from the frame headers, before buffering) and two table-size updates at its start, and
+  decodes to at most MAX_HEADER_LIST (advertised as SETTINGS_MAX_HEADER_LIST_SIZE). A request's content-length,
+  when it has one, must be what its DATA adds up to (RST_STREAM PROTOCOL_ERROR past it or short of it).
   ModelStreamInfer takes no further request while more than OUT_BACKLOG bytes of its replies wait for the
   client's windows, or while the connection's socket holds that much unread, so a client that never reads its answers ends up stopped by flow control instead of growing
   the server's memory. A unary call's second message is answered UNIMPLEMENTED at once. Replies wait for
-  the client's windows for at most --body-timeout-s, then their stream is reset (CANCEL);
+  the client's windows for at most --body-timeout-s, then their stream is reset (CANCEL) and counted as a
+  refusal (`reply_timeout`);
 - unary methods and the bidirectional ModelStreamInfer; gzip and deflate request messages (grpc-encoding),
   inflated up to the message limit; grpc-timeout as the call's deadline;
 - the body deadline and the connection cap of serve/protocol/grpc_guard.py: a unary call whose message has not
@@ -67,7 +70,7 @@ from trainserve.serve.protocol.h2_rules import (
     ACK, CANCEL, COMPRESSION_ERROR, CONTINUATION, DATA, END_HEADERS, END_STREAM, ENHANCE_YOUR_CALM, FLOW_CONTROL_ERROR,
     FRAME_SIZE_ERROR, GOAWAY, HEADERS, MAX_WINDOW, NO_ERROR, PADDED, PING, PRIORITY, PRIORITY_FLAG, PROTOCOL_ERROR,
     PUSH_PROMISE, REFUSED_STREAM, RST_STREAM, S_HEADER_TABLE_SIZE, S_INITIAL_WINDOW_SIZE, S_MAX_CONCURRENT_STREAMS,
-    S_MAX_FRAME_SIZE, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE, H2Error)
+    S_MAX_FRAME_SIZE, S_MAX_HEADER_LIST_SIZE, SETTINGS, STREAM_CLOSED, WINDOW_UPDATE, H2Error)
 from trainserve.serve.request_errors import RequestTimeout, TooManyConnections
 from trainserve.serve.protocol.grpc_guard import STREAM as STREAM_INFER, CallGuard
 from trainserve.core import envs
@@ -82,6 +85,7 @@ RECV_WINDOW = 1 << 24  # bytes a client may send ahead of what the server has re
 MAX_FRAME = 1 << 20  # the largest frame the server takes (advertised); fewer frames per large request
 DEFAULT_WINDOW = 65_535  # HTTP/2's initial flow-control window, until the client's SETTINGS say otherwise
 MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (HEADERS and CONTINUATIONs) ends the connection
+MAX_HEADER_LIST = 64 << 10  # a decoded header list larger than this (RFC 9113's measure, advertised) ends the connection
 MAX_CONTINUATIONS = 32  # CONTINUATION frames in one header block past which the connection is ended
 MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one more is refused (REFUSED_STREAM)
 CONTROL_BACKLOG = 1 << 20  # unread bytes queued for a client past which its PING / SETTINGS end the connection
@@ -117,9 +121,9 @@ class _Stream:
 
     __slots__ = ("id", "path", "data", "messages", "ended", "send_window", "pending", "task", "since", "encoding",
                  "deadline", "inbox", "closed", "recv_unacked", "admitted", "queued", "unsent", "waiter",
-                 "parked_since")
+                 "parked_since", "expect")
 
-    def __init__(self, stream_id: int, path: str, send_window: int) -> None:
+    def __init__(self, stream_id: int, path: str, send_window: int, expect: int) -> None:
         self.id = stream_id
         self.path = path
         self.data = bytearray()  # received bytes not yet split into messages
@@ -139,6 +143,7 @@ class _Stream:
         self.unsent = 0  # bytes of DATA in `pending`
         self.waiter: asyncio.Future | None = None  # set when `unsent` falls back within OUT_BACKLOG, or the stream ends
         self.parked_since = 0.0  # loop time its reply began waiting for the client's windows (0: it is not)
+        self.expect = expect  # bytes of DATA still due by its content-length (-1: it declared none)
 
 
 class _Connection(asyncio.Protocol):
@@ -151,7 +156,7 @@ class _Connection(asyncio.Protocol):
         self.preface = False
         self.streams: dict[int, _Stream] = {}
         self.last_stream = 0
-        self.decoder = Decoder()
+        self.decoder = Decoder(max_header_list_size=MAX_HEADER_LIST)
         self.block_cache: dict[bytes, list[tuple[bytes, bytes]]] = {}
         self.header_block: bytearray | None = None  # a header block waiting for its CONTINUATION frames
         self.header_stream = 0
@@ -185,8 +190,9 @@ class _Connection(asyncio.Protocol):
         self.peer = f"ipv4:{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
         self.transport.set_write_buffer_limits(high=OUT_BACKLOG)  # pause_writing past it
         self.server.connections.add(self)
-        settings = struct.pack(">HLHLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
-                               S_HEADER_TABLE_SIZE, 4096, S_MAX_CONCURRENT_STREAMS, MAX_STREAMS)
+        settings = struct.pack(">HLHLHLHLHL", S_INITIAL_WINDOW_SIZE, RECV_WINDOW, S_MAX_FRAME_SIZE, MAX_FRAME,
+                               S_HEADER_TABLE_SIZE, 4096, S_MAX_CONCURRENT_STREAMS, MAX_STREAMS,
+                               S_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)
         self.transport.write(frame(SETTINGS, 0, 0, settings)
                              + frame(WINDOW_UPDATE, 0, 0, (RECV_WINDOW - DEFAULT_WINDOW).to_bytes(4, "big")))
 
@@ -379,10 +385,11 @@ class _Connection(asyncio.Protocol):
             return
         self._header_block(stream_id, flags, payload)
 
-    def _decode(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], str]:
-        """The block's header fields, and why they are not a well-formed request ('' when they are). A block of
-        one-byte indexed fields alone (a repeated call's) changes no table, so the same bytes decode to the same
-        fields and verdict until a block that does (which clears the cache)."""
+    def _decode(self, block: bytes) -> tuple[list[tuple[bytes, bytes]], str, int]:
+        """The block's header fields, why they are not a well-formed request ('' when they are), and its
+        content-length (-1: none). A block of one-byte indexed fields alone (a repeated call's) changes no table,
+        so the same bytes decode to the same fields and verdict until a block that does (which clears the
+        cache): a repeated call pays for neither check again."""
         indexed_only = block and not block.translate(None, _HIGH_BYTES)
         if indexed_only and (decoded := self.block_cache.get(block)) is not None:
             return decoded
@@ -393,13 +400,14 @@ class _Connection(asyncio.Protocol):
             fields = self.decoder.decode(block, raw=True)
         except (HPACKError, ValueError, IndexError) as error:
             raise H2Error(COMPRESSION_ERROR, f"header block cannot be decoded: {error}") from None
-        decoded = (fields, rules.request_problem(fields))
+        problem = rules.request_problem(fields)
+        decoded = (fields, problem, -1 if problem else rules.content_length(fields))
         if indexed_only and len(self.block_cache) < 64:
             self.block_cache[block] = decoded
         return decoded
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
-        fields, problem = self._decode(block)  # first, whatever follows: the decoding table is the connection's
+        fields, problem, length = self._decode(block)  # first, whatever follows: the decoding table is the connection's
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client: the end of its messages
             if stream.ended:
@@ -425,7 +433,7 @@ class _Connection(asyncio.Protocol):
         if len(self.streams) >= MAX_STREAMS:  # past what the SETTINGS allowed: the client may retry it later
             raise H2Error(REFUSED_STREAM, f"more than {MAX_STREAMS} streams at once", stream_id)
         path = ""
-        stream = _Stream(stream_id, "", self.peer_window)
+        stream = _Stream(stream_id, "", self.peer_window, length)
         for name, value in fields:
             if name == b":path":
                 path = value.decode("latin-1")
@@ -467,6 +475,10 @@ class _Connection(asyncio.Protocol):
                                                   f"was {RECV_WINDOW}", stream_id)
             if flags & PADDED:
                 payload = rules.unpad(payload)
+            if stream.expect >= 0:
+                stream.expect -= len(payload)
+                if stream.expect < 0:
+                    raise H2Error(PROTOCOL_ERROR, "DATA past the request's content-length", stream_id)
             if payload:
                 if self.partial + self.queued + len(payload) > self.partial_budget:
                     self._refuse_memory(stream)
@@ -598,6 +610,9 @@ class _Connection(asyncio.Protocol):
     def _end_of_messages(self, stream: _Stream) -> None:
         if stream.ended or stream.closed:
             return
+        if stream.expect > 0:
+            raise H2Error(PROTOCOL_ERROR, f"the request ended {stream.expect} bytes short of its content-length",
+                          stream.id)
         stream.ended = True
         if stream.inbox is not None:
             stream.inbox.put_nowait(None)
@@ -796,7 +811,10 @@ class H2GrpcServer:
                     conn._answer_status(stream, *_status(RequestTimeout(timeout)))
             for stream, conn in list(self.parked.items()):
                 if stream.parked_since < late and not stream.closed:
-                    conn._reset(stream.id, CANCEL, f"its reply waited more than {timeout:g} s for the client's window")
+                    why = f"its reply waited more than {timeout:g} s for the client's window"
+                    self.guard.refusals.add("grpc", "reply_timeout", warning="reset {n} gRPC call(s) whose reply "
+                                            f"the client left unread, the last on {conn.peer}: {why}")
+                    conn._reset(stream.id, CANCEL, why)
 
     # --- calls -------------------------------------------------------------------------------------------
     def _parse(self, method: str, message: bytes) -> Any:
