@@ -1,10 +1,10 @@
-"""What HTTP/2 (RFC 9113) and HPACK (RFC 7541) allow a client to send, for serve/protocol/grpc_h2.py.
+"""What HTTP/2 (RFC 9113) and HPACK (RFC 7541) allow a client to send, for serve/protocol/h2_connection.py.
 
 The checks that do not belong on the path of an ordinary call: control frames' streams and lengths, SETTINGS'
 ranges, padding, the size updates at a header block's start, and a request's header fields (RFC 9113 §8.2-8.3)
 and its content-length (§8.1.1).
 A broken rule raises H2Error, a connection error (GOAWAY) unless it names a stream (then RST_STREAM on it).
-The frame and error constants are the RFC's names, shared with serve/protocol/grpc_h2.py.
+The frame and error constants are the RFC's names, shared with the gRPC front end's HTTP/2 modules.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 One counter per (front end, reason): `connections` (beyond --max-connections), `body_timeout` (a request
 whose head or body did not arrive within --body-timeout-s) and `flood` (a gRPC connection ended for PINGs /
-SETTINGS it did not read the answers of, for cancelling calls faster than serve/protocol/grpc_h2.py allows, or for a
+SETTINGS it did not read the answers of, for cancelling calls faster than serve/protocol/h2_connection.py allows, or for a
 header block past its size or CONTINUATION bounds),
 `memory` (a gRPC call refused because its connection already held its budget of request messages still
 arriving) and `reply_timeout` (a gRPC call reset because its reply waited --body-timeout-s for a flow-control
