@@ -60,7 +60,7 @@ class H2Connection(FlowControl, asyncio.Protocol):
         self.streams: dict[int, H2Stream] = {}
         self.last_stream = 0
         self.decoder = Decoder(max_header_list_size=MAX_HEADER_LIST)
-        self.block_cache: dict[bytes, list[tuple[bytes, bytes]]] = {}
+        self.block_cache: dict[bytes, tuple[list[tuple[bytes, bytes]], str, int]] = {}  # block -> _decode's answer
         self.header_block: bytearray | None = None  # a header block waiting for its CONTINUATION frames
         self.header_stream = 0
         self.header_flags = 0
