@@ -38,7 +38,7 @@ PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 MAX_FRAME = 1 << 20  # the largest frame the server takes (advertised); fewer frames per large request
 MAX_HEADER_BLOCK = 64 << 10  # a header block larger than this (HEADERS and CONTINUATIONs) ends the connection
-MAX_HEADER_LIST = 64 << 10  # a decoded header list larger than this (RFC 9113's measure, advertised) ends the connection
+MAX_HEADER_LIST = 64 << 10  # a decoded header list (RFC 9113's measure, advertised) past this ends the connection
 MAX_CONTINUATIONS = 32  # CONTINUATION frames in one header block past which the connection is ended
 MAX_STREAMS = 1024  # calls open at once on one connection (advertised); one more is refused (REFUSED_STREAM)
 CONTROL_BACKLOG = 1 << 20  # unread bytes queued for a client past which its PING / SETTINGS end the connection

@@ -1,7 +1,8 @@
-"""RFC 9113 / RFC 7541 rules of serve/protocol/h2_rules.py and serve/protocol/h2_connection.py, one case per rule: a client breaks the rule
-frame by frame, the server answers with the RFC's error (GOAWAY for a connection error, RST_STREAM for a stream
-error) and code, and a normal client (h2's) is served afterwards. Frames go out as raw bytes (the broken ones are
-what a frame library refuses to build) and come back through hyperframe's parser."""
+"""RFC 9113 / RFC 7541 rules of serve/protocol/h2_rules.py and serve/protocol/h2_connection.py, one case per
+rule: a client breaks the rule frame by frame, the server answers with the RFC's error (GOAWAY for a connection
+error, RST_STREAM for a stream error) and code, and a normal client (h2's) is served afterwards. Frames go out as
+raw bytes (the broken ones are what a frame library refuses to build) and come back through hyperframe's
+parser."""
 
 from __future__ import annotations
 
