@@ -334,6 +334,8 @@ class H2Connection(FlowControl, asyncio.Protocol):
         if problem:
             raise H2Error(PROTOCOL_ERROR, f"a malformed request: {problem}", stream_id)
         if len(self.streams) >= MAX_STREAMS:  # past what the SETTINGS allowed: the client may retry it later
+            self.server.guard.refusals.add("grpc", "streams", warning="refused {n} gRPC call(s) past the "
+                                           f"{MAX_STREAMS} streams one connection may hold open (REFUSED_STREAM)")
             raise H2Error(REFUSED_STREAM, f"more than {MAX_STREAMS} streams at once", stream_id)
         path = ""
         stream = H2Stream(stream_id, "", self.peer_window, length)

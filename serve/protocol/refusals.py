@@ -7,7 +7,8 @@ allows, or for a header block past its size or CONTINUATION bounds), `memory` (a
 its connection already held its budget of request messages still arriving) and `reply_timeout` (a gRPC call
 reset because its reply waited --body-timeout-s for a flow-control window the client never opened: the model
 has run, but the answer is refused to a client that does not read it, and counting it here is what shows a
-dashboard such clients). The core carries one Refusals; every front end gets the core, so HTTP and gRPC
+dashboard such clients) and `streams` (a gRPC call opened past the streams one connection may hold open, reset
+REFUSED_STREAM: the client may retry it, but a dashboard should see a client that ignores the advertised limit). The core carries one Refusals; every front end gets the core, so HTTP and gRPC
 count into the same place and the metrics front end reads it. A refusal worth a log line logs through
 `add(..., warning=...)`, at most one line per LOG_EVERY_S for each (front end, reason), so a flood of them
 cannot flood the log.
@@ -22,7 +23,7 @@ log = logging.getLogger(__name__)
 
 METRIC = "trainserve_refused_total"
 HELP = "Requests and connections refused before reaching a model, by front end and reason"
-REASONS = ("connections", "body_timeout", "flood", "memory", "reply_timeout")
+REASONS = ("connections", "body_timeout", "flood", "memory", "reply_timeout", "streams")
 FRONTENDS = ("http", "grpc")
 LOG_EVERY_S = 10.0  # at most one warning line per this many seconds for each (front end, reason)
 

@@ -144,11 +144,13 @@ def test_calls_past_the_advertised_stream_limit_are_refused_and_the_rest_answere
         block = client.headers_block(INFER)  # the same fields each time: indexed after the first
         opened = b"".join(frame(HEADERS, 0x4, 1 + 2 * i, client.headers_block(INFER) if i else block)
                           for i in range(MAX_STREAMS + 1))  # each waits for its message
+        refused = server[0].core.refusals.get("grpc", "streams")
         client.sock.sendall(opened)
         last = 1 + 2 * MAX_STREAMS
         frames = client.frames(lambda fs: any(k == RST_STREAM and s == last for k, _, s, _ in fs))
         assert (RST_STREAM, 0, last, (7).to_bytes(4, "big")) in frames, "one stream past the limit was not refused"
         assert not any(k in (HEADERS, RST_STREAM) and s < last for k, _, s, _ in frames)
+        assert server[0].core.refusals.get("grpc", "streams") == refused + 1, "the refused call was not counted"
         client.sock.sendall(frame(DATA, 0x1, 1, infer_message(np.ones((1, 4), np.float32), "first")))
         assert client.status(client.frames(ended(1)), 1)["grpc-status"] == "0"
     finally:
