@@ -146,3 +146,6 @@ class LoadJob(Shared, RunsDir):
     run: str = opt("default", "Run name: results go to <runs-dir>/<run>/load/.")
     target: str | None = opt(None, "Name of the result file and record (default: derived).")
     metrics_url: str | None = opt(None, "Server's Prometheus URL (default http://HOST:8002/metrics).")
+    server_pid: int | None = opt(None, "The server's process id, on this machine: its own CPU, memory and (on a "
+                                       "CPU server) energy are sampled during the load and go into the record "
+                                       "and its bound (trainserve run passes it).")
