@@ -41,7 +41,7 @@ from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, pack
 from trainserve.core.runs import run_dir
 from trainserve.core.servedparts import LoadParts, LoadSettings, RampStep, Saturation, ServerInfo, ServerSearch
 from trainserve.core.telemetry import EnergyReading, fill_energy
-from trainserve.core.typed import from_json
+from trainserve.core.typedjson import from_json
 
 log = logging.getLogger(__name__)
 DURATION_S = 30.0  # a load's run time when --duration is not given
@@ -363,9 +363,9 @@ def _apply_server_metrics(record: ProfileRecord, server: dict[str, Any], samples
     """The record's utilization and energy from the server's metrics, each only from its own device's meter.
 
     A server exposes its host's GPU gauges whatever device the model runs on (Triton does the same), so a
-    CPU record takes none of them: they would be the idle GPU's. Its energy is left to a CPU meter
-    (the server process's sample, servedrecord.add_cpu_energy: RAPL or the labelled estimate). The energy covers the record's measured
-    window: the mean power over the scrapes times that window."""
+    CPU record takes none of them: they would be the idle GPU's. Its energy is left to a CPU meter (the server
+    process's sample, servedrecord.add_cpu_energy: RAPL or the labelled estimate). The energy covers the record's
+    measured window: the mean power over the scrapes times that window."""
     u = record.utilization
     cuda = record.device == "cuda"
     gpu = server.get("nv_gpu_utilization") if cuda else None

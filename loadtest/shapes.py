@@ -19,7 +19,7 @@ from typing import Any
 from locust import LoadTestShape
 
 from trainserve.core.servedparts import RampStop, Saturation
-from trainserve.core.typed import to_json
+from trainserve.core.typedjson import to_json
 from trainserve.loadtest.attribution import StepWindow
 from trainserve.loadtest.histogram import Histogram
 from trainserve.loadtest.options import LoadOptions

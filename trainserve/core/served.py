@@ -26,7 +26,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainserve.core.typed import OPTIONAL
+from trainserve.core.typedjson import OPTIONAL
 
 BUSY_FRACTION = 0.9  # a device, a front end or a client at or above this share of its capacity is saturated
 IN_FLIGHT_FRACTION = 0.9  # closed-loop users keep ~all their requests in flight; fewer: the client held them back

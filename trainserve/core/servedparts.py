@@ -2,10 +2,10 @@
 saturation point (record.served, core/served.py, holds the client CPU, the attribution, the bound and the server
 process's sample).
 
-Each part is written once, by the load stage (loadtest/runner.py), and kept where the report has always read it:
-`record.settings` (LoadSettings) and `record.extra` under "server", "search", "ramp" and "saturation", encoded
-by trainserve/core/typed.py. `LoadParts.of(record)` reads them back; nothing else reads those keys as dicts in
-loadtest/, trainserve/core/served*.py, the pipeline or the commands.
+Each part is written once, by the load stage (loadtest/runner.py), and kept where the report has always read
+it: `record.settings` (LoadSettings) and `record.extra` under "server", "search", "ramp" and "saturation",
+encoded by trainserve/core/typedjson.py. `LoadParts.of(record)` reads them back, the one reader of those keys
+outside the report.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 from trainserve.core.errors import UserError
 from trainserve.core.served import SERVED_SCHEMA_VERSION, Attribution, Bound, ClientCpu, Served
-from trainserve.core.typed import OPTIONAL, from_json, to_json
+from trainserve.core.typedjson import OPTIONAL, from_json, to_json
 
 # record.extra's keys of the parts: the JSON shape the report's readers know
 SERVER, SEARCH, RAMP, SATURATION = "server", "search", "ramp", "saturation"

@@ -1,5 +1,6 @@
-"""The report's sections as JSON and back (summary.json): the one encoding of typed records, trainserve/core/typed.py."""
+"""The report's sections as JSON and back (summary.json), by the one encoding of typed records:
+trainserve/core/typedjson.py."""
 
-from trainserve.core.typed import OPTIONAL, from_json, to_json
+from trainserve.core.typedjson import OPTIONAL, from_json, to_json
 
 __all__ = ["OPTIONAL", "from_json", "to_json"]
