@@ -163,6 +163,7 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         config.processes = auto_processes(mode=config.mode, users=config.users, rate=rate,
                                           ramp_max_users=config.ramp_max_users, device=info.device)
     target = config.target or default_target(config, info)
+    watch = ServerProcessWatch(config.server_pid) if config.server_pid is not None else None  # a wrong pid fails here
     out_dir = run_dir(config.run, config.runs_dir, writable=True) / "load"
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob(f".{target}.*"):  # what a load killed midway left (one writer per target)
@@ -175,7 +176,8 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         served = ServedWindow(config.url, info, arrays, config.protocol, config.http_client, config.validate != "off",
                               config.batch, config.input_data)
         scraper = MetricsScraper(config.metrics_url or "", config.model).start()
-        watch = ServerProcessWatch(config.server_pid).start() if config.server_pid is not None else None
+        if watch is not None:
+            watch.start()
         runs = []
         for k in range(config.repeats):
             results_path.unlink(missing_ok=True)
@@ -290,23 +292,24 @@ class _Figure:
 
     @classmethod
     def of(cls, config: LoadConfig, results: dict[str, Any], search: ServerSearch | None) -> _Figure:
-        if search is not None:  # the Server scenario: the figure is the highest rate that met the SLO
-            f = search.figure
-            count = f.requests - f.failures if f is not None else 0
-            latency = LatencyStats(count=count, **{k: getattr(f, k) if f is not None else None for k in _LATENCY})
-            return cls(latency, count, f.failures if f is not None else 0,
-                       (f.window_s if f is not None else None) or results.get("requests_window_s")
-                       or results.get("window_s") or config.duration_s,
-                       search.stability, search.percentiles_short or [])
-        lat = results["latency"]
-        count = lat["count"] or 0
-        # after the warm-up, to the end; without one, from the first to the last request (which excludes the
-        # time workers take to connect and start users)
-        window = (results.get("measured_window_s") if results.get("warmup_s") else None) \
-            or results.get("requests_window_s") or results.get("window_s") or config.duration_s
-        return cls(LatencyStats(count=count, **{k: lat.get(k) for k in _LATENCY}), count,
-                   results.get("failures") or 0, window, results.get("stability"),
-                   results.get("percentiles_short", []))
+        # without a warm-up, from the first to the last request (which excludes the time workers take to connect
+        # and start users)
+        whole_s = results.get("requests_window_s") or results.get("window_s") or config.duration_s
+        if search is None:
+            lat = results["latency"]
+            count = lat["count"] or 0
+            # after the warm-up, to the end
+            window = (results.get("measured_window_s") if results.get("warmup_s") else None) or whole_s
+            return cls(LatencyStats(count=count, **{k: lat.get(k) for k in _LATENCY}), count,
+                       results.get("failures") or 0, window, results.get("stability"),
+                       results.get("percentiles_short", []))
+        # the Server scenario: the figure is the highest rate that met the SLO (none: nothing to state)
+        f = search.figure
+        if f is None:
+            return cls(LatencyStats(), 0, 0, whole_s, search.stability, [])
+        count = f.requests - f.failures
+        return cls(LatencyStats(count=count, **{k: getattr(f, k) for k in _LATENCY}), count, f.failures,
+                   f.window_s or whole_s, search.stability, search.percentiles_short or [])
 
 
 _LATENCY = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "min_ms")
