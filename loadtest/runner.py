@@ -31,14 +31,18 @@ from trainserve.loadtest.model_info import ModelInfo, build_arrays, fetch_model_
 from trainserve.loadtest.options import strip_scheme
 from trainserve.loadtest.search import SearchConfig, highest_rate
 from trainserve.loadtest.servedrecord import ServedWindow, instances_of
+from trainserve.loadtest.serverprocess import ServerProcessWatch
 from trainserve.loadtest.windows import percentiles_short
 from trainserve.core import meters
+from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.errors import UserError
 from trainserve.core.options.load import LoadJob
 from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 from trainserve.core.runs import run_dir
+from trainserve.core.servedparts import LoadParts, LoadSettings, RampStep, Saturation, ServerInfo, ServerSearch
 from trainserve.core.telemetry import EnergyReading, fill_energy
+from trainserve.core.typedjson import from_json
 
 log = logging.getLogger(__name__)
 DURATION_S = 30.0  # a load's run time when --duration is not given
@@ -69,6 +73,8 @@ class LoadConfig(LoadJob):
             raise UserError("--ramp steps up users (closed loop); drop --rate, or drop --ramp for open loop")
         if self.search and (self.ramp or self.users is not None):
             raise UserError("--search finds the highest open-loop rate within the SLO; drop --ramp and --users")
+        if self.shared_rate_basis is not None and (self.rate is None or self.search):
+            raise UserError("--shared-rate-basis marks one fixed open-loop rate; pass --rate R without --search")
         for name, value, ok, allowed in (
             ("users", self.users, self.users is None or self.users >= 1, ">= 1"),
             ("rate", self.rate, self.rate is None or self.rate > 0, "> 0 per second"),
@@ -160,6 +166,7 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         config.processes = auto_processes(mode=config.mode, users=config.users, rate=rate,
                                           ramp_max_users=config.ramp_max_users, device=info.device)
     target = config.target or default_target(config, info)
+    watch = ServerProcessWatch(config.server_pid) if config.server_pid is not None else None  # a wrong pid fails here
     out_dir = run_dir(config.run, config.runs_dir, writable=True) / "load"
     out_dir.mkdir(parents=True, exist_ok=True)
     for stale in out_dir.glob(f".{target}.*"):  # what a load killed midway left (one writer per target)
@@ -172,12 +179,16 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
         served = ServedWindow(config.url, info, arrays, config.protocol, config.http_client, config.validate != "off",
                               config.batch, config.input_data)
         scraper = MetricsScraper(config.metrics_url or "", config.model).start()
+        if watch is not None:
+            watch.start()
         runs = []
         for k in range(config.repeats):
             results_path.unlink(missing_ok=True)
             returncode, stderr_tail = _run_locust(cmd, config.duration_s + 60.0 + (600.0 if config.ramp else 0.0))
             if not results_path.exists():
                 scraper.stop()
+                if watch is not None:
+                    watch.stop()
                 raise UserError(f"Locust stopped before measuring anything (exit code {returncode}): "
                                 f"{stderr_tail or 'no output'}")
             runs.append(json.loads(results_path.read_text()))
@@ -185,10 +196,12 @@ def run_load(config: LoadConfig) -> tuple[Path, ProfileRecord]:
                 log.info("repeat %d of %d done", k + 1, config.repeats)
         scraper.stop()
         served.stop()
+        watched = watch.stop() if watch is not None else None
         results = pool_repeats(runs)
-        record = build_record(config, info, target, results, scraper.summary(figure_wall_window(results)),
-                              returncode)
-        served.annotate(record, results, instances_of(info.config.get("instance_group")), config.p99_limit_ms)
+        record, parts = build_record(config, info, target, results, scraper.summary(figure_wall_window(results)),
+                                     returncode)
+        served.annotate(record, parts, results, instances_of(info.config.get("instance_group")), watched)
+        parts.write(record)
         for f in [*staging.glob(f"{target}_*.csv"), *staging.glob(f"{target}.html")]:
             os.replace(f, out_dir / f.name)
         path = out_dir / f"{target}.json"
@@ -231,83 +244,125 @@ def _run_locust(cmd: list[str], timeout_s: float) -> tuple[int, str]:
 
 
 def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict[str, Any],
-                 server: dict[str, Any], returncode: int) -> ProfileRecord:
-    """The profile record of one load test from the locustfile's results and the scraped metrics."""
-    search = results.get("search")
-    if search is not None:  # the Server scenario: the figure is the highest rate that met the SLO
-        results = {**results, "latency": (search.get("figure") or {}) | {"count": (search.get("figure") or {}).get(
-            "requests", 0) - (search.get("figure") or {}).get("failures", 0)},
-            "measured_window_s": (search.get("figure") or {}).get("window_s"),
-            "stability": search.get("stability"), "percentiles_short": search.get("percentiles_short", [])}
-    lat = results["latency"]
-    ok = lat["count"] or 0
-    # after the warm-up, to the end; without one, from the first to the last request (which excludes the
-    # time workers take to connect and start users)
-    window = (results.get("measured_window_s") if results.get("warmup_s") or search is not None else None) \
-        or results.get("requests_window_s") or results.get("window_s") or config.duration_s
-    requests_s = ok / window if window else None
+                 server: dict[str, Any], returncode: int) -> tuple[ProfileRecord, LoadParts]:
+    """The profile record of one load test and its served parts, from the locustfile's results and the scraped
+    metrics (the parts go into the record with LoadParts.write, once annotated)."""
+    parts = LoadParts(settings=_settings(config, returncode),
+                      server=ServerInfo(name=info.server_label, version=info.server_version, metrics=server,
+                                        instance_group=info.config.get("instance_group"),
+                                        max_batch_size=info.max_batch_size, frontends=info.frontends),
+                      search=from_json(ServerSearch | None, results.get("search")),
+                      ramp=from_json(list[RampStep], results.get("ramp") or []),
+                      saturation=from_json(Saturation | None, results.get("saturation")))
+    figure = _Figure.of(config, results, parts.search)
     record = ProfileRecord(
         phase="infer", model=config.model, backend=info.backend, device=info.device,  # type: ignore[arg-type]
         precision="fp16" if any(t.datatype == "FP16" for t in info.inputs) else "fp32",
         batch_size=config.batch, concurrency=None if config.rate is not None else config.users or 1,
         target=target,
     )
+    requests_s = figure.count / figure.window_s if figure.window_s else None
     record.speed.requests_s = round(requests_s, 3) if requests_s is not None else None
     record.speed.throughput_samples_s = round(requests_s * config.batch, 3) if requests_s is not None else None
-    record.speed.latency = LatencyStats(count=ok, mean_ms=lat.get("mean_ms"), p50_ms=lat.get("p50_ms"),
-                                        p90_ms=lat.get("p90_ms"), p95_ms=lat.get("p95_ms"), p99_ms=lat.get("p99_ms"),
-                                        p999_ms=lat.get("p999_ms"), max_ms=lat.get("max_ms"), min_ms=lat.get("min_ms"))
-    gen = results.get("load_generator") or {}
+    record.speed.latency = figure.latency
     v = record.validity
-    v.window_s, v.samples = window, ok * config.batch
-    _apply_server_metrics(record, server, ok * config.batch)
+    v.window_s, v.samples = figure.window_s, figure.count * config.batch
+    _apply_server_metrics(record, server, figure.count * config.batch)
     v.warmup_excluded = int(results.get("warmup_excluded") or 0)
-    v.stability = None if config.ramp else results.get("stability")
+    v.stability = None if config.ramp else figure.stability
     # the client's own saturation (record.served.client, set by ServedWindow.annotate) is added there;
     # a search that could not send its rate is the client's limit too
-    v.client_saturated = bool((search or {}).get("client_limited"))
+    v.client_saturated = parts.search is not None and parts.search.client_limited
+    v.warnings += _warnings(config, results, server, parts.search)
+    v.partial = bool(figure.failures or results.get("aborted") or returncode not in (0, 1)
+                     or (config.search and parts.search is None))
+    record.extra = _extra(target, results, figure, server)
+    if config.shared_rate_basis is not None:
+        base = config.model.removesuffix(NOBATCH_SUFFIX)
+        record.extra["shared_rate"] = {"rate_req_s": config.rate, "pair": [base, base + NOBATCH_SUFFIX],
+                                       "basis": config.shared_rate_basis}
+    record.versions = package_versions("locust", "tritonclient", "gevent", "numpy")
+    record.host = host_info()
+    return record, parts
+
+
+@dataclass
+class _Figure:
+    """The figure a record states: a plain load's whole measured span, or a Server search's capacity rate."""
+
+    latency: LatencyStats
+    count: int  # requests answered in the window
+    failures: int  # failed requests that count against the figure (a search's failed rates are what it measures)
+    window_s: float | None
+    stability: dict[str, Any] | None
+    percentiles_short: list[str]
+
+    @classmethod
+    def of(cls, config: LoadConfig, results: dict[str, Any], search: ServerSearch | None) -> _Figure:
+        # without a warm-up, from the first to the last request (which excludes the time workers take to connect
+        # and start users)
+        whole_s = results.get("requests_window_s") or results.get("window_s") or config.duration_s
+        if search is None:
+            lat = results["latency"]
+            count = lat["count"] or 0
+            # after the warm-up, to the end
+            window = (results.get("measured_window_s") if results.get("warmup_s") else None) or whole_s
+            return cls(LatencyStats(count=count, **{k: lat.get(k) for k in _LATENCY}), count,
+                       results.get("failures") or 0, window, results.get("stability"),
+                       results.get("percentiles_short", []))
+        # the Server scenario: the figure is the highest rate that met the SLO (none: nothing to state)
+        f = search.figure
+        if f is None:
+            return cls(LatencyStats(), 0, 0, whole_s, search.stability, [])
+        count = f.requests - f.failures
+        return cls(LatencyStats(count=count, **{k: getattr(f, k) for k in _LATENCY}), count, f.failures,
+                   f.window_s or whole_s, search.stability, search.percentiles_short or [])
+
+
+_LATENCY = ("mean_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "max_ms", "min_ms")
+
+
+def _settings(config: LoadConfig, returncode: int) -> LoadSettings:
+    return LoadSettings(protocol=config.protocol, mode=config.mode, users=config.users, rate=config.rate,
+                        duration_s=config.duration_s or 0.0, processes=config.processes,
+                        input_data=config.input_data, validate=config.validate, http_client=config.http_client,
+                        url=config.url, metrics_url=config.metrics_url, locust_exit_code=returncode,
+                        scenario=config.scenario, warmup_s=0.0 if config.ramp else config.warmup_s,
+                        window_s=config.window_s, slo_p99_ms=config.p99_limit_ms, repeats=config.repeats,
+                        server_pid=config.server_pid)
+
+
+def _warnings(config: LoadConfig, results: dict[str, Any], server: dict[str, Any],
+              search: ServerSearch | None) -> list[str]:
+    out = []
     if results.get("failures"):
-        v.warnings.append(f"{results['failures']} of {results['requests']} requests failed")
+        out.append(f"{results['failures']} of {results['requests']} requests failed")
     if results.get("aborted"):
-        v.warnings.append(results["aborted"])
+        out.append(results["aborted"])
     if config.search and search is None:
-        v.warnings.append("the capacity search did not report a result (Locust stopped it first)")
+        out.append("the capacity search did not report a result (Locust stopped it first)")
     if server.get("scrapes", 0) == 0:
-        v.warnings.append(f"no server metrics from {config.metrics_url} ({server.get('error')}); "
-                          "pass --metrics-url")
-    # a search's failed rates are what it measures: only the figure's own failures count there
-    failed = (search.get("figure") or {}).get("failures") if search is not None else results.get("failures")
-    v.partial = bool(failed or results.get("aborted") or returncode not in (0, 1) or (config.search and search is None))
-    record.settings = {"protocol": config.protocol, "mode": config.mode, "users": config.users, "rate": config.rate,
-                       "duration_s": config.duration_s, "processes": config.processes, "input_data": config.input_data,
-                       "validate": config.validate, "http_client": config.http_client, "url": config.url,
-                       "metrics_url": config.metrics_url, "locust_exit_code": returncode,
-                       "scenario": config.scenario, "warmup_s": 0.0 if config.ramp else config.warmup_s,
-                       "window_s": config.window_s, "slo_p99_ms": config.p99_limit_ms, "repeats": config.repeats}
+        out.append(f"no server metrics from {config.metrics_url} ({server.get('error')}); pass --metrics-url")
+    return out
+
+
+def _extra(target: str, results: dict[str, Any], figure: _Figure, server: dict[str, Any]) -> dict[str, Any]:
+    """What a load record keeps beside its figures (the typed parts are added by LoadParts.write)."""
+    gen = results.get("load_generator") or {}
     cpu = gen.get("cpu_s")
-    record.extra = {
-        "server": {"name": info.server_label, "version": info.server_version, "metrics": server,
-                   "instance_group": info.config.get("instance_group"),
-                   "max_batch_size": info.max_batch_size, "frontends": info.frontends},
-        "load_generator": {**gen, "requests_per_cpu_s": round(ok / cpu, 1) if cpu else None},
+    extra = {
+        "load_generator": {**gen, "requests_per_cpu_s": round(figure.count / cpu, 1) if cpu else None},
         "latency_histogram": results.get("histogram"),
         "errors": results.get("errors", []),
         "requests": results.get("requests"), "failures": results.get("failures"),
         "locust_csv": sorted(f"{target}_{k}.csv" for k in ("stats", "stats_history", "failures", "exceptions")),
         "locust_html": f"{target}.html",
+        "windows": results.get("windows"),
+        "percentiles_short": figure.percentiles_short,
     }
-    record.extra["windows"] = results.get("windows")
-    record.extra["percentiles_short"] = results.get("percentiles_short", [])
-    if search is not None:
-        record.extra["search"] = search
     if results.get("repeats"):
-        record.extra["repeats"] = results["repeats"]
-    if results.get("ramp"):
-        record.extra["ramp"] = results["ramp"]
-        record.extra["saturation"] = results.get("saturation")
-    record.versions = package_versions("locust", "tritonclient", "gevent", "numpy")
-    record.host = host_info()
-    return record
+        extra["repeats"] = results["repeats"]
+    return extra
 
 
 # the meter of a figure read off the server's metrics page (Triton's names; NVML underneath)
@@ -318,9 +373,9 @@ def _apply_server_metrics(record: ProfileRecord, server: dict[str, Any], samples
     """The record's utilization and energy from the server's metrics, each only from its own device's meter.
 
     A server exposes its host's GPU gauges whatever device the model runs on (Triton does the same), so a
-    CPU record takes none of them: they would be the idle GPU's. Its energy is left to a CPU meter
-    (trainserve run's _ServerWatch: RAPL or the labelled estimate). The energy covers the record's measured
-    window: the mean power over the scrapes times that window."""
+    CPU record takes none of them: they would be the idle GPU's. Its energy is left to a CPU meter (the server
+    process's sample, servedrecord.add_cpu_energy: RAPL or the labelled estimate). The energy covers the record's
+    measured window: the mean power over the scrapes times that window."""
     u = record.utilization
     cuda = record.device == "cuda"
     gpu = server.get("nv_gpu_utilization") if cuda else None

@@ -1,7 +1,8 @@
-"""Fill a load record's `served` part (core/served.py): client CPU, attribution and bound, per record and per ramp step.
+"""Fill a load record's `served` part (core/served.py) and its ramp's and search's steps (core/servedparts.py):
+client CPU, attribution, the server process's CPU, and the bound, decided once, per record and per ramp step.
 
-`annotate` runs in the load runner once Locust is done; `add_server_cpu` runs in `trainserve run`,
-which alone samples the server process's CPU, and re-decides the bounds with it.
+`annotate` runs in the load runner once Locust is done, before the record is written: everything the bound
+needs is in hand by then (the server process's CPU too, when `--server-pid` had the load stage sample it).
 """
 
 from __future__ import annotations
@@ -13,12 +14,22 @@ from typing import Any
 
 from trainserve.core import meters
 from trainserve.core.profile import ProfileRecord
-from trainserve.core.served import IN_FLIGHT_FRACTION, Bound, ClientCpu, Served, as_dict, decide_bound, in_flight
+from trainserve.core.served import (
+    IN_FLIGHT_FRACTION,
+    Bound,
+    BoundKind,
+    ClientCpu,
+    Served,
+    decide_bound,
+    in_flight,
+)
+from trainserve.core.servedparts import LoadParts, RampStep, RampStop, Saturation, SearchProbe, ServerSearch
 from trainserve.core.telemetry import EnergyReading, fill_energy
 from trainserve.loadtest.attribution import attribute, calibrate_client
 from trainserve.loadtest.clientcpu import from_results
 from trainserve.loadtest.model_info import ModelInfo
 from trainserve.loadtest.search import CLIENT_BUSY
+from trainserve.loadtest.serverprocess import Watched
 from trainserve.loadtest.serverstats import StatsReader, busy_fraction, window
 
 RAMP_STOP = "the ramp's stop (--ramp-stop-p99-ms)"  # how a bound names the limit a ramp stopped at
@@ -33,146 +44,138 @@ def instances_of(instance_group: Any) -> int:
     return max(1, sum(int(g.get("count", 1) or 1) for g in instance_group if isinstance(g, dict)))
 
 
-def annotate(record: ProfileRecord, results: dict[str, Any], calibration: dict[str, Any] | None,
-             server: dict[str, Any] | None, instances: int, slo_p99_ms: float) -> None:
-    """Set record.served and each ramp row's client_cpu / attribution / bound."""
+def annotate(record: ProfileRecord, parts: LoadParts, results: dict[str, Any], calibration: dict[str, Any] | None,
+             server: dict[str, Any] | None, instances: int, watched: Watched | None = None) -> None:
+    """Set record.served, each ramp step's attribution and busy fraction, the server process's figures, then
+    every bound."""
     client_ms = (calibration or {}).get("client_ms")
     # a Server search's figure is one rate's windows: the server's statistics over that rate, not the whole search
-    search = record.extra.get("search") or {}
-    if search:
-        server = (search.get("figure") or {}).get("server")
+    if parts.search is not None:
+        server = parts.search.figure.server if parts.search.figure is not None else None
     client = from_results(results.get("load_generator") or {}, record.validity.window_s, results.get("workers") or 0)
-    served = record.served = Served(client=client, device_busy_fraction=busy_fraction(server, instances))
+    served = record.served = Served(client=client, device_busy_fraction=busy_fraction(server, instances),
+                                    slo_p99_ms=parts.settings.slo_p99_ms)
     # the embedded server's front-end processes (its served config's `frontends`): the front-end bound's cores
-    if frontends := (record.extra.get("server") or {}).get("frontends"):
-        served.frontends = int(frontends)
+    if parts.server.frontends:
+        served.frontends = int(parts.server.frontends)
     served.attribution = attribute(record.speed.latency.mean_ms, client_ms, server)
     record.extra["attribution"] = {"calibration": calibration, "server_window": server, "instances": instances}
-    for row in record.extra.get("ramp") or []:
-        row["attribution"] = as_dict(attribute(row.get("mean_ms"), client_ms, row.get("server")))
-        row["device_busy_fraction"] = busy_fraction(row.get("server"), instances)
-    record.settings["slo_p99_ms"] = slo_p99_ms
-    redecide(record, slo_p99_ms)
+    for step in parts.ramp:
+        step.attribution = attribute(step.mean_ms, client_ms, step.server)
+        step.device_busy_fraction = busy_fraction(step.server, instances)
+    if watched is not None:
+        add_server_process(record, parts, watched)
+    decide(record, parts)
     if client.saturated:
         record.validity.client_saturated = True  # the verdict reads it (report/verdict/verdict.py)
         record.validity.warnings.append(f"the load generator was saturated ({client.note}): the figures are the "
                                         "client's limit, not the server's; add --processes")
 
 
-def redecide(record: ProfileRecord, slo_p99_ms: float | None = None) -> None:
+def decide(record: ProfileRecord, parts: LoadParts) -> None:
     """The bound of every ramp step and of the record's own figure (the ramp's capacity, or the record's load)."""
     served = record.served
-    if served is None:
+    assert served is not None  # set by annotate, the only caller outside the tests
+    slo = parts.settings.slo_p99_ms
+    for step in parts.ramp:
+        over = step.p99_ms is not None and step.p99_ms > slo
+        broken = f"{RAMP_STOP}: p99 {step.p99_ms} ms > {slo:g} ms" if over else None
+        step.bound = _decide(record, parts, step.client_cpu, step.device_busy_fraction, step.frontend_cpu_cores,
+                             broken, step.system_cpu_percent, step.server_cpu_cores)
+    if parts.ramp and parts.saturation is not None:
+        served.bound = _ramp_bound(parts.ramp, parts.saturation)
         return
-    slo = slo_p99_ms if slo_p99_ms is not None else (record.settings.get("slo_p99_ms") or None)
-    rows = record.extra.get("ramp") or []
-    for row in rows:
-        over = slo and row.get("p99_ms") is not None and row["p99_ms"] > slo
-        broken = f"{RAMP_STOP}: p99 {row['p99_ms']} ms > {slo:g} ms" if over else None
-        row["bound"] = as_dict(_decide(record, _client(row.get("client_cpu")), row.get("device_busy_fraction"),
-                                       row.get("frontend_cpu_cores"), broken, row.get("system_cpu_percent"),
-                                       row.get("server_cpu_cores")))
-    saturation = record.extra.get("saturation") or {}
-    if rows and saturation and saturation.get("users") is None:
-        served.bound = Bound("slo", f"{RAMP_STOP}: no step met it ({saturation.get('reason') or 'from the first'})")
-        return
-    if rows and saturation.get("users") is not None:
-        i = next((k for k, r in enumerate(rows) if r.get("users") == saturation["users"]), None)
-        # the capacity point and the step after it, where the ramp stopped: what saturated there bounds it
-        near = rows[i:i + 2] if i is not None else rows[-1:]
-        for kind in ("client", "device", "frontend"):
-            hit = next((r["bound"] for r in near if r["bound"]["kind"] == kind), None)
-            if hit:
-                served.bound = Bound(hit["kind"], hit["detail"])
-                return
-        reason = saturation.get("reason") or ""
-        if reason.startswith("p99 "):  # "p99 X ms > Y ms" ("> SLO Y ms" in records written before the two names)
-            served.bound = Bound("slo", f"{RAMP_STOP}: the next step had {reason}")
-        elif "grew less" in reason:
-            served.bound = _plateau(near, reason)
-        else:
-            served.bound = Bound("load", f"the offered load: {reason or 'the ramp reached its user or time limit'}")
-        return
-    front, whole = _near_capacity(record)
-    served.bound = _decide(record, _search_client(record) or served.client, served.device_busy_fraction,
-                           front if front is not None else served.frontend_cpu_cores, _search_broke(record),
-                           step_server_cores=whole, budget_ended=_search_budget(record))
+    search = parts.search
+    front, whole = _near_capacity(search) if search is not None else (None, None)
+    served.bound = _decide(record, parts, (_search_client(search) if search else None) or served.client,
+                           served.device_busy_fraction, front if front is not None else served.frontend_cpu_cores,
+                           _search_broke(search) if search else None, step_server_cores=whole,
+                           budget_ended=_search_budget(search) if search else None)
 
 
-def _plateau(near: list[dict[str, Any]], reason: str) -> Bound:
+def _ramp_bound(steps: list[RampStep], saturation: Saturation) -> Bound:
+    """The ramp's capacity: what saturated at its capacity point or the step after it, else why the ramp stopped."""
+    if saturation.users is None:
+        return Bound(BoundKind.SLO, f"{RAMP_STOP}: no step met it ({saturation.reason or 'from the first'})")
+    i = next((k for k, s in enumerate(steps) if s.users == saturation.users), None)
+    # the capacity point and the step after it, where the ramp stopped: what saturated there bounds it
+    near = steps[i:i + 2] if i is not None else steps[-1:]
+    for kind in (BoundKind.CLIENT, BoundKind.DEVICE, BoundKind.FRONTEND):
+        hit = next((s.bound for s in near if s.bound is not None and s.bound.kind == kind), None)
+        if hit is not None:
+            return Bound(hit.kind, hit.detail)
+    if saturation.stop == RampStop.SLO:
+        return Bound(BoundKind.SLO, f"{RAMP_STOP}: the next step had {saturation.reason}")
+    if saturation.stop == RampStop.PLATEAU:
+        return _plateau(near, saturation.reason)
+    return Bound(BoundKind.LOAD, f"the offered load: {saturation.reason or 'the ramp reached its user or time limit'}")
+
+
+def _plateau(near: list[RampStep], reason: str) -> Bound:
     """Throughput stopped growing with users. Little's law tells who held it: users that each had a request in flight
     turned into latency, so the server queued; users without one were waiting on the load generator."""
-    last = near[-1] if near else {}
-    users, n = last.get("users"), in_flight(last)
+    last = near[-1] if near else None
+    users, n = (last.users, in_flight(last)) if last is not None else (None, None)
     if users and n is not None and n < IN_FLIGHT_FRACTION * users:
-        return Bound("client", f"the client: its {users} closed-loop users kept only {n:.1f} requests in flight "
-                               f"(requests/s x mean latency), so they waited on the load generator, not the server; "
-                               "add --processes")
+        return Bound(BoundKind.CLIENT, f"the client: its {users} closed-loop users kept only {n:.1f} requests in "
+                                       "flight (requests/s x mean latency), so they waited on the load generator, "
+                                       "not the server; add --processes")
     held = f" ({n:.1f} of {users} users' requests in flight: the added users became queueing)" if users and n else ""
-    return Bound("plateau", f"a plateau: {reason}{held}, while neither the device, the front end nor the client was "
-                            "measured saturated (a limit this run does not measure)")
+    return Bound(BoundKind.PLATEAU, f"a plateau: {reason}{held}, while neither the device, the front end nor the "
+                                    "client was measured saturated (a limit this run does not measure)")
 
 
-def _near_capacity(record: ProfileRecord) -> tuple[float | None, float | None]:
+def _near_capacity(search: ServerSearch) -> tuple[float | None, float | None]:
     """A Server search's front-end and whole-server CPU at its capacity rate and the next rate it tried (the
     busier of the two, as a ramp's best step and the next): the stage's mean covers every rate and repeat."""
-    search = record.extra.get("search") or {}
-    marks = [r for r in (search.get("capacity_req_s"), search.get("upper_req_s")) if r]
-    near = [p for p in _probes_at(search, *marks) if p.get("frontend_cpu_cores") is not None]
+    marks = [r for r in (search.capacity_req_s, search.upper_req_s) if r]
+    near = [p for p in search.probes_at(*marks) if p.frontend_cpu_cores is not None]
     if not near:
         return None, None
-    return max(p["frontend_cpu_cores"] for p in near), max(p.get("server_cpu_cores") or 0.0 for p in near)
+    return (max(p.frontend_cpu_cores or 0.0 for p in near), max(p.server_cpu_cores or 0.0 for p in near))
 
 
-def _probes_at(search: dict[str, Any], *rates: float) -> list[dict[str, Any]]:
-    """A Server search's probes of these rates, in the order they ran."""
-    return [p for p in search.get("probes") or [] if any(abs((p.get("rate") or 0) - r) < 1e-3 for r in rates)]
-
-
-def _search_client(record: ProfileRecord) -> ClientCpu | None:
+def _search_client(search: ServerSearch) -> ClientCpu | None:
     """A Server search whose lowest failing rate failed because a load-generator process was busy: the figure is the
     client's limit (the whole search's mean CPU, over every rate, can stay well under that process's core)."""
-    search = record.extra.get("search") or {}
-    upper = search.get("upper_req_s")
-    if not search.get("client_limited") or not upper:
+    upper = search.upper_req_s
+    if not search.client_limited or not upper:
         return None
-    probe = (_probes_at(search, upper) or [{}])[-1]  # the last time that rate was tried
-    busy = probe.get("client_core_fraction")
+    probes = search.probes_at(upper)
+    busy = probes[-1].client_core_fraction if probes else None  # the last time that rate was tried
     what = (f"its busiest process used {busy:.0%} of a core" if busy is not None and busy >= CLIENT_BUSY
             else "a worker's windows did not arrive")
     return ClientCpu(saturated=True, note=f"at the next rate tried, {upper:,.0f} req/s, {what}")
 
 
-def _search_broke(record: ProfileRecord) -> str | None:
+def _search_broke(search: ServerSearch) -> str | None:
     """A Server search that bracketed its capacity was stopped by the SLO at the next rate it tried (unless the
     device, the front end or the client was saturated, which decide_bound names first)."""
-    search = record.extra.get("search") or {}
-    upper = search.get("upper_req_s")
-    if not search.get("capacity_req_s") or search.get("lower_bound") or not upper:
+    upper = search.upper_req_s
+    if not search.capacity_req_s or search.lower_bound or not upper:
         return None
-    slo = search.get("slo_p99_ms")
-    meet = f"p99 ≤ {slo:g} ms with ≤ {100 * (search.get('max_error_fraction') or 0.001):g}% errors" if slo else "the SLO"
+    slo = search.slo_p99_ms
+    meet = f"p99 ≤ {slo:g} ms with ≤ {100 * (search.max_error_fraction or 0.001):g}% errors" if slo else "the SLO"
     return f"the latency SLO: the next rate tried, {upper:,.0f} req/s, did not meet {meet}"
 
 
-def _search_budget(record: ProfileRecord) -> str | None:
+def _search_budget(search: ServerSearch) -> str | None:
     """A Server search whose time ran out before it bracketed its capacity: the figure is where it had got to."""
-    search = record.extra.get("search") or {}
-    if not search.get("budget_ended") or not search.get("capacity_req_s"):
+    if not search.budget_ended or not search.capacity_req_s:
         return None
-    upper = search.get("upper_req_s")
-    where = (f"{search['capacity_req_s']:,.0f} req/s met the SLO and {upper:,.0f} did not" if upper
-             else f"{search['capacity_req_s']:,.0f} req/s, the highest rate tried, met the SLO")
+    upper = search.upper_req_s
+    where = (f"{search.capacity_req_s:,.0f} req/s met the SLO and {upper:,.0f} did not" if upper
+             else f"{search.capacity_req_s:,.0f} req/s, the highest rate tried, met the SLO")
     return f"the search's budget ended before it bracketed capacity ({where}); pass a longer --duration"
 
 
-def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, frontend_cores: float | None,
-            broken: str | None, step_system_cpu: float | None = None, step_server_cores: float | None = None,
-            budget_ended: str | None = None) -> Bound:
+def _decide(record: ProfileRecord, parts: LoadParts, client: ClientCpu, busy: float | None,
+            frontend_cores: float | None, broken: str | None, step_system_cpu: float | None = None,
+            step_server_cores: float | None = None, budget_ended: str | None = None) -> Bound:
     served = record.served
     assert served is not None
     # the whole run's means describe a plain record; a ramp's steps have only what was sampled in their window
-    whole = not record.extra.get("ramp")
+    whole = not parts.ramp
     return decide_bound(client=client, device_busy=busy, frontend_cpu_cores=frontend_cores,
                         gpu_util_percent=record.utilization.gpu_util_mean_percent if whole else None,
                         system_cpu_percent=record.utilization.cpu_system_mean_percent if whole else step_system_cpu,
@@ -182,65 +185,75 @@ def _decide(record: ProfileRecord, client: ClientCpu, busy: float | None, fronte
                         else served.server_cpu_cores if whole else None, budget_ended=budget_ended)
 
 
-def _client(d: dict[str, Any] | None) -> ClientCpu:
-    return ClientCpu(**d) if isinstance(d, dict) else ClientCpu()
+def add_server_process(record: ProfileRecord, parts: LoadParts, watched: Watched) -> None:
+    """The server process's sample into the record: its memory and CPU where the load stage measured none, its
+    CPU per ramp step and search rate, and on a CPU server its energy."""
+    p = watched.process
+    served = record.served
+    assert served is not None
+    served.server_process = p
+    m, u = record.memory, record.utilization
+    if m.rss_peak_bytes is None:
+        m.rss_peak_bytes = p.rss_max_bytes
+    if m.peak_bytes is None and record.device == "cpu":
+        m.peak_bytes = p.rss_max_bytes
+        m.peak_meter, m.peak_device = meters.PROCESS_RSS, "cpu"
+    if u.cpu_process_mean_percent is None:
+        u.cpu_process_mean_percent, u.cpu_process_max_percent = p.cpu_process_mean_percent, p.cpu_process_max_percent
+    add_cpu_energy(record, parts, watched)
+    add_server_cpu(record, parts, watched)
 
 
-def add_server_cpu(record: ProfileRecord, timeline: list[dict[str, Any]], started_wall: float,
-                   mean_percent: float | None, own_timeline: list[dict[str, Any]] | None = None,
-                   own_mean_percent: float | None = None) -> None:
-    """The server's CPU (100 = one core) and the host's, per record and ramp step; then the bounds again.
+def add_server_cpu(record: ProfileRecord, parts: LoadParts, watched: Watched) -> None:
+    """The server's CPU (100 = one core) and the host's, per record, ramp step and search rate.
 
-    `timeline` / `mean_percent`: the server's pid with its children; `own_*`: the pid alone. A server of several
+    `watched.timeline`: the server's pid with its children; `own_timeline`: the pid alone. A server of several
     front ends is a model process (the pid) that starts them (its children), so their CPU is the difference;
     a server of one process is its own front end."""
-    served = record.served
-    if served is None:
-        return
-    several = served.frontends > 1 and own_timeline is not None
+    served, p = record.served, watched.process
+    assert served is not None
+    several = served.frontends > 1 and p.own_cpu_process_mean_percent is not None
 
     def front(total: float, own: float | None) -> float:
         return max(0.0, total - own) if several and own is not None else total
 
-    if mean_percent is not None:
-        served.server_cpu_cores = round(mean_percent / 100, 3)
-        served.frontend_cpu_cores = round(front(mean_percent, own_mean_percent) / 100, 3)
-    # a ramp's steps, and a search's rates: each row's own share of the timelines
-    for row in [*(record.extra.get("ramp") or []), *((record.extra.get("search") or {}).get("probes") or [])]:
-        t0, t1 = row.get("wall_start"), row.get("wall_end")
+    if p.cpu_process_mean_percent is not None:
+        served.server_cpu_cores = round(p.cpu_process_mean_percent / 100, 3)
+        served.frontend_cpu_cores = round(front(p.cpu_process_mean_percent, p.own_cpu_process_mean_percent) / 100, 3)
+    rows: list[RampStep | SearchProbe] = [*parts.ramp, *(parts.search.probes if parts.search is not None else [])]
+    for row in rows:
+        t0, t1 = row.wall_start, row.wall_end
         if t0 is None or t1 is None:
             continue
-        process = _mean_in(timeline, "cpu_process_percent", started_wall, t0, t1)
-        own = _mean_in(own_timeline or [], "cpu_process_percent", started_wall, t0, t1)
-        system = _mean_in(timeline, "cpu_system_percent", started_wall, t0, t1)
+        process = _mean_in(watched.timeline, "cpu_process_percent", watched.started_wall, t0, t1)
+        own = _mean_in(watched.own_timeline, "cpu_process_percent", watched.started_wall, t0, t1)
+        system = _mean_in(watched.timeline, "cpu_system_percent", watched.started_wall, t0, t1)
         if process is not None:
-            row["server_cpu_cores"] = round(process / 100, 3)
-            row["frontend_cpu_cores"] = round(front(process, own) / 100, 3)
+            row.server_cpu_cores = round(process / 100, 3)
+            row.frontend_cpu_cores = round(front(process, own) / 100, 3)
         if system is not None:
-            row["system_cpu_percent"] = round(system, 2)
-    redecide(record)
+            row.system_cpu_percent = round(system, 2)
 
 
-def add_cpu_energy(record: ProfileRecord, summary: dict[str, Any], started_wall: float) -> None:
-    """A CPU server's energy from the sampler that watched its process (trainserve run): RAPL's package counters
-    where readable, else the TDP × utilisation estimate (trainserve/core/meters.py), labelled as such.
+def add_cpu_energy(record: ProfileRecord, parts: LoadParts, watched: Watched) -> None:
+    """A CPU server's energy from the server process's sample: RAPL's package counters where readable, else the
+    TDP × utilisation estimate (trainserve/core/meters.py), labelled as such.
 
-    The load stage sees the server only through its metrics page, which has no CPU energy, so a CPU record
-    leaves it empty for this. A capacity search's estimate takes the server's utilisation in the figure's own
-    windows; RAPL's counters are read at the load's ends only, so there its mean power is the whole search's,
-    and its meter says so."""
-    window = record.validity.window_s
+    The server's metrics page has no CPU energy, so a CPU record has none before this. A capacity search's
+    estimate takes the server's utilisation in the figure's own windows; RAPL's counters are read at the load's
+    ends only, so there its mean power is the whole search's, and its meter says so."""
+    window, p = record.validity.window_s, watched.process
     if record.device != "cpu" or record.energy.source is not None or not window:
         return
-    figure = (record.extra.get("search") or {}).get("figure") or {}
-    t0, t1 = figure.get("wall_start"), figure.get("wall_end")
-    if summary.get("cpu_energy_j") is not None and summary.get("window_s"):
+    figure = parts.search.figure if parts.search is not None else None
+    t0, t1 = (figure.wall_start, figure.wall_end) if figure is not None else (None, None)
+    if p.cpu_energy_j is not None and p.window_s:
         meter = meters.RAPL_METER + (" (mean power over the whole search)" if t0 is not None else "")
-        reading = EnergyReading(summary["cpu_energy_j"], summary["window_s"], meters.RAPL, meter, "cpu")
+        reading = EnergyReading(p.cpu_energy_j, p.window_s, meters.RAPL, meter, "cpu")
     else:
-        percent = summary.get("cpu_process_mean_percent")
+        percent = p.cpu_process_mean_percent
         if t0 is not None and t1 is not None:
-            percent = _mean_in(summary.get("timeline") or [], "cpu_process_percent", started_wall, t0, t1) or percent
+            percent = _mean_in(watched.timeline, "cpu_process_percent", watched.started_wall, t0, t1) or percent
         est = meters.estimate_cpu_power(percent, record.host.get("logical_cpus") or os.cpu_count(),
                                         record.host.get("cpu_model") or meters.host_cpu_model())
         if est is None:
@@ -278,8 +291,9 @@ class ServedWindow:
     def stop(self) -> None:
         self.server = window(self.before, self.reader.snapshot(), time.perf_counter() - self.t0)
 
-    def annotate(self, record: ProfileRecord, results: dict[str, Any], instances: int, slo_p99_ms: float) -> None:
-        annotate(record, results, self.calibration, self.server, instances, slo_p99_ms)
+    def annotate(self, record: ProfileRecord, parts: LoadParts, results: dict[str, Any], instances: int,
+                 watched: Watched | None) -> None:
+        annotate(record, parts, results, self.calibration, self.server, instances, watched)
         if self.problem:
             record.validity.warnings.append(self.problem)
         elif self.server is None:

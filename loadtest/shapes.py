@@ -18,6 +18,8 @@ from typing import Any
 
 from locust import LoadTestShape
 
+from trainserve.core.servedparts import RampStop, Saturation
+from trainserve.core.typedjson import to_json
 from trainserve.loadtest.attribution import StepWindow
 from trainserve.loadtest.histogram import Histogram
 from trainserve.loadtest.options import LoadOptions
@@ -96,19 +98,19 @@ class StepRamp(LoadTestShape):
         steps = collector.ramp
         steps.append(row)
         log.info("ramp step: %d users, %.1f req/s, p99 %s ms", users, requests_s, summary["p99_ms"])
-        reason = None
+        reason, stop = None, RampStop.LIMIT
         if summary["p99_ms"] is not None and summary["p99_ms"] > opts.ramp_stop_p99_ms:
-            reason = f"p99 {summary['p99_ms']} ms > {opts.ramp_stop_p99_ms:g} ms"
+            reason, stop = f"p99 {summary['p99_ms']} ms > {opts.ramp_stop_p99_ms:g} ms", RampStop.SLO
         elif len(steps) >= 2 and steps[-2]["requests_s"] > 0 and \
                 requests_s < steps[-2]["requests_s"] * (1 + opts.min_gain):
-            reason = f"throughput grew less than {opts.min_gain:.0%}"
+            reason, stop = f"throughput grew less than {opts.min_gain:.0%}", RampStop.PLATEAU
         if reason is None and reason_if_last is None:
             return False
         good = [s for s in steps if s["p99_ms"] is not None and s["p99_ms"] <= opts.ramp_stop_p99_ms]
         best = max(good, key=lambda s: s["requests_s"]) if good else None
-        collector.saturation = {"users": best["users"] if best else None,
-                                "requests_s": best["requests_s"] if best else None,
-                                "reason": reason or "ramp reached its user or time limit without saturating"}
+        collector.saturation = to_json(Saturation(
+            users=best["users"] if best else None, requests_s=best["requests_s"] if best else None,
+            reason=reason or "ramp reached its user or time limit without saturating", stop=stop))
         return reason is not None or reason_if_last is not None
 
 

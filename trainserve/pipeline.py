@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 
 from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.errors import UserError
-from trainserve.core.meters import PROCESS_RSS
 from trainserve.core.fsutil import write_json_atomic
 from trainserve.core.options.run import RUN_DEVICES, RunOptions
 from trainserve.core.options.train import ModelOptions
@@ -34,10 +33,10 @@ from trainserve.core.procs import (
 )
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.runs import run_dir
+from trainserve.core.servedparts import LoadParts
 from trainserve.core.speedup import pick_train
-from trainserve.core.telemetry import Sampler, gpu_memory_used_bytes
+from trainserve.core.telemetry import gpu_memory_used_bytes
 from trainserve.loadtest.clientcpu import process_cap
-from trainserve.loadtest.servedrecord import add_cpu_energy, add_server_cpu
 from trainserve.report import write_report
 from trainserve.report.cost import DEFAULT_SLO_P99_MS
 from trainserve.train.models import FAMILIES
@@ -365,13 +364,11 @@ class Pipeline:
             elif args is None:
                 args = self._server_args(device, windows, nobatch=scenario == "server-nobatch")
             t1 = time.monotonic()
-            with _ServerWatch(server.proc.pid) as watch:
-                self._stage(f"load-{device}-{scenario}",
-                            self.argv("load", *_with_model(url, served), *args, "--target", target),
-                            f"{scenario} on {served}", mark=False)
-            watch.annotate(self.root / "load" / f"{target}.json")
-            if shared is not None:
-                _mark_shared_rate(self.root / "load" / f"{target}.json", shared, model)
+            # the load stage samples the server's own process too, so it writes its record once, bound and all
+            self._stage(f"load-{device}-{scenario}",
+                        self.argv("load", *_with_model(url, served), *args, "--target", target,
+                                  "--server-pid", str(server.proc.pid)),
+                        f"{scenario} on {served}", mark=False)
             self._mark(f"load-{device}-{scenario}", time.monotonic() - t1)
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
@@ -385,11 +382,11 @@ class Pipeline:
         start = 100.0
         try:
             if nobatch:
-                found = ProfileRecord.load(self.root / "load" / f"embedded-{device}-server.json")
-                best = (found.extra.get("search") or {}).get("capacity_req_s")
+                search = LoadParts.of(ProfileRecord.load(self.root / "load" / f"embedded-{device}-server.json")).search
+                best = search.capacity_req_s if search is not None else None
             else:
-                ramp = ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json")
-                best = (ramp.extra.get("saturation") or {}).get("requests_s")
+                ramp = LoadParts.of(ProfileRecord.load(self.root / "load" / f"embedded-{device}-ramp.json"))
+                best = ramp.saturation.requests_s if ramp.saturation is not None else None
             start = max(1.0, (0.5 if nobatch else 0.8) * best) if best else start
         except UserError:
             pass
@@ -419,8 +416,10 @@ class Pipeline:
     def _shared_rate_args(self, device: str, rate: float, windows: list[str]) -> list[str]:
         """Open loop (Poisson arrivals, latency from the scheduled send) at `rate`, one row per request."""
         processes = [] if device == "cuda" else ["--processes", "1"]  # as the Server search: a CPU server keeps the cores
+        # the record says itself that it is one side of the pair, so nothing rewrites it after the load stage
         return ["--rate", f"{rate:g}", "--batch", "1", "--duration", f"{self.cfg.budget.shared_rate_s:g}s",
-                *processes, *windows]
+                *processes, *windows,
+                "--shared-rate-basis", f"{SHARED_RATE_SHARE:g} x the lower of the two Server capacities"]
 
     def _skipped(self, stage: str, detail: str, why: str) -> None:
         self.progress(StageEvent(stage, "start", detail))
@@ -561,61 +560,6 @@ def _sweep_point_line(line: str) -> str | None:
     prefix = "sweep point:"
     i = line.find(prefix)
     return line[i + len(prefix):].strip() if i >= 0 else None
-
-
-class _ServerWatch:
-    """The server process's own CPU, memory and (on a CPU server) energy while a load runs (the load stage sees
-    the server only through its metrics endpoint, whose CPU memory figure is the whole machine's and which has
-    no CPU energy)."""
-
-    def __init__(self, pid: int) -> None:
-        self.sampler = Sampler(interval_s=0.2, pid=pid)
-        # the pid alone: with several front ends it is the model process, and they are its children
-        self.own = Sampler(interval_s=0.2, pid=pid, include_children=False)
-
-    def __enter__(self) -> _ServerWatch:
-        self.started_wall = time.time()  # the ramp's steps carry wall times; the sampler's timeline is relative
-        self.sampler.start()
-        self.own.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.sampler.stop()
-        self.own.stop()
-
-    def annotate(self, path: Path) -> None:
-        """Fill what the load record left empty; never overwrite what the load stage measured."""
-        if not path.is_file():
-            return
-        s = self.sampler.summary()
-        record = ProfileRecord.load(path)
-        m, u = record.memory, record.utilization
-        if m.rss_peak_bytes is None:
-            m.rss_peak_bytes = s["rss_max_bytes"]
-        if m.peak_bytes is None and record.device == "cpu":
-            m.peak_bytes = s["rss_max_bytes"]
-            m.peak_meter, m.peak_device = PROCESS_RSS, "cpu"
-        if u.cpu_process_mean_percent is None:
-            u.cpu_process_mean_percent = s["cpu_process_mean_percent"]
-            u.cpu_process_max_percent = s["cpu_process_max_percent"]
-        record.extra["server_process"] = {k: v for k, v in s.items() if k != "timeline"} | {
-            "sampled_by": "trainserve run (the server's pid and its children)"}
-        add_cpu_energy(record, s, self.started_wall)
-        own = self.own.summary()
-        add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"],
-                       own["timeline"], own["cpu_process_mean_percent"])
-        record.save(path)
-
-
-def _mark_shared_rate(path: Path, rate: float, model: str) -> None:
-    """Say in the load record that it is one side of the shared-rate pair, so the report sets it beside its twin
-    (report/serving/batching.py) and keeps it out of every other figure."""
-    if not path.is_file():
-        return
-    record = ProfileRecord.load(path)
-    record.extra["shared_rate"] = {"rate_req_s": rate, "pair": [model, model + NOBATCH_SUFFIX],
-                                   "basis": f"{SHARED_RATE_SHARE:g} x the lower of the two Server capacities"}
-    record.save(path)
 
 
 def _with_model(url: list[str], model: str) -> list[str]:

@@ -41,7 +41,8 @@ def _drain(proc: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="session")
 def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """{'http': 'H:P', 'grpc': 'H:P', 'metrics': 'H:P'} of `trainserve serve` on the tiny repository."""
+    """{'http': 'H:P', 'grpc': 'H:P', 'metrics': 'H:P', 'pid': its process id} of `trainserve serve` on the tiny
+    repository."""
     repo = build_repository(tmp_path_factory.mktemp("repo"))
     cmd = trainserve_cmd("serve", "--model-repository", str(repo), "--http-port", "0", "--grpc-port", "0",
                          "--metrics-port", "0", "--threads", "1")
@@ -50,7 +51,7 @@ def embedded_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[s
     try:
         m = _read_line(proc, READY, 60)
         _drain(proc)
-        yield dict(part.split("=", 1) for part in m.group(1).split())
+        yield {**dict(part.split("=", 1) for part in m.group(1).split()), "pid": str(proc.pid)}
     finally:
         stop_process(proc)
 

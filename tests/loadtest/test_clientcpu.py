@@ -7,6 +7,7 @@ import types
 
 import pytest
 
+from tests.loadtest.parts import parts, settings
 from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.loadtest.clientcpu import StepCpu, auto_processes, client_cpu, from_results, usable_cpus
 from trainserve.loadtest.search import highest_rate
@@ -55,7 +56,7 @@ def test_the_record_marks_a_saturated_client_and_names_it_the_bound(cpu_s: float
     results = {"load_generator": {"per_process_cpu_s": {"local": cpu_s}}, "workers": 0}
     server = {"requests": 1000, "success_ms": 0.5, "queue_ms": 0.1, "compute_input_ms": 0.0,
               "compute_infer_ms": 0.3, "compute_output_ms": 0.0, "busy_s": 9.5, "window_s": 10.0}
-    annotate(r, results, {"client_ms": 0.1}, server, instances=1, slo_p99_ms=100.0)
+    annotate(r, parts(settings=settings(slo_p99_ms=100.0)), results, {"client_ms": 0.1}, server, instances=1)
     assert r.served is not None and r.served.client.saturated is saturated
     # the device was busy 95%: only a saturated client outranks it, as then the figure is the client's
     assert r.served.bound is not None and r.served.bound.kind == ("client" if saturated else "device")

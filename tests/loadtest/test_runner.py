@@ -11,6 +11,9 @@ import pytest
 from tests.docpaths import assert_documented_artifacts
 from tests.conftest import REPO_ROOT, subprocess_env, trainserve_cmd
 from tests.loadtest.tiny_repo import MODEL
+from trainserve.core.profile import ProfileRecord
+from trainserve.core.served import BoundKind
+from trainserve.core.servedparts import LoadParts, RampStop
 
 
 def run_load(tmp_path: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -26,9 +29,19 @@ def load_record(tmp_path: Path, target: str) -> dict:
 def test_closed_loop_writes_a_profile_record(tmp_path: Path, embedded_server: dict[str, str], protocol: str) -> None:
     p = run_load(tmp_path, "--url", embedded_server[protocol], "--protocol", protocol, "--model", MODEL,
                  "--users", "2", "--duration", "2s", "--batch", "2", "--target", "t",
-                 "--metrics-url", f"http://{embedded_server['metrics']}/metrics", "--validate", "shape")
+                 "--metrics-url", f"http://{embedded_server['metrics']}/metrics", "--validate", "shape",
+                 "--server-pid", embedded_server["pid"])
     assert p.returncode == 0, p.stderr
     rec = load_record(tmp_path, "t")
+    # the server's own process, sampled by the load stage itself: its record is written once, with it
+    typed = ProfileRecord.from_dict(rec)
+    sample = typed.served.server_process
+    assert sample is not None and sample.pid == int(embedded_server["pid"]) and sample.ticks >= 1
+    assert typed.memory.rss_peak_bytes == sample.rss_max_bytes > 10 * 1024**2
+    assert typed.served.server_cpu_cores is not None and typed.served.bound is not None
+    parts = LoadParts.of(typed)
+    assert parts.settings.server_pid == int(embedded_server["pid"]) and parts.settings.users == 2
+    assert parts.server.metrics["scrapes"] >= 2 and parts.search is None and parts.ramp == []
     assert rec["phase"] == "infer" and rec["backend"] == "onnxruntime" and rec["device"] == "cpu"
     assert rec["model"] == MODEL and rec["batch_size"] == 2 and rec["concurrency"] == 2
     lat = rec["speed"]["latency"]
@@ -81,7 +94,11 @@ def test_ramp_records_steps_and_a_saturation_point(tmp_path: Path, stub_server: 
     rec = load_record(tmp_path, "ramp")
     steps = rec["extra"]["ramp"]
     assert len(steps) >= 2 and steps[0]["users"] == 1
-    for s in steps:
+    for s in steps:  # the JSON the report reads
         assert set(s) >= {"users", "rate", "requests_s", "throughput_samples_s", "p50_ms", "p90_ms", "p99_ms"}
         assert s["rate"] is None and s["requests_s"] > 0
     assert rec["extra"]["saturation"]["reason"]
+    parts = LoadParts.of(ProfileRecord.from_dict(rec))
+    assert parts.saturation is not None and isinstance(parts.saturation.stop, RampStop)
+    assert all(isinstance(s.bound.kind, BoundKind) for s in parts.ramp)
+    assert parts.settings.mode == "ramp" and parts.settings.server_pid is None

@@ -12,6 +12,7 @@ import pytest
 
 from tests.conftest import stop_process
 from tests.loadtest.conftest import start_stub
+from trainserve.core.servedparts import LoadParts
 from trainserve.loadtest.runner import LoadConfig, run_load
 from trainserve.report.common.collect import Entry
 from trainserve.report.serving.scenarios import row
@@ -34,15 +35,16 @@ def test_search_finds_a_known_capacity(tmp_path: Path) -> None:
     # the band is wider below (never above: past the capacity the queue grows whatever the machine does).
     _, record = _load(tmp_path, ["--capacity", "200"], search=True, rate=160.0, slo_p99_ms=200.0,
                       duration_s=24.0, warmup_s=0.5, window_s=0.5, search_probe_s=2.0)
-    search = record.extra["search"]
-    assert 150.0 <= search["capacity_req_s"] <= 220.0, search["probes"]
+    parts = LoadParts.of(record)
+    search = parts.search
+    assert 150.0 <= search.capacity_req_s <= 220.0, search.probes
     # a failing rate was found; the figure is "at least" only when the budget ended before the 5% bracket
-    assert search["upper_req_s"] is not None and search["lower_bound"] == search["budget_ended"]
-    assert record.settings["scenario"] == "Server"
+    assert search.upper_req_s is not None and search.lower_bound == search.budget_ended
+    assert parts.settings.scenario == "Server" and parts.settings.slo_p99_ms == search.slo_p99_ms == 200.0
     # the figure is the passing rate's: answered at about that rate, p99 within the SLO, p95 beside it
     lat = record.speed.latency
     assert lat.p95_ms is not None and lat.p50_ms <= lat.p95_ms <= lat.p99_ms <= 200.0
-    assert record.speed.requests_s == pytest.approx(search["capacity_req_s"], rel=0.25)
+    assert record.speed.requests_s == pytest.approx(search.capacity_req_s, rel=0.25)
 
 
 @pytest.mark.slow
@@ -53,11 +55,11 @@ def test_search_with_its_defaults_finds_a_known_capacity(tmp_path: Path) -> None
     t0 = time.monotonic()
     _, record = _load(tmp_path, ["--capacity", "1000"], search=True)
     took_s = time.monotonic() - t0
-    search = record.extra["search"]
-    assert 900.0 <= (search["capacity_req_s"] or 0.0) <= 1100.0, search["probes"]
-    assert not search["lower_bound"] and search["bracket"] <= 0.05, search["stop_reason"]
-    estimate = search["estimate"]
-    assert estimate["requests_s"] > 500.0 and search["probes"][0]["rate"] == pytest.approx(
+    search = LoadParts.of(record).search
+    assert 900.0 <= (search.capacity_req_s or 0.0) <= 1100.0, search.probes
+    assert not search.lower_bound and search.bracket <= 0.05, search.stop_reason
+    estimate = search.estimate
+    assert estimate["requests_s"] > 500.0 and search.probes[0].rate == pytest.approx(
         0.9 * estimate["requests_s"], rel=0.01)
     assert took_s < 60.0, took_s
 
@@ -97,14 +99,15 @@ def test_search_across_two_worker_processes_finds_the_known_capacity(tmp_path: P
     # the same stand-in and band as the one-process search; a master and two workers, each sending half
     _, record = _load(tmp_path, ["--capacity", "200"], search=True, rate=160.0, slo_p99_ms=200.0,
                       duration_s=24.0, warmup_s=0.5, window_s=0.5, search_probe_s=2.0, processes=2)
-    search = record.extra["search"]
-    assert record.settings["processes"] == 2
-    assert 150.0 <= search["capacity_req_s"] <= 220.0, search["probes"]
+    parts = LoadParts.of(record)
+    search = parts.search
+    assert parts.settings.processes == 2
+    assert 150.0 <= search.capacity_req_s <= 220.0, search.probes
     # a failing rate was found; the figure is "at least" only when the budget ended before the 5% bracket
-    assert search["upper_req_s"] is not None and search["lower_bound"] == search["budget_ended"]
+    assert search.upper_req_s is not None and search.lower_bound == search.budget_ended
     # every probe was measured on both workers, and the figure's requests are both workers' together:
     # answered at about the whole rate, not the half one worker sends
-    assert all(len(p["per_process_core_fraction"] or {}) == 2 for p in search["probes"]), search["probes"]
-    assert record.speed.requests_s == pytest.approx(search["capacity_req_s"], rel=0.25)
+    assert all(len(p.per_process_core_fraction or {}) == 2 for p in search.probes), search.probes
+    assert record.speed.requests_s == pytest.approx(search.capacity_req_s, rel=0.25)
     lat = record.speed.latency
     assert lat.p95_ms is not None and lat.p50_ms <= lat.p95_ms <= lat.p99_ms <= 200.0

@@ -19,13 +19,24 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from trainserve.core.profile import LatencyStats, ProfileRecord  # noqa: E402
+from trainserve.core.served import ClientCpu, Served, ServerProcess  # noqa: E402
+from trainserve.core.servedparts import (  # noqa: E402
+    LoadParts,
+    LoadSettings,
+    RampStep,
+    RampStop,
+    Saturation,
+    SearchProbe,
+    ServerInfo,
+    ServerSearch,
+)
 
 
 def _opts(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser()
     for name in ("--run", "--runs-dir", "--model", "--url", "--batch", "--users", "--device", "--model-repository",
                  "--duration", "--ramp-step-s", "--ramp-max-users", "--metrics-url", "--target", "--budget-s",
-                 "--rate", "--slo-p99-ms"):
+                 "--rate", "--slo-p99-ms", "--server-pid", "--shared-rate-basis"):
         p.add_argument(name)
     p.add_argument("--ramp", action="store_true")
     p.add_argument("--search", action="store_true")
@@ -101,25 +112,51 @@ def main() -> None:
         r.speed.latency = LatencyStats.from_samples_ms([1.0 * batch ** 0.5, 1.2, 1.5])
         r.validity.stability = {"stable": True, "rule": "windows", "reason": "3 windows agree",
                                 "windows_used": [1, 2, 3]}
-        r.settings["scenario"] = "SingleStream" if users == 1 and batch == 1 else "Offline"
         r.extra.update(requests=3000, failures=0, percentiles_short=[])
+        scenario = "SingleStream" if users == 1 and batch == 1 else "Offline"
+        slo = float(a.slo_p99_ms) if a.slo_p99_ms else 20.0
+        parts = LoadParts(settings=LoadSettings(
+            protocol="http", mode="closed", users=users, rate=None, duration_s=1.0, processes=1, input_data="random",
+            validate="off", http_client="prepared", url=a.url, metrics_url=None, locust_exit_code=0,
+            scenario=scenario, warmup_s=0.0, window_s=1.0, slo_p99_ms=slo, repeats=1,
+            server_pid=int(a.server_pid) if a.server_pid else None),
+            server=ServerInfo(name="fake", version="0", metrics={}, instance_group=None, max_batch_size=64,
+                              frontends=1))
         if a.search:  # the Server scenario (the pipeline starts it at 80% of the ramp's best, 3200 req/s)
-            r.settings["scenario"] = "Server"
+            parts.settings.scenario, parts.settings.mode, parts.settings.rate = "Server", "search", float(a.rate)
             r.speed.throughput_samples_s = 1200.0
-            r.extra["search"] = {"capacity_req_s": 1200.0, "lower_bound": False, "stop_reason": "bracketed within 5%",
-                                 "slo_p99_ms": float(a.slo_p99_ms), "start": float(a.rate),
-                                 "figure": {"requests": 3000, "failures": 0}}
+            figure = SearchProbe(rate=1200.0, passed=True, reasons=[], requests_s=1200.0, window_s=2.5, mean_ms=1.0,
+                                 min_ms=0.5, max_ms=3.0, p50_ms=1.0, p90_ms=1.2, p95_ms=1.3, p99_ms=1.5, p999_ms=2.0,
+                                 requests=3000, failures=0, late=0, client_core_fraction=0.3,
+                                 per_process_core_fraction=None, stability=None, server=None)
+            parts.search = ServerSearch(capacity_req_s=1200.0, upper_req_s=1300.0, lower_bound=False,
+                                        budget_ended=False, bracket=0.08, client_limited=False,
+                                        stop_reason="bracketed within 5%", slo_p99_ms=slo, max_error_fraction=0.001,
+                                        probes=[figure], estimate=None, first_rate_req_s=float(a.rate), step=1.25,
+                                        elapsed_s=10.0, stability=None, figure=figure, percentiles_short=[])
         if a.rate and not a.search and not a.ramp:  # open loop at one rate: batching queues, without it p99 grows
-            r.settings.update(scenario="open loop", mode="open", duration_s=3.0)
+            parts.settings.scenario, parts.settings.mode, parts.settings.rate = "open loop", "open", float(a.rate)
+            parts.settings.duration_s = 3.0
             r.concurrency = None
             r.speed.latency = LatencyStats.from_samples_ms([9.0, 1.0, 1.2] if a.model.endswith("_nobatch")
                                                            else [3.0, 2.0, 2.5])
         if a.ramp:
             r.validity.stability = None
-            r.settings["scenario"] = "ramp"
-            r.extra["saturation"] = {"users": 4, "requests_s": 3200.0, "reason": "limit"}
-            r.extra["ramp"] = [{"users": u, "rate": None, "requests_s": 800.0 * u, "throughput_samples_s": 800.0 * u,
-                                "p50_ms": 1.0 + u / 4, "p90_ms": 1.3 + u / 4, "p99_ms": 2.0 + u / 4} for u in (1, 2, 4)]
+            parts.settings.scenario, parts.settings.mode = "ramp", "ramp"
+            parts.saturation = Saturation(users=4, requests_s=3200.0, reason="limit", stop=RampStop.LIMIT)
+            parts.ramp = [RampStep(users=u, rate=None, requests_s=800.0 * u, throughput_samples_s=800.0 * u,
+                                   p50_ms=1.0 + u / 4, p90_ms=1.3 + u / 4, p95_ms=1.5 + u / 4, p99_ms=2.0 + u / 4,
+                                   p999_ms=2.5 + u / 4, failures=0, window_s=1.0, mean_ms=1.0 + u / 4,
+                                   client_cpu=ClientCpu(), server=None, wall_start=0.0, wall_end=1.0)
+                          for u in (1, 2, 4)]
+        r.served = Served(slo_p99_ms=slo,
+                          server_process=ServerProcess(pid=int(a.server_pid), window_s=1.0, ticks=5,
+                                                       rss_max_bytes=64 * 1024**2) if a.server_pid else None)
+        parts.write(r)
+        if a.shared_rate_basis:  # as the load stage writes it (loadtest/runner.py)
+            base = a.model.removesuffix("_nobatch")
+            r.extra["shared_rate"] = {"rate_req_s": float(a.rate), "pair": [base, base + "_nobatch"],
+                                      "basis": a.shared_rate_basis}
         out = run / "load" / f"{a.target}.json"
         r.save(out)
         out.with_name(f"{a.target}_stats.csv").write_text("Type,Name\n")

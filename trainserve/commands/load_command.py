@@ -29,6 +29,7 @@ def load(o: Args) -> None:
     with --rate, or a step ramp with --ramp, or the Server scenario's search with --search. The server's
     Prometheus metrics are scraped meanwhile.
     """
+    from trainserve.core.servedparts import LoadParts
     from trainserve.loadtest.runner import LoadConfig, run_load
 
     if o.ramp and "slo_p99_ms" in o.given:  # two meanings, two names: a budget is not a stopping rule
@@ -37,11 +38,11 @@ def load(o: Args) -> None:
     config = LoadConfig(**o.of(LoadConfig, duration_s=None if o.duration_s is None else parse_duration(o.duration_s)))
     path, record = run_load(config)
     lat = record.speed.latency
-    found = record.extra.get("search")
+    found = LoadParts.of(record).search
     if found is not None:
-        limited = " at least" if found.get("lower_bound") and found.get("capacity_req_s") else ""
-        typer.echo(f"Server scenario:{limited} {found['capacity_req_s']} req/s within p99 <= {config.slo_p99_ms:g} ms "
-                   f"({found['stop_reason']}{'; the client limited it' if found.get('client_limited') else ''})")
+        limited = " at least" if found.lower_bound and found.capacity_req_s else ""
+        typer.echo(f"Server scenario:{limited} {found.capacity_req_s} req/s within p99 <= {found.slo_p99_ms:g} ms "
+                   f"({found.stop_reason}{'; the client limited it' if found.client_limited else ''})")
     typer.echo(f"{record.speed.requests_s} req/s, {record.speed.throughput_samples_s} samples/s, "
                f"p50 {lat.p50_ms} ms, p95 {lat.p95_ms} ms, p99 {lat.p99_ms} ms, p99.9 {lat.p999_ms} ms -> {path}")
     served = record.served

@@ -14,18 +14,38 @@
   growing with nothing measured saturated), "budget" (a capacity search's time ran out before it bracketed
   the capacity: the figure is a lower bound), or "load" (nothing saturated: the offered load itself).
 
-`decide_bound` is the one rule; the load runner applies it when it writes a record, and `trainserve
-run` again once it has added the server process's CPU (which the load stage cannot see).
+`decide_bound` is the one rule; the load runner applies it once, when it writes the record, with
+everything it needs: the client's CPU, the server's statistics and metrics, and (given `--server-pid`) the
+server process's own CPU, sampled by the load stage itself. The ramp, the search and the process sample
+are typed in trainserve/core/servedparts.py.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainserve.core.typedjson import OPTIONAL
+
 BUSY_FRACTION = 0.9  # a device, a front end or a client at or above this share of its capacity is saturated
 IN_FLIGHT_FRACTION = 0.9  # closed-loop users keep ~all their requests in flight; fewer: the client held them back
-BOUND_KINDS = ("client", "device", "frontend", "slo", "plateau", "budget", "load")
+SERVED_SCHEMA_VERSION = 1  # of record.served and the served parts (servedparts.py); 0: written before them
+
+
+class BoundKind(enum.StrEnum):
+    """What limited a figure (the module's docstring says when each applies)."""
+
+    CLIENT = "client"
+    DEVICE = "device"
+    FRONTEND = "frontend"
+    SLO = "slo"
+    PLATEAU = "plateau"
+    BUDGET = "budget"
+    LOAD = "load"
+
+
+BOUND_KINDS = tuple(k.value for k in BoundKind)
 
 
 @dataclass
@@ -74,8 +94,29 @@ class Attribution:
 class Bound:
     """What limited a figure: kind in BOUND_KINDS, and a clause that names it first ("the GPU: busy ...")."""
 
-    kind: str
+    kind: BoundKind
     detail: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in BOUND_KINDS:
+            raise ValueError(f"Bound.kind {self.kind!r} is not one of {', '.join(BOUND_KINDS)}")
+        self.kind = BoundKind(self.kind)
+
+
+@dataclass
+class ServerProcess:
+    """The server process's own CPU and memory over a load, sampled by the load stage (`--server-pid`): the
+    server's metrics page has no per-process CPU, and its memory figure is the whole machine's."""
+
+    pid: int
+    window_s: float  # the sampled span, s
+    ticks: int  # samples taken
+    cpu_process_mean_percent: float | None = None  # the pid and its children; 100 = one core
+    cpu_process_max_percent: float | None = None
+    own_cpu_process_mean_percent: float | None = None  # the pid alone (with front ends: the model process)
+    cpu_system_mean_percent: float | None = None  # the host's, 0..100 over all cores
+    rss_max_bytes: int | None = None  # the pid and its children
+    cpu_energy_j: float | None = None  # RAPL packages over the window; null where unreadable
 
 
 @dataclass
@@ -89,12 +130,16 @@ class Served:
     frontend_cpu_cores: float | None = None  # the front-end processes' CPU, cores; one process: the whole server's
     frontends: int = 1  # front-end processes of the server (one core each at most)
     server_cpu_cores: float | None = None  # the whole server's CPU (model process and front ends), cores
+    slo_p99_ms: float | None = None  # the p99 the figure was held to: a ramp's stop, else the search's SLO
+    server_process: ServerProcess | None = field(default=None, metadata=OPTIONAL)  # with --server-pid only
+    schema_version: int = 0  # SERVED_SCHEMA_VERSION when written; 0: before the served parts were typed
 
 
 NESTED: dict[tuple[str, str], type] = {
     ("Served", "client"): ClientCpu,
     ("Served", "attribution"): Attribution,
     ("Served", "bound"): Bound,
+    ("Served", "server_process"): ServerProcess,
 }
 
 
@@ -108,7 +153,7 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
     one process, and taken as the same where not given): a CPU server's device is every core it uses."""
     whole = server_cpu_cores if server_cpu_cores is not None else frontend_cpu_cores
     if client.saturated:
-        return Bound("client", f"the client: the load generator was saturated ({client.note}), so this is the "
+        return Bound(BoundKind.CLIENT, f"the client: the load generator was saturated ({client.note}), so this is the "
                                "client's limit, not the server's; add --processes")
     busy = [f"its model executions kept it busy {device_busy:.0%} of the time"] \
         if device_busy is not None and device_busy >= BUSY_FRACTION else []
@@ -121,25 +166,27 @@ def decide_bound(*, client: ClientCpu, device_busy: float | None, gpu_util_perce
         # a server on loopback shares the host's cores with its client: together they can fill them
         busy.append(f"the host's CPUs were {system_cpu_percent:.0f}% busy (the server, its client and anything else)")
     if busy:
-        return Bound("device", f"the {'GPU' if device == 'cuda' else 'CPU'}: busy, " + "; ".join(busy))
+        return Bound(BoundKind.DEVICE, f"the {'GPU' if device == 'cuda' else 'CPU'}: busy, " + "; ".join(busy))
     if device == "cuda" and frontend_cpu_cores is not None and frontend_cpu_cores >= BUSY_FRACTION * frontends:
-        return Bound("frontend", f"the server's front end: CPU-bound at {frontend_cpu_cores:.2f} cores for "
+        return Bound(BoundKind.FRONTEND, f"the server's front end: CPU-bound at {frontend_cpu_cores:.2f} cores for "
                                  f"{frontends} front-end process{'es' if frontends != 1 else ''} (one core each)")
     if slo_broken:  # the whole phrase: which limit (the SLO, or the ramp's stop) and how the next load broke it
-        return Bound("slo", slo_broken)
+        return Bound(BoundKind.SLO, slo_broken)
     if budget_ended:  # not the offered load: the search stopped raising it because its time was up
-        return Bound("budget", budget_ended)
-    return Bound("load", "the offered load: neither the device, the front end nor the client was saturated")
+        return Bound(BoundKind.BUDGET, budget_ended)
+    return Bound(BoundKind.LOAD, "the offered load: neither the device, the front end nor the client was saturated")
 
 
 def as_dict(obj: Any) -> Any:
-    """A dataclass of this module as plain JSON-ready data (for ramp rows, which stay dicts)."""
+    """A dataclass of this module as plain JSON-ready data (a ramp step's client CPU, as the locustfile sends it)."""
     import dataclasses
 
     return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
 
 
-def in_flight(row: dict[str, Any]) -> float | None:
-    """Requests a closed-loop step kept in flight on average: requests/s x mean latency (Little's law)."""
-    x, r = row.get("requests_s"), row.get("mean_ms")
+def in_flight(row: Any) -> float | None:
+    """Requests a closed-loop step kept in flight on average: requests/s x mean latency (Little's law).
+
+    `row`: a RampStep (servedparts.py) or, for the report's readers, its JSON dict."""
+    x, r = (row.get("requests_s"), row.get("mean_ms")) if isinstance(row, dict) else (row.requests_s, row.mean_ms)
     return x * r / 1000 if isinstance(x, (int, float)) and isinstance(r, (int, float)) else None

@@ -146,3 +146,11 @@ class LoadJob(Shared, RunsDir):
     run: str = opt("default", "Run name: results go to <runs-dir>/<run>/load/.")
     target: str | None = opt(None, "Name of the result file and record (default: derived).")
     metrics_url: str | None = opt(None, "Server's Prometheus URL (default http://HOST:8002/metrics).")
+    server_pid: int | None = opt(None, "The server's process id, on this machine: its own CPU, memory and (on a "
+                                       "CPU server) energy are sampled during the load and go into the record "
+                                       "and its bound (trainserve run passes it).")
+    shared_rate_basis: str | None = opt(None, "With --rate: this load is one side of a batching on/off pair offered "
+                                              "the same rate (its twin: the model with or without _nobatch); the "
+                                              "text says how the rate was chosen. The report sets the pair side by "
+                                              "side and keeps them out of every other figure (trainserve run "
+                                              "passes it).")
