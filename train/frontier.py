@@ -37,6 +37,12 @@ TRAIN_PRECISIONS = ("fp32", "bf16")
 INFER_PRECISIONS = ("fp32", "fp16", "int8")
 # d_model of each rung: about twice the parameters of the one before (depth grows with width, see layers_for)
 TRANSFORMER_SIZES = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+PHASE_FB, PHASE_STEP = "forward/backward", "optimizer step"  # which phase set a training peak
+# the edge search: a series leaves the walk once the fit of its earlier points predicts its newest (at least
+# STABLE_POINTS of them) within STABLE_ERROR; with an edge to search the walk gets WALK_SHARE of the budget;
+# a search measures at most MAX_EDGE_STEPS sizes (each jump at most MAX_EXTRAPOLATION x the parameters)
+STABLE_POINTS, STABLE_ERROR, WALK_SHARE, MAX_EDGE_STEPS = 3, 0.10, 0.4, 12
+ONNX_MAX_PARAMS = 2**31 // 4 - 2**24  # one ONNX protobuf holds 2 GiB: fp32 weights and some graph beside them
 EDGE_STEP = 32  # the transformer's edge is searched on d_model multiples of this (a multiple of the heads' width)
 
 CPU_FP16_NOTE = ("inference fp16 is measured on GPUs only: onnxruntime's CPU provider crashes (a segmentation "
@@ -70,10 +76,18 @@ class FrontierConfig:
         self.sizes = tuple(int(s) for s in self.sizes)
         if not self.sizes or any(s < 1 for s in self.sizes) or list(self.sizes) != sorted(set(self.sizes)):
             raise UserError(f"sizes={list(self.sizes)} is invalid; give ascending distinct sizes >= 1")
-        if self.device not in ("cpu", "cuda"):
-            raise UserError(f"device={self.device!r} is invalid; allowed: cpu, cuda")
-        if self.batch_size < 1:
-            raise UserError(f"batch_size={self.batch_size} is invalid; allowed: >= 1")
+        _allowed("device", [self.device], ("cpu", "cuda"))
+        _allowed("train_precisions", self.train_precisions, TRAIN_PRECISIONS)
+        _allowed("infer_precisions", self.infer_precisions, INFER_PRECISIONS)
+        for name, value, ok, allowed in (("batch_size", self.batch_size, self.batch_size >= 1, ">= 1"),
+                                         ("memory_cap_bytes", self.memory_cap_bytes,
+                                          self.memory_cap_bytes is None or self.memory_cap_bytes > 0, "> 0"),
+                                         ("budget_s", self.budget_s, self.budget_s > 0, "> 0 s")):
+            if not ok:
+                raise UserError(f"{name}={value} is invalid; allowed: {allowed}")
+        self._check_model()
+
+    def _check_model(self) -> None:
         if self.model == "transformer":
             if any(s % 16 for s in self.sizes):
                 raise UserError(f"sizes={list(self.sizes)} is invalid for the transformer; each d_model must be a "
@@ -83,16 +97,13 @@ class FrontierConfig:
                             "--size-arg")
         elif not self.size_arg or self.input_shape is None:
             raise UserError(f"model={self.model!r} needs --size-arg (the argument that scales it) and --input-shape")
-        bad = [p for p in self.train_precisions if p not in TRAIN_PRECISIONS]
-        if bad:
-            raise UserError(f"train_precisions={bad} is invalid; allowed: {', '.join(TRAIN_PRECISIONS)}")
-        bad = [p for p in self.infer_precisions if p not in INFER_PRECISIONS]
-        if bad:
-            raise UserError(f"infer_precisions={bad} is invalid; allowed: {', '.join(INFER_PRECISIONS)}")
-        if self.memory_cap_bytes is not None and self.memory_cap_bytes <= 0:
-            raise UserError(f"memory_cap_bytes={self.memory_cap_bytes} is invalid; allowed: > 0")
-        if not self.budget_s > 0:
-            raise UserError(f"budget_s={self.budget_s} is invalid; allowed: > 0 s")
+
+
+def _allowed(name: str, values: Any, allowed: tuple[str, ...]) -> None:
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        shown = repr(bad[0]) if name == "device" else bad
+        raise UserError(f"{name}={shown} is invalid; allowed: {', '.join(allowed)}")
 
 
 # --- the family, by size --------------------------------------------------------------------------
@@ -204,13 +215,18 @@ def _checkpointed(inner: Any) -> Any:
 
 # --- one training point --------------------------------------------------------------------------
 
-def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing: bool) -> dict[str, int]:
-    """Peak bytes of one steady training step at `size`, and its split (weights, gradients, optimizer,
-    activations); raises what the step raised (an out-of-memory included)."""
+def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing: bool) -> dict[str, Any]:
+    """Peak bytes of one steady training step at `size`, its split (weights, gradients, optimizer, activations)
+    and the phase that set it; raises what the step raised (an out-of-memory included).
+
+    The two phases are measured apart: forward and backward (activations saved for backward, then gradients
+    as backward makes them) and the optimizer step (every gradient held, and AdamW's temporaries). At small
+    batches and large models the step's peak is the optimizer's, which neither precision nor checkpointing
+    moves; the activations part is read from the forward/backward peak, so it still shows what they change."""
     import torch
     from torch import nn
 
-    from trainserve.train.memory import cpu_step_peak_bytes, optimizer_state_bytes, tensor_bytes
+    from trainserve.train.memory import optimizer_state_bytes, tensor_bytes
 
     device = torch.device(cfg.device)
     cuda = device.type == "cuda"
@@ -218,7 +234,8 @@ def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing:
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
     torch.manual_seed(0)
-    model = build_at(size, cfg).to(device)
+    with device:  # built where it runs: initialising billions of parameters on the host first takes minutes
+        model = build_at(size, cfg)
     if checkpointing:
         apply_checkpointing(model)
     model.train()
@@ -227,36 +244,54 @@ def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing:
     inputs, labels = sample_inputs(cfg, cfg.batch_size, device)
     dtype = {"bf16": torch.bfloat16}.get(precision)
 
-    def step() -> None:
+    def forward_backward() -> None:
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             logits = model(*inputs)
         nn.functional.cross_entropy(logits.float(), labels).backward()
-        opt.step()
-        if cuda:
-            torch.cuda.synchronize()
 
     try:
         weights = tensor_bytes(params) + tensor_bytes(model.buffers())
-        step()  # the first step makes AdamW's state
+        forward_backward()
+        opt.step()  # the first step makes AdamW's state
         gradients = tensor_bytes(p.grad for p in params)
         optimizer = optimizer_state_bytes(opt)
         opt.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-            step()
-            inputs_bytes = tensor_bytes((*inputs, labels))
-            peak = torch.cuda.max_memory_allocated() - base - inputs_bytes
-        else:
-            _, step_peak = cpu_step_peak_bytes(step)
-            if step_peak is None:
-                raise RuntimeError("torch's profiler recorded no CPU allocation during the step")
-            peak = weights + optimizer + step_peak  # at the step's start: weights and state, gradients freed
+        fb, step = _phase_peaks(forward_backward, opt.step, cuda,
+                                base + tensor_bytes((*inputs, labels)) if cuda else 0)
         opt.zero_grad(set_to_none=True)
     finally:
         del model, opt, params
-    activations = max(0, peak - weights - gradients - optimizer)
-    return {"peak_bytes": int(peak), "weights_bytes": int(weights), "gradients_bytes": int(gradients),
-            "optimizer_bytes": int(optimizer), "activations_bytes": int(activations)}
+    # at forward/backward's start weights and optimizer state are held (gradients freed); at the step's, all three
+    fb_total = fb if cuda else weights + optimizer + fb
+    step_total = step if cuda else weights + optimizer + gradients + step
+    held = weights + gradients + optimizer
+    return {"peak_bytes": int(max(fb_total, step_total)), "weights_bytes": int(weights),
+            "gradients_bytes": int(gradients), "optimizer_bytes": int(optimizer),
+            "activations_bytes": int(max(0, fb_total - held)), "step_temporaries_bytes": int(max(0, step_total - held)),
+            "peak_phase": PHASE_FB if fb_total >= step_total else PHASE_STEP}
+
+
+def _phase_peaks(forward_backward: Callable[[], None], step: Callable[[], Any], cuda: bool,
+                 base: int) -> tuple[int, int]:
+    """(forward/backward's peak, the optimizer step's peak) in bytes: on CUDA the allocator's high-water mark
+    above `base`, each phase on its own; on the CPU the most the allocator held above the phase's start."""
+    if cuda:
+        import torch
+
+        out = []
+        for fn in (forward_backward, step):
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            out.append(torch.cuda.max_memory_allocated() - base)
+        return out[0], out[1]
+    from trainserve.train.memory import cpu_step_peak_bytes
+
+    _, fb = cpu_step_peak_bytes(forward_backward)
+    if fb is None:
+        raise RuntimeError("torch's profiler recorded no CPU allocation during forward and backward")
+    _, st = cpu_step_peak_bytes(step)
+    return fb, st or 0  # an optimizer that updates in place allocates nothing
 
 
 # --- inference: the exported models -----------------------------------------------------------------
@@ -335,11 +370,15 @@ def edge_candidates(cfg: FrontierConfig, largest_fit: int) -> list[int]:
 
 
 def predicted_edge(fit: SeriesFit, cfg: FrontierConfig, largest_fit: int, capacity: int,
-                   feats: Callable[[int], tuple[int, int]]) -> tuple[int, int, int]:
+                   feats: Callable[[int], tuple[int, int]], below: int | None = None,
+                   limit_params: int | None = None) -> tuple[int, int, int]:
     """(size, params, predicted bytes) of the largest candidate predicted to fit (bisection: bytes grow with size),
-    among the sizes within MAX_EXTRAPOLATION of the largest measured one."""
+    among the sizes within MAX_EXTRAPOLATION of the largest measured one, below `below` (a size that did not fit)
+    and at most `limit_params` parameters."""
     limit = MAX_EXTRAPOLATION * feats(largest_fit)[0]
-    cands = edge_candidates(cfg, largest_fit)
+    if limit_params is not None:
+        limit = min(limit, limit_params)
+    cands = [c for c in edge_candidates(cfg, largest_fit) if below is None or c < below] or [largest_fit]
 
     def ok(i: int) -> bool:  # monotonic in i: parameters and predicted bytes both grow with size
         params, acts = feats(cands[i])
@@ -366,8 +405,12 @@ class _Series:
     mode: str
     precision: str
     checkpointing: bool = False
-    stopped: bool = False
+    stopped: bool = False  # a size did not fit (or failed): no larger size is walked
+    stable: bool = False  # its fit predicted its newest point: it leaves the walk for the edge search
     points: list[FrontierPoint] = field(default_factory=list)
+
+    def fitting(self) -> list[FrontierPoint]:
+        return [p for p in self.points if p.status == "fits" and p.peak_bytes]
 
 
 def device_capacity(cfg: FrontierConfig) -> tuple[int | None, str, str]:
@@ -403,147 +446,267 @@ def _oom_text(e: BaseException) -> str | None:
     return None
 
 
-def run_frontier(cfg: FrontierConfig, infer_probe: InferProbe | None = None,
-                 on_point: Callable[[FrontierPoint], None] = lambda p: None) -> FrontierResult:
-    """Measure every series size by size within the budget, fit each, check each predicted edge."""
-    from trainserve.train.maxbatch import release_memory
+def _failure_text(e: BaseException) -> str:
+    first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"
 
-    t0 = time.monotonic()
-    capacity, capacity_source, device_name = device_capacity(cfg)
-    series = [_Series(series_name("train", p, c), "train", p, c) for p in cfg.train_precisions for c in cfg.checkpointing]
-    notes: list[str] = []
-    if infer_probe is not None:
-        infer = list(cfg.infer_precisions)
-        if cfg.device == "cpu" and "fp16" in infer:
-            infer.remove("fp16")
-            notes.append(CPU_FP16_NOTE)
-        series += [_Series(series_name("infer", p), "infer", p) for p in infer]
-    feats_cache: dict[int, tuple[int, int]] = {}
 
-    def feats(size: int) -> tuple[int, int]:
-        if size not in feats_cache:
-            feats_cache[size] = features(size, cfg)
-        return feats_cache[size]
+class _Sweep:
+    """One device's sweep: the walk up the sizes, then each series' edge search, within one budget."""
 
-    stopped = ""
+    def __init__(self, cfg: FrontierConfig, infer_probe: InferProbe | None,
+                 on_point: Callable[[FrontierPoint], None], tmp: Path) -> None:
+        self.cfg, self.infer_probe, self.on_point, self.tmp = cfg, infer_probe, on_point, tmp
+        self.t0 = time.monotonic()
+        self.capacity, self.capacity_source, self.device_name = device_capacity(cfg)
+        self.notes: list[str] = []
+        self.stopped = ""
+        self.series = [_Series(series_name("train", p, c), "train", p, c)
+                       for p in cfg.train_precisions for c in cfg.checkpointing]
+        if infer_probe is not None:
+            infer = list(cfg.infer_precisions)
+            if cfg.device == "cpu" and "fp16" in infer:
+                infer.remove("fp16")
+                self.notes.append(CPU_FP16_NOTE)
+            self.series += [_Series(series_name("infer", p), "infer", p) for p in infer]
+        self._feats: dict[int, tuple[int, int]] = {}
+        self._exports: dict[int, dict[str, Path] | str] = {}
+        self.searching = cfg.check_edge and self.capacity is not None
+        # with an edge to search, the walk stops early enough to leave most of the budget to the searches
+        self.walk_deadline = self.t0 + cfg.budget_s * (WALK_SHARE if self.searching else 1.0)
+        self.deadline = self.t0 + cfg.budget_s
 
-    def over_budget() -> bool:
-        return time.monotonic() - t0 > cfg.budget_s
+    def feats(self, size: int) -> tuple[int, int]:
+        if size not in self._feats:
+            self._feats[size] = features(size, self.cfg)
+        return self._feats[size]
 
-    def measure(s: _Series, size: int, exported: dict[str, Path] | None, source: str = "measured",
-                predicted: int | None = None) -> FrontierPoint:
-        params = feats(size)[0]
+    def exported(self, size: int) -> dict[str, Path] | str:
+        """The ONNX files at `size` (made once for every inference series), or why they could not be made."""
+        if size not in self._exports:
+            folder = self.tmp / str(size)
+            folder.mkdir(exist_ok=True)
+            try:
+                self._exports[size] = export_variants(size, self.cfg, folder)
+            except UserError as e:
+                self._exports[size] = str(e)
+            except Exception as e:
+                self._exports[size] = f"export failed: {_failure_text(e)}"
+        return self._exports[size]
+
+    def measure(self, s: _Series, size: int, source: str = "measured", predicted: int | None = None) -> FrontierPoint:
+        """One point, recorded in the series: an out-of-memory or a peak past the capacity is `does_not_fit`,
+        any other failure `error`; memory is given back before the next."""
+        from trainserve.train.maxbatch import release_memory
+
         t1 = time.monotonic()
         point = FrontierPoint(series=s.name, mode=s.mode, precision=s.precision, checkpointing=s.checkpointing,
-                              size=size, params=params, batch_size=cfg.batch_size, status="fits", source=source,
-                              predicted_bytes=predicted)
-        failure: str | None = None
+                              size=size, params=self.feats(size)[0], batch_size=self.cfg.batch_size, status="fits",
+                              source=source, predicted_bytes=predicted)
         try:
-            if s.mode == "train":
-                for k, v in measure_train(size, cfg, s.precision, s.checkpointing).items():
-                    setattr(point, k, v)
-            else:
-                assert infer_probe is not None and exported is not None
-                (x,), _ = sample_inputs(cfg, cfg.batch_size, "cpu")
-                point.peak_bytes = int(infer_probe(exported[s.precision], {"input": x.numpy()}, cfg.device))
+            for k, v in self._run_point(s, size).items():
+                setattr(point, k, v)
+        except UserError:
+            raise
+        except _ExportFailed as e:
+            point.status, point.note = "error", str(e)
         except Exception as e:  # an out-of-memory is a result; any other failure is recorded as an error
-            if isinstance(e, UserError):
-                raise
             oom = _oom_text(e)
-            point.status = "does_not_fit" if oom else "error"
-            failure = oom or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
+            point.status, point.note = ("does_not_fit", oom) if oom else ("error", _failure_text(e))
         release_memory()  # outside the handler: the traceback held the step's tensors
-        if failure:
-            point.note = failure
-        elif capacity is not None and point.peak_bytes is not None and point.peak_bytes > capacity:
+        if point.status == "fits" and self.capacity is not None and (point.peak_bytes or 0) > self.capacity:
             point.status = "does_not_fit"
-            point.note = f"peak {point.peak_bytes} bytes is past the capacity of {capacity} bytes"
+            point.note = f"peak {point.peak_bytes} bytes is past the capacity of {self.capacity} bytes"
         point.seconds = round(time.monotonic() - t1, 3)
-        on_point(point)
+        s.points.append(point)
+        self.on_point(point)
         return point
 
-    def exports(size: int, folder: Path, wanted: list[_Series]) -> dict[str, Path] | str:
-        try:
-            return export_variants(size, cfg, folder)
-        except Exception as e:
-            if isinstance(e, UserError):
-                return str(e)
-            return f"export failed: {type(e).__name__}: {str(e).strip()[:200]}"
+    def _run_point(self, s: _Series, size: int) -> dict[str, Any]:
+        if s.mode == "train":
+            return measure_train(size, self.cfg, s.precision, s.checkpointing)
+        exported = self.exported(size)
+        if isinstance(exported, str):
+            raise _ExportFailed(exported)
+        assert self.infer_probe is not None
+        (x,), _ = sample_inputs(self.cfg, self.cfg.batch_size, "cpu")
+        return {"peak_bytes": int(self.infer_probe(exported[s.precision], {"input": x.numpy()}, self.cfg.device))}
 
-    with tempfile.TemporaryDirectory(prefix="frontier-") as tmp:
-        for size in cfg.sizes:
-            live = [s for s in series if not s.stopped]
-            if not live:
-                break
-            if over_budget():
-                stopped = f"the {cfg.budget_s:g} s budget ran out before size {size}"
-                break
-            exported: dict[str, Path] | str | None = None
-            for s in live:
-                if over_budget():
-                    stopped = f"the {cfg.budget_s:g} s budget ran out at size {size}"
-                    break
-                if s.mode == "infer" and exported is None:
-                    folder = Path(tmp) / str(size)
-                    folder.mkdir()
-                    exported = exports(size, folder, live)
-                if s.mode == "infer" and isinstance(exported, str):
-                    p = FrontierPoint(series=s.name, mode="infer", precision=s.precision, checkpointing=False,
-                                      size=size, params=feats(size)[0], batch_size=cfg.batch_size, status="error",
-                                      note=exported)
-                    on_point(p)
-                else:
-                    p = measure(s, size, exported if isinstance(exported, dict) else None)
-                s.points.append(p)
-                if p.status != "fits":
-                    s.stopped = True  # the next size is larger: it would not fit either
-            if stopped:
-                break
+    # the walk ------------------------------------------------------------------------------------------
 
-        fits = []
-        for s in series:
-            fit = _fit(s, cfg, feats)
-            if fit is None:
-                continue
-            fits.append(fit)
-            if capacity is None:
-                fit.note = capacity_source
-                continue
-            largest = max(p.size for p in s.points if p.status == "fits" and p.source == "measured")
-            size, params, predicted = predicted_edge(fit, cfg, largest, capacity, feats)
-            fit.edge_size, fit.edge_params, fit.edge_predicted_bytes = size, params, predicted
-            if params >= feats(largest)[0] * MAX_EXTRAPOLATION * 0.9:
-                fit.beyond = True  # the edge lies past what the fit is trusted for: a lower bound only
-            if not cfg.check_edge or over_budget() or size == largest:
-                fit.note = ("the largest measured size is the predicted edge" if size == largest
-                            else "not checked: the budget ran out" if cfg.check_edge else "not checked")
-                continue
-            exported = None
-            if s.mode == "infer":
-                folder = Path(tmp) / f"edge-{size}"
-                folder.mkdir(exist_ok=True)
-                exported = exports(size, folder, [s])
-                if isinstance(exported, str):
-                    fit.note = exported
+    def walk(self) -> None:
+        """Every series size by size, smallest first, until it stops, turns stable, or the walk's time ends."""
+        for size in self.cfg.sizes:
+            for s in self.series:
+                if s.stopped or s.stable:
                     continue
-            p = measure(s, size, exported, source="edge_check", predicted=predicted)
-            s.points.append(p)
-            fit.edge_checked, fit.edge_measured_bytes = p.status, p.peak_bytes
-    return FrontierResult(
-        device=cfg.device, device_name=device_name, model=cfg.model, batch_size=cfg.batch_size,
-        capacity_bytes=capacity, capacity_source=capacity_source,
-        seq_len=cfg.seq_len if cfg.model == "transformer" else None,
-        points=[p for s in series for p in s.points], fits=fits, budget_s=cfg.budget_s,
-        seconds=round(time.monotonic() - t0, 2), stopped=stopped, notes=notes, versions=_versions())
+                if time.monotonic() > self.walk_deadline:
+                    self.stopped = self._budget_text(f"at size {size}")
+                    return
+                p = self.measure(s, size)
+                s.stopped = p.status != "fits"  # the next size is larger: it would not fit either
+                s.stable = self.searching and not s.stopped and self._stable(s)
+
+    def _budget_text(self, where: str) -> str:
+        part = "" if self.walk_deadline == self.deadline else f" walk's share ({WALK_SHARE:.0%}) of the"
+        return f"the{part} {self.cfg.budget_s:g} s budget ran out {where}"
+
+    def _stable(self, s: _Series) -> bool:
+        """The fit of every earlier point predicts the newest within STABLE_ERROR: the series may jump."""
+        rows = self.rows(s)
+        if len(rows) < STABLE_POINTS:
+            return False
+        a, b, c, _ = fit_series(rows[:-1], self.cfg.batch_size)
+        params, acts, measured = rows[-1]
+        return abs(a * params + b * self.cfg.batch_size * acts + c - measured) <= STABLE_ERROR * measured
+
+    def rows(self, s: _Series) -> list[tuple[int, int, int]]:
+        return [(*self.feats(p.size), int(p.peak_bytes)) for p in s.fitting()]  # type: ignore[arg-type]
+
+    def fit(self, s: _Series) -> SeriesFit | None:
+        rows = self.rows(s)
+        if len(rows) < 2:
+            return None
+        a, b, c, err = fit_series(rows, self.cfg.batch_size)
+        return SeriesFit(series=s.name, a=a, b=b, c=c, points=len(rows), max_rel_error=round(err, 4))
+
+    # the edge ------------------------------------------------------------------------------------------
+
+    def edges(self) -> list[SeriesFit]:
+        """Each series' fit, and where there is a capacity its edge searched: the remaining budget shared
+        evenly among the series still to search."""
+        fits = []
+        todo = [s for s in self.series if self.fit(s) is not None]
+        for i, s in enumerate(todo):
+            share = (self.deadline - time.monotonic()) / (len(todo) - i)
+            fits.append(self.edge(s, time.monotonic() + share))
+        return fits
+
+    def edge(self, s: _Series, deadline: float) -> SeriesFit:
+        """Bracket the series' edge: measure the largest size the fit predicts to fit, refit, and go on until a
+        size that fits has its next size measured not to fit (the edge), the fit's trusted range bounding each
+        jump; a prediction that failed is bisected instead of trusted again."""
+        fit = self.fit(s)
+        assert fit is not None
+        if self.capacity is None:
+            fit.note = self.capacity_source
+            return fit
+        if not self.cfg.check_edge:
+            return self._predicted_only(s, fit, "not checked")
+        measured_before, trusted = len(s.points), True
+        for _ in range(MAX_EDGE_STEPS):
+            fit = self.fit(s) or fit
+            if self._bracketed(s):
+                break  # lo fits, the next size does not
+            lo, hi = self._bracket(s)
+            size, predicted = self._next_size(s, fit, lo, hi, trusted)
+            why = self._cannot_measure(s, size, deadline)
+            if why:
+                fit.note = why
+                break
+            p = self.measure(s, size, source="edge_check", predicted=predicted)
+            if p.status == "error":
+                fit.note = f"edge search stopped: {p.note}"
+                break
+            trusted = p.status == "fits" or predicted is None or predicted > self.capacity
+        else:
+            fit.note = f"edge search stopped after {MAX_EDGE_STEPS} sizes, the edge not bracketed"
+        if len(s.points) == measured_before and not self._bracketed(s):
+            return self._predicted_only(s, fit, fit.note or "not checked")
+        final = self.fit(s) or fit
+        final.note = fit.note
+        return self._record_edge(s, final)
+
+    def _bracketed(self, s: _Series) -> bool:
+        lo, hi = self._bracket(s)
+        cands = edge_candidates(self.cfg, lo)
+        return hi is not None and len(cands) > 1 and cands[1] >= hi
+
+    def _predicted_only(self, s: _Series, fit: SeriesFit, note: str) -> SeriesFit:
+        """The fit's edge, not measured: a lower bound where it lies past the range the fit is trusted for."""
+        largest = max(p.size for p in s.fitting())
+        size, params, predicted = predicted_edge(fit, self.cfg, largest, self.capacity or 0, self.feats)
+        fit.edge_size, fit.edge_params, fit.edge_predicted_bytes = size, params, predicted
+        fit.beyond = params >= self.feats(largest)[0] * MAX_EXTRAPOLATION * 0.9
+        fit.note = "the largest measured size is the predicted edge" if size == largest else note
+        return fit
+
+    def _bracket(self, s: _Series) -> tuple[int, int | None]:
+        """(largest size that fit, smallest size that did not, or None)."""
+        lo = max(p.size for p in s.fitting())
+        over = [p.size for p in s.points if p.status == "does_not_fit" and p.size > lo]
+        return lo, min(over, default=None)
+
+    def _next_size(self, s: _Series, fit: SeriesFit, lo: int, hi: int | None,
+                   trusted: bool) -> tuple[int, int | None]:
+        """(the size to measure next, the fit's bytes there) inside (lo, hi): the fit's edge, the next size when
+        the fit puts the edge at lo, the middle when its last prediction failed."""
+        cands = [c for c in edge_candidates(self.cfg, lo)[1:] if hi is None or c < hi]
+        if not trusted and len(cands) > 1:
+            size = cands[(len(cands) - 1) // 2]
+        else:
+            edge, _, _ = predicted_edge(fit, self.cfg, lo, self.capacity or 0, self.feats,
+                                        below=hi, limit_params=self._export_limit(s))
+            size = edge if edge != lo else cands[0]
+        params, acts = self.feats(size)
+        return size, predict(fit, params, acts, self.cfg.batch_size)
+
+    def _export_limit(self, s: _Series) -> int | None:
+        return ONNX_MAX_PARAMS if s.mode == "infer" else None
+
+    def _cannot_measure(self, s: _Series, size: int, deadline: float) -> str:
+        if time.monotonic() > min(deadline, self.deadline):
+            return "edge search stopped: the series' share of the budget ran out"
+        limit = self._export_limit(s)
+        if limit is not None and self.feats(size)[0] > limit:
+            return (f"edge search stopped at {millions(self.feats(size)[0])} parameters: one ONNX file holds at most "
+                    f"2 GiB, about {millions(limit)} fp32 parameters")
+        return ""
+
+    def _record_edge(self, s: _Series, fit: SeriesFit) -> SeriesFit:
+        """The fit, with its edge: the largest size that fit, the prediction made before measuring it, its error,
+        and the size above it."""
+        lo, hi = self._bracket(s)
+        at = next(p for p in s.points if p.size == lo and p.status == "fits")
+        fit.edge_size, fit.edge_params = lo, at.params
+        fit.beyond = False
+        if at.source == "edge_check":
+            fit.edge_checked, fit.edge_measured_bytes = "fits", at.peak_bytes
+            fit.edge_predicted_bytes = at.predicted_bytes
+            if at.predicted_bytes and at.peak_bytes:
+                fit.edge_error = round((at.peak_bytes - at.predicted_bytes) / at.predicted_bytes, 4)
+        else:  # the edge among the walked sizes: the fit's figure there is a fit, not a prediction
+            fit.edge_predicted_bytes = predict(fit, *self.feats(lo), self.cfg.batch_size)
+            if not fit.note:
+                fit.note = "the largest walked size is the edge"
+        above = [p for p in s.points if p.size > lo and p.status != "skipped"]
+        if above:
+            first = min(above, key=lambda p: p.size)
+            fit.edge_above_size, fit.edge_above_checked = first.size, first.status
+        return fit
+
+    def result(self, fits: list[SeriesFit]) -> FrontierResult:
+        cfg = self.cfg
+        return FrontierResult(
+            device=cfg.device, device_name=self.device_name, model=cfg.model, batch_size=cfg.batch_size,
+            capacity_bytes=self.capacity, capacity_source=self.capacity_source,
+            seq_len=cfg.seq_len if cfg.model == "transformer" else None,
+            points=[p for s in self.series for p in s.points], fits=fits, budget_s=cfg.budget_s,
+            seconds=round(time.monotonic() - self.t0, 2), stopped=self.stopped, notes=self.notes,
+            versions=_versions())
 
 
-def _fit(s: _Series, cfg: FrontierConfig, feats: Callable[[int], tuple[int, int]]) -> SeriesFit | None:
-    rows = [(*feats(p.size), p.peak_bytes) for p in s.points
-            if p.status == "fits" and p.source == "measured" and p.peak_bytes]
-    if len(rows) < 2:
-        return None
-    a, b, c, err = fit_series(rows, cfg.batch_size)
-    return SeriesFit(series=s.name, a=a, b=b, c=c, points=len(rows), max_rel_error=round(err, 4))
+class _ExportFailed(Exception):
+    """The ONNX export at a size failed: its inference points are errors, not out-of-memory."""
+
+
+def run_frontier(cfg: FrontierConfig, infer_probe: InferProbe | None = None,
+                 on_point: Callable[[FrontierPoint], None] = lambda p: None) -> FrontierResult:
+    """Walk every series up the sizes until its fit is stable, then search each series' edge, within the budget."""
+    with tempfile.TemporaryDirectory(prefix="frontier-") as tmp:
+        sweep = _Sweep(cfg, infer_probe, on_point, Path(tmp))
+        sweep.walk()
+        return sweep.result(sweep.edges())
 
 
 def _versions() -> dict[str, str]:

@@ -59,8 +59,9 @@ def frontier(o: Args) -> None:
         peak = "-" if p.peak_bytes is None else f"{p.peak_bytes / 2**20:,.1f} MiB"
         edge = f" (edge check, predicted {p.predicted_bytes / 2**20:,.1f} MiB)" if p.source == "edge_check" else ""
         note = f" · {p.note}" if p.note and p.status != "fits" else ""
+        phase = f" · peak in {p.peak_phase}" if p.peak_phase else ""
         typer.echo(f"{p.series:<16} size {p.size:>5} · {p.params / 1e6:9.3f} M params · {p.status:<12} · peak "
-                   f"{peak}{edge} · {p.seconds:.1f} s{note}")
+                   f"{peak}{edge}{phase} · {p.seconds:.1f} s{note}")
 
     result = run_frontier(cfg, infer_probe=session_working_set if o.infer else None, on_point=show)
     path = result.save(root / FRONTIER_DIR)

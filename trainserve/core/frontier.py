@@ -40,12 +40,14 @@ class FrontierPoint:
     params: int  # parameters of the model at this size
     batch_size: int
     status: str  # fits | does_not_fit (past the capacity, or a real out-of-memory) | error | skipped
-    source: str = "measured"  # "measured", or "edge_check": measured at the size the fit predicted as the edge
+    source: str = "measured"  # "measured" (the walk up the sizes), or "edge_check" (the search at the fit's edge)
     peak_bytes: int | None = None  # training: weights + optimizer + the step's peak; inference: the working set
     weights_bytes: int | None = None
     gradients_bytes: int | None = None
     optimizer_bytes: int | None = None
-    activations_bytes: int | None = None  # activations and temporaries: the peak less the three parts above
+    activations_bytes: int | None = None  # activations and temporaries: forward/backward's peak less the parts above
+    step_temporaries_bytes: int | None = None  # the optimizer step's peak less weights, gradients and state
+    peak_phase: str = ""  # training: the phase that set the peak, "forward/backward" or "optimizer step"
     predicted_bytes: int | None = None  # the fit's figure at this size (edge checks)
     seconds: float = 0.0
     note: str = ""  # why it does not fit, the error's first line, why it was skipped
@@ -59,7 +61,10 @@ class FrontierPoint:
     @property
     def parts_bytes(self) -> int | None:
         parts = (self.weights_bytes, self.gradients_bytes, self.optimizer_bytes, self.activations_bytes)
-        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+        if any(p is None for p in parts):
+            return None
+        # the peak is one phase's: activations at forward/backward's, or the step's temporaries at the step's
+        return sum(parts[:3]) + max(parts[3], self.step_temporaries_bytes or 0)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -77,6 +82,9 @@ class SeriesFit:
     edge_predicted_bytes: int | None = None
     edge_checked: str = ""  # "fits" | "does_not_fit" | "" (not checked): the measurement at edge_size
     edge_measured_bytes: int | None = None
+    edge_error: float | None = None  # (measured - predicted) / predicted at edge_size, the prediction made before it
+    edge_above_size: int | None = None  # the next size past the edge, measured: it must not fit
+    edge_above_checked: str = ""  # "does_not_fit" (the edge is bracketed) | "fits" | "error" | "" (not measured)
     note: str = ""  # why no edge
     beyond: bool = False  # the edge lies past MAX_EXTRAPOLATION x the largest measured size: edge_* is a lower bound
 
