@@ -168,13 +168,15 @@ class _Training:
         model = model.to(device, memory_format=torch.channels_last) if self.channels_last else model.to(device)
         self.n_params = sum(p.numel() for p in model.parameters())
         self.sharded = self.dist_ctx.distributed and self.dist_ctx.shard
+        offload = self.sharded and self.dist_ctx.offload
         if self.sharded:  # before the optimizer: it must hold each rank's shards, not whole parameters
-            sharding.shard(model)
+            sharding.shard(model, offload=offload)
+        self.memory.offload = offload
         self.memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's part
         self.memory.moment("weights")
         lr = scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # the global batch under DDP
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
-                                           fused=device == "cuda")
+                                           fused=device == "cuda" and not offload)  # offloaded: host tensors
         self.scaler = grad_scaler(device, cfg.precision)
         self.scaling = self.scaler.is_enabled()  # fp16 only: otherwise the scaler's calls are skipped, not just no-ops
         self.history: list[dict[str, Any]] = []

@@ -8,7 +8,8 @@ N sharded processes train as N replicated ones do; what changes is each process'
 model too large for one device needs. Each submodule that holds parameters of its own is one unit of
 gathering (the zoo's layers), then the root.
 
-It runs on the CPU with gloo (the tests) and on GPUs with NCCL. A checkpoint is written whole, gathered to
+It runs on the CPU with gloo (the tests) and on GPUs with NCCL; on a GPU, `--offload` keeps the shards in
+host memory instead (FSDP2's CPUOffloadPolicy), so the card holds only the layers in use and the activations. A checkpoint is written whole, gathered to
 the process that writes it (`full_state`), so export and a single-process run read it as any other.
 """
 
@@ -17,14 +18,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def shard(model: Any) -> Any:
-    """Shard `model` in place across the default process group: each child holding parameters, then the root."""
-    from torch.distributed.fsdp import fully_shard
+def shard(model: Any, offload: bool = False) -> Any:
+    """Shard `model` in place across the default process group: each child holding parameters, then the root.
+    offload: each rank's shards of parameters, gradients and optimizer state live in (pinned) host memory, a
+    unit's parameters copied to the GPU for its forward and backward, the optimizer step run on the CPU."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
+    policy = CPUOffloadPolicy() if offload else OffloadPolicy()
     for child in model.children():
         if any(True for _ in child.parameters()):
-            fully_shard(child)
-    fully_shard(model)
+            fully_shard(child, offload_policy=policy)
+    fully_shard(model, offload_policy=policy)
     return model
 
 

@@ -37,3 +37,12 @@ def test_shard_without_processes_or_with_resume_is_one_sentence(tmp_path):
     r = CliRunner().invoke(app, ["train", "--shard", "--nproc", "2", "--resume", "--runs-dir", str(tmp_path)])
     assert r.exit_code == 1 and "--resume of a sharded run (--shard) is not supported" in r.output
     assert "Traceback" not in r.output
+
+
+def test_offload_on_the_cpu_or_without_shard_is_one_sentence(tmp_path):
+    runs = ["--runs-dir", str(tmp_path)]
+    r = CliRunner().invoke(app, ["train", "--offload", "--shard", "--nproc", "2", "--device", "cpu", *runs])
+    assert r.exit_code == 1 and "Traceback" not in r.output
+    assert "on --device cpu it is in host memory already; drop --offload, or train with --device cuda" in r.output
+    r = CliRunner().invoke(app, ["train", "--offload", "--device", "cpu", *runs])
+    assert r.exit_code == 1 and "add --shard (with --nproc N), or drop --offload" in r.output
