@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.core.frontier import MAX_EXTRAPOLATION, FrontierPoint, FrontierResult, SeriesFit, series_name
+from trainserve.core.frontier import (
+    MAX_EXTRAPOLATION,
+    FrontierPoint,
+    FrontierResult,
+    SeriesFit,
+    series_name,
+    sharded_point,
+)
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +78,7 @@ class FrontierConfig:
     memory_cap_bytes: int | None = None  # the capacity; None: the card's total memory on CUDA, no edge on a CPU
     budget_s: float = 300.0  # seconds for all the points; the point that would start past it is skipped
     check_edge: bool = True  # measure at each series' predicted edge
+    shard_ranks: tuple[int, ...] = (2,)  # per-rank sharded series modelled from each unsharded training series
 
     def __post_init__(self) -> None:
         self.sizes = tuple(int(s) for s in self.sizes)
@@ -685,13 +693,18 @@ class _Sweep:
             fit.edge_above_size, fit.edge_above_checked = first.size, first.status
         return fit
 
+    def sharded(self) -> list[FrontierPoint]:
+        """Per-rank series of FSDP2 sharding, modelled from every training point without checkpointing that ran."""
+        return [sharded_point(p, n, self.capacity) for n in self.cfg.shard_ranks for s in self.series
+                if s.mode == "train" and not s.checkpointing for p in s.points if p.weights_bytes is not None]
+
     def result(self, fits: list[SeriesFit]) -> FrontierResult:
         cfg = self.cfg
         return FrontierResult(
             device=cfg.device, device_name=self.device_name, model=cfg.model, batch_size=cfg.batch_size,
             capacity_bytes=self.capacity, capacity_source=self.capacity_source,
             seq_len=cfg.seq_len if cfg.model == "transformer" else None,
-            points=[p for s in self.series for p in s.points], fits=fits, budget_s=cfg.budget_s,
+            points=[p for s in self.series for p in s.points] + self.sharded(), fits=fits, budget_s=cfg.budget_s,
             seconds=round(time.monotonic() - self.t0, 2), stopped=self.stopped, notes=self.notes,
             versions=_versions())
 

@@ -167,11 +167,7 @@ class _Training:
             torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
         model = model.to(device, memory_format=torch.channels_last) if self.channels_last else model.to(device)
         self.n_params = sum(p.numel() for p in model.parameters())
-        self.sharded = self.dist_ctx.distributed and self.dist_ctx.shard
-        offload = self.sharded and self.dist_ctx.offload
-        if self.sharded:  # before the optimizer: it must hold each rank's shards, not whole parameters
-            sharding.shard(model, offload=offload)
-        self.memory.offload = offload
+        offload = self._shard(model)  # before the optimizer: it must hold each rank's shards, not whole parameters
         self.memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's part
         self.memory.moment("weights")
         lr = scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # the global batch under DDP
@@ -217,6 +213,16 @@ class _Training:
         self.shown: Any = _LazyLoss(device)
         self.step_gc = StepGC()
         self.wall_s = 0.0
+
+    def _shard(self, model: Any) -> bool:
+        """FSDP2 --shard: split the model across the ranks (its state to the host with --offload); True when
+        offloaded, so the optimizer steps host tensors."""
+        self.sharded = self.dist_ctx.distributed and self.dist_ctx.shard
+        offload = self.sharded and self.dist_ctx.offload
+        if self.sharded:
+            sharding.shard(model, offload=offload)
+        self.memory.offload = offload
+        return offload
 
     # --- the epochs -------------------------------------------------------------------------------
 

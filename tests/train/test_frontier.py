@@ -28,7 +28,7 @@ def test_a_size_past_the_cap_is_recorded_and_the_next_is_not_tried():
     cfg = FrontierConfig(sizes=(32, 64, 96), train_precisions=("fp32",), checkpointing=(False,),
                          memory_cap_bytes=5_000_000, check_edge=False, **TINY)
     result = run_frontier(cfg)
-    got = [(p.size, p.status) for p in result.points]
+    got = [(p.size, p.status) for p in result.points if p.source == "measured"]
     assert got == [(32, "fits"), (64, "does_not_fit")]
     assert "past the capacity" in result.points[1].note
     assert result.capacity_bytes == 5_000_000
@@ -95,3 +95,17 @@ def test_an_edge_far_past_the_measured_sizes_is_a_lower_bound_not_a_prediction()
     (fit,) = run_frontier(cfg).fits
     largest = features(48, cfg)[0]
     assert fit.beyond and largest < fit.edge_params <= MAX_EXTRAPOLATION * largest
+
+
+def test_the_record_carries_a_modelled_per_rank_sharded_series():
+    cfg = FrontierConfig(sizes=(32, 48), train_precisions=("fp32",), checkpointing=(False, True), check_edge=False,
+                         **TINY)
+    points = run_frontier(cfg).points
+    plain = {p.size: p for p in points if p.series == "train fp32"}
+    sharded = {p.size: p for p in points if p.series == "train fp32 shard/2"}
+    assert sharded.keys() == plain.keys() and not any(p.series == "train fp32 ckpt shard/2" for p in points)
+    for size, p in sharded.items():
+        assert p.source == "modelled" and p.ranks == 2
+        assert p.optimizer_bytes == plain[size].optimizer_bytes // 2
+        assert p.activations_bytes == plain[size].activations_bytes
+        assert p.peak_bytes < plain[size].peak_bytes

@@ -40,7 +40,10 @@ class FrontierPoint:
     params: int  # parameters of the model at this size
     batch_size: int
     status: str  # fits | does_not_fit (past the capacity, or a real out-of-memory) | error | skipped
-    source: str = "measured"  # "measured" (the walk up the sizes), or "edge_check" (the search at the fit's edge)
+    # "measured" (the walk up the sizes), "edge_check" (the search at the fit's edge), or "modelled": a sharded
+    # series' per-rank figures computed from the unsharded point at that size (sharded_point), not measured
+    source: str = "measured"
+    ranks: int = 1  # >1: per-rank figures of FSDP2 sharding over this many ranks
     peak_bytes: int | None = None  # training: weights + optimizer + the step's peak; inference: the working set
     weights_bytes: int | None = None
     gradients_bytes: int | None = None
@@ -137,8 +140,24 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-def series_name(mode: str, precision: str, checkpointing: bool = False) -> str:
-    return f"{mode} {precision}" + (" ckpt" if checkpointing else "")
+def series_name(mode: str, precision: str, checkpointing: bool = False, ranks: int = 1) -> str:
+    return f"{mode} {precision}" + (" ckpt" if checkpointing else "") + (f" shard/{ranks}" if ranks > 1 else "")
+
+
+def sharded_point(p: FrontierPoint, ranks: int, capacity: int | None) -> FrontierPoint:
+    """One rank's memory were the unsharded training point `p` sharded over `ranks` (FSDP2): weights, gradients
+    and optimizer state divided by the ranks, activations whole (each rank runs its own batch). Modelled, not
+    measured: it leaves out the one unit's parameters gathered at a time, which tests/train/test_sharding.py
+    shows is small beside the state at two ranks."""
+    w, g, o = (None if b is None else b // ranks for b in (p.weights_bytes, p.gradients_bytes, p.optimizer_bytes))
+    temps = None if p.step_temporaries_bytes is None else p.step_temporaries_bytes // ranks
+    peak = None if None in (w, g, o, p.activations_bytes) else w + g + o + max(p.activations_bytes, temps or 0)
+    fits = peak is not None and (capacity is None or peak <= capacity)
+    return dataclasses.replace(
+        p, series=series_name(p.mode, p.precision, p.checkpointing, ranks), source="modelled", ranks=ranks,
+        peak_bytes=peak, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, step_temporaries_bytes=temps,
+        status="fits" if fits else "does_not_fit", predicted_bytes=None, seconds=0.0,
+        note=f"modelled from the unsharded point: state / {ranks} + activations", peak_phase="")
 
 
 def load_all(run_dir: Path) -> list[FrontierResult]:

@@ -62,6 +62,8 @@ def device_section(r: FrontierResult, source: str = "") -> DeviceFrontier:
     for name in r.series():
         pts = [p for p in r.points if p.series == name]
         first = pts[0]
+        if first.source == "modelled":
+            continue  # drawn in the chart, labelled; the edges and the sentence stand on measurements
         ok = [p for p in pts if p.status == "fits"]
         measured = max(ok, key=lambda p: p.params, default=None)
         failed = [p for p in pts if p.status == "does_not_fit" and p.source == "measured"]
