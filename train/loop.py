@@ -178,14 +178,7 @@ class _Training:
         self.history: list[dict[str, Any]] = []
         self.start_step = 0
         if state is not None:
-            if state.get("sharded"):  # its optimizer state is keyed by parameter name, not by position
-                raise UserError(f"--resume: {self.out_dir / CHECKPOINT_NAME} was written by a sharded run (--shard), "
-                                "which cannot be resumed; train it again with --overwrite")
-            self.memory.use_moments = False
-            model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scaler.load_state_dict(state["scaler"])
-            self.history, self.start_step = list(state["history"]), int(state["step"])
+            self._load_state(model, state)
         self.model = model  # the plain module: state_dict, max-batch search
         forward = distributed.wrap(model, self.dist_ctx)  # DDP when world_size > 1
         self.forward = torch.compile(forward) if cfg.compile else forward
@@ -213,6 +206,24 @@ class _Training:
         self.shown: Any = _LazyLoss(device)
         self.step_gc = StepGC()
         self.wall_s = 0.0
+
+    def _load_state(self, model: Any, state: dict[str, Any]) -> None:
+        """--resume: the checkpoint's model, optimizer, scaler and history. A sharded run's checkpoint is whole,
+        its optimizer state keyed by parameter name: each rank takes its shards of it (sharding.load_full_state)."""
+        was_sharded = bool(state.get("sharded"))
+        if was_sharded != self.sharded:
+            raise UserError(f"--resume: {self.out_dir / CHECKPOINT_NAME} was written by a "
+                            f"{'sharded (--shard)' if was_sharded else 'replicated'} run; resume it "
+                            f"{'with --nproc N --shard' if was_sharded else 'without --shard'}, or train it again "
+                            "with --overwrite")
+        self.memory.use_moments = False
+        if self.sharded:
+            sharding.load_full_state(model, self.optimizer, state["model"], state["optimizer"])
+        else:
+            model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.history, self.start_step = list(state["history"]), int(state["step"])
 
     def _shard(self, model: Any) -> bool:
         """FSDP2 --shard: split the model across the ranks (its state to the host with --offload); True when

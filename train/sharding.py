@@ -10,7 +10,8 @@ gathering (the zoo's layers), then the root.
 
 It runs on the CPU with gloo (the tests) and on GPUs with NCCL; on a GPU, `--offload` keeps the shards in
 host memory instead (FSDP2's CPUOffloadPolicy), so the card holds only the layers in use and the activations. A checkpoint is written whole, gathered to
-the process that writes it (`full_state`), so export and a single-process run read it as any other.
+the process that writes it (`full_state`), so export and a single-process run read it as any other; `--resume`
+loads it back into the shards (`load_full_state`).
 """
 
 from __future__ import annotations
@@ -49,3 +50,17 @@ def full_state(model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, An
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
+
+
+def load_full_state(model: Any, optimizer: Any, model_state: dict[str, Any], optimizer_state: dict[str, Any]) -> None:
+    """Load whole state dicts (as full_state wrote them; every process holds them) into the sharded model and
+    its optimizer: each process keeps its own shards."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=opts)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=opts)

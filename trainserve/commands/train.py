@@ -20,8 +20,6 @@ def train(o: Args) -> None:
                         "--shard")
     if o.offload:
         _check_offload(o.shard, o.device)
-    if o.shard and o.resume:
-        raise UserError("--resume of a sharded run (--shard) is not supported; train it again with --overwrite")
     if (rc := launch.relaunch(o.nproc, o.device)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
     from trainserve.core.runs import run_dir
