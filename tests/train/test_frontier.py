@@ -1,11 +1,13 @@
 """The memory frontier (train/frontier.py) on the CPU, with tiny transformers: the split adds up, checkpointing
-lowers activations, a capacity stops a series, the fit predicts a point it did not see."""
+lowers activations, a capacity stops a series, the fit predicts a point it did not see; and the sweep
+(train/frontier_sweep.py) brackets each series' edge."""
 
 from __future__ import annotations
 
 import pytest
 
-from trainserve.train.frontier import FrontierConfig, features, fit_series, measure_train, run_frontier
+from trainserve.train.frontier import FrontierConfig, features, fit_series, measure_train
+from trainserve.train.frontier_sweep import run_frontier
 
 TINY = dict(seq_len=32, vocab_size=64, batch_size=16, infer_precisions=(), budget_s=60)
 
@@ -109,3 +111,36 @@ def test_the_record_carries_a_modelled_per_rank_sharded_series():
         assert p.optimizer_bytes == plain[size].optimizer_bytes // 2
         assert p.activations_bytes == plain[size].activations_bytes
         assert p.peak_bytes < plain[size].peak_bytes
+
+
+def test_a_far_edge_is_reached_in_bounded_jumps_and_bracketed_by_a_real_out_of_memory(monkeypatch):
+    # a synthetic device: 16 bytes a parameter plus activations, and a real out-of-memory 3% short of the
+    # capacity (what a CUDA context costs), so the fit's edge is optimistic and the search must bisect
+    import torch
+
+    from trainserve.train import frontier, frontier_sweep
+
+    cap = 2 * 2**30
+
+    def fake(size, cfg, precision, checkpointing):
+        params, acts = features(size, cfg)
+        act = 4 * cfg.batch_size * acts + 2**20
+        if 16 * params + act > 0.97 * cap:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return {"peak_bytes": 16 * params + act, "weights_bytes": 4 * params, "gradients_bytes": 4 * params,
+                "optimizer_bytes": 8 * params, "activations_bytes": act, "step_temporaries_bytes": 0,
+                "peak_phase": "forward/backward"}
+
+    monkeypatch.setattr(frontier_sweep, "measure_train", fake)
+    cfg = FrontierConfig(train_precisions=("fp32",), checkpointing=(False,), infer_precisions=(), memory_cap_bytes=cap,
+                         budget_s=60)
+    result = run_frontier(cfg)
+    (fit,) = result.fits
+    points = [p for p in result.points if p.series == "train fp32"]
+    fitted = [p.params for p in points if p.status == "fits"]
+    assert all(b <= frontier.MAX_EXTRAPOLATION * a for a, b in zip(fitted, fitted[1:]))  # no jump past the bound
+    assert len(points) <= 4 + frontier.MAX_EDGE_STEPS and points[-1].source == "edge_check"
+    assert fit.edge_checked == "fits" and fit.edge_above_checked == "does_not_fit"
+    above = next(p for p in points if p.size == fit.edge_above_size)
+    assert "out of memory" in above.note and above.peak_bytes is None
+    assert fit.edge_above_size == fit.edge_size + frontier.EDGE_STEP

@@ -30,7 +30,8 @@ def frontier(o: Args) -> None:
     from trainserve.core.runs import run_dir
     from trainserve.report.frontier import device_section
     from trainserve.serve.model.frontier_probe import session_working_set
-    from trainserve.train.frontier import GIB, TRANSFORMER_SIZES, FrontierConfig, run_frontier
+    from trainserve.train.frontier import GIB, TRANSFORMER_SIZES, FrontierConfig
+    from trainserve.train.frontier_sweep import run_frontier
     from trainserve.train.usermodel import parse_shape
 
     device = o.device
