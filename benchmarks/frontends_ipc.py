@@ -8,14 +8,20 @@ load. CPU time (time.process_time) is split into the front end's part (building 
 the inputs, reading the reply) and the model process's part (parsing, ServerCore.infer, writing the
 outputs, the reply), beside ServerCore.infer called directly in bursts of the same size.
 
-    python benchmarks/frontends_ipc.py --repository runs/R/model_repository --model cnn_cpu [--requests 20000]
+    python benchmarks/frontends_ipc.py --repository runs/R/model_repository --model cnn_cpu [--requests 20000] > OUT.json
+
+The JSON carries machine, command and date beside the figures (benchmarks/results/ keeps such files).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import json
+import os
+import platform
+import sys
 import time
 from pathlib import Path
 
@@ -128,7 +134,15 @@ async def measure(args: argparse.Namespace) -> dict:
                     f"messages_per_request_{tag}": round(m, 3)}
         rounds.append(row)
     await core.stop()
-    return {"model": args.model, "burst": args.burst, "requests": args.requests, "rounds": rounds}
+    return {"machine": machine(), "command": " ".join(["python", *sys.argv]), "date": datetime.date.today().isoformat(),
+            "model": args.model, "burst": args.burst, "requests": args.requests, "rounds": rounds}
+
+
+def machine() -> dict:
+    """The host the figures belong to (the result files' `machine`)."""
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.machine())
+    return {"host": platform.node(), "cpu_model": cpu, "cpu_count": os.cpu_count()}
 
 
 def main() -> None:

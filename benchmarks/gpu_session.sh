@@ -59,8 +59,10 @@ grpc)  # gRPC vs HTTP front end at c=16 batch 1, on the GPU model
   ;;
 serve-matrix)  # batching under concurrency: an older checkout (BEFORE, default bench-before) vs this tree; HTTP and gRPC, 1/16/64 users,
   # batch 1, CPU and GPU; servers on cores 0-7, client processes on the rest. $R/serve_matrix.{json,md}
-  step serve_matrix 330 env OUT="$R" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
-    --device cpu cuda --server-cpus 0-7 ;;
+  # ROUNDS (default 1) runs of each point, SECONDS (default 3) per window
+  step serve_matrix "${LIMIT:-330}" env OUT="$R" $py benchmarks/serve_matrix.py --before "${BEFORE:-bench-before}" \
+    --device cpu cuda --server-cpus 0-7 --rounds "${ROUNDS:-1}" --seconds "${SECONDS_PER_POINT:-3}" \
+    --warmup "${WARMUP:-1}" ;;
 frontends)  # issue 23: serve --frontends 1, 2, 4; batch-1 HTTP and gRPC at 16 and 64 users, the server's mean batch
   step frontends 590 env OUT="$R" $py benchmarks/frontends_bench.py --device cuda --frontends 1,2,4 --users 16,64 \
     --protocols http,grpc --duration-s 15 --processes 6 --out "$R/frontends" ;;
@@ -275,11 +277,14 @@ search-default)  # the Server search with its defaults against the default run's
     --metrics-port 18002 > "$R/search_server.log" 2>&1 &
   srv=$!
   $py benchmarks/wait_ready.py --timeout-s 120
-  step search_default 200 $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --slo-p99-ms 20 \
-    --run gpu-default --runs-dir "$R/runs" --target search-default --metrics-url http://127.0.0.1:18002/metrics
-  step search_150s 260 $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --slo-p99-ms 20 \
-    --duration 150s --run gpu-default --runs-dir "$R/runs" --target search-150s \
-    --metrics-url http://127.0.0.1:18002/metrics
+  # PAIRS (default 1) pairs, alternating on one server so its drift falls on both; targets search-{default,150s}-K
+  for k in $(seq 1 "${PAIRS:-1}"); do
+    step search_default_$k 200 $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --slo-p99-ms 20 \
+      --run gpu-default --runs-dir "$R/runs" --target search-default-$k --metrics-url http://127.0.0.1:18002/metrics
+    step search_150s_$k 260 $py -m trainserve load --url 127.0.0.1:18000 --model cnn_gpu --search --slo-p99-ms 20 \
+      --duration 150s --run gpu-default --runs-dir "$R/runs" --target search-150s-$k \
+      --metrics-url http://127.0.0.1:18002/metrics
+  done
   kill $srv; wait $srv 2>/dev/null ;;
 fsdp)  # issue 44 item 2: one GPU as N=1, DDP against FSDP2 --shard and --shard --offload, 40 steps each of the
   # small transformer in bf16; each rank's GPU peak and split, and the host's share under --offload ($R/fsdp_memory.*)

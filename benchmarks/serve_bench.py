@@ -401,6 +401,13 @@ def machine() -> dict:
                                  if line.startswith("model name"))
     except (OSError, StopIteration):
         pass
+    try:  # a GPU host's figures name its card (docs/BENCHMARKS.md shows the machine of each table)
+        names = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                               text=True, timeout=30).stdout.split("\n")
+        if gpus := [n.strip() for n in names if n.strip()]:
+            info["gpus"] = gpus
+    except (OSError, subprocess.SubprocessError):
+        pass
     return info
 
 

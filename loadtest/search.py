@@ -17,7 +17,12 @@ is the search itself, free of Locust (loadtest/search_shape.py runs it against a
    then x2), in case the estimate was far off.
    A probe that failed on its latency alone is measured once more before it counts when its windows did not
    agree, or when it was the search's first (the server's first seconds under load: connections opened,
-   buffers and lazily built sessions first used).
+   buffers and lazily built sessions first used);
+4. before the search ends on a closed bracket, its upper end is measured once more when it failed on its
+   latencies alone and was measured once: a stall of the host (a collection pause, a scheduling hiccup) in a
+   few seconds' probe fails its p99 by itself, and nothing makes a probe pass by chance in the same way, so
+   the failure that decides the figure is the one confirmed. When the second measurement passes, that rate is
+   the highest passing one and the search goes on above it.
 
 The result is the highest passing rate. If no probe failed, or the time ran out before the bracket
 closed (`budget_ended`), it is a lower bound ("at least"), and the result says how wide the bracket still was.
@@ -177,6 +182,10 @@ class RateSearch:
         self.probes.append(probe)
         if probe.passed and (self.best is None or probe.rate > self.best.rate):
             self.best = probe
+            if self.lowest_failed is not None and self.lowest_failed.rate <= probe.rate:
+                # the bracket's upper end passed when measured again: the next failing rate above it is the end
+                above = [p for p in self.probes if not p.passed and p.rate > probe.rate]
+                self.lowest_failed = min(above, key=lambda p: p.rate) if above else None
         elif not probe.passed and sum(p.rate == probe.rate for p in self.probes) == 1 \
                 and (self._only_unsettled(probe) or (len(self.probes) == 1 and probe.latency_only)):
             # its windows met the SLO but did not agree: measured again, as perf_analyzer measures until it
@@ -186,6 +195,10 @@ class RateSearch:
             self._again = probe.rate
         elif not probe.passed and (self.lowest_failed is None or probe.rate < self.lowest_failed.rate):
             self.lowest_failed = probe
+
+    def _confirm(self, top: Probe) -> bool:
+        """Whether the bracket's upper end is to be measured once more before the search ends on it."""
+        return top.latency_only and sum(p.rate == top.rate for p in self.probes) == 1
 
     @staticmethod
     def _only_unsettled(probe: Probe) -> bool:
@@ -220,6 +233,8 @@ class RateSearch:
                 return None
             return down
         if hi <= lo * (1 + c.precision):
+            if self._confirm(self.lowest_failed):
+                return hi
             self.stop_reason = f"bracketed within {c.precision:.0%}"
             return None
         return (lo + hi) / 2

@@ -54,7 +54,7 @@ def annotate(record: ProfileRecord, results: dict[str, Any], calibration: dict[s
     record.settings["slo_p99_ms"] = slo_p99_ms
     redecide(record, slo_p99_ms)
     if client.saturated:
-        record.validity.client_saturated = True  # the verdict reads it (report/verdict.py)
+        record.validity.client_saturated = True  # the verdict reads it (report/verdict/verdict.py)
         record.validity.warnings.append(f"the load generator was saturated ({client.note}): the figures are the "
                                         "client's limit, not the server's; add --processes")
 

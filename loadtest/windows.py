@@ -110,23 +110,11 @@ def judge(windows: list[Window], rule: StabilityRule) -> Stability:
     full = [w for w in windows if w.requests > 0]
     last = full[-rule.consecutive:]
     if len(last) == rule.consecutive:
-        tput = [w.throughput for w in last]
-        means = [w.hist.percentile(50) if w.hist.count else None for w in last]
-        t_avg = sum(tput) / len(tput)
-        t_ok = _agree(tput, [t_avg * max(rule.tolerance, 3 / math.sqrt(max(w.requests, 1))) for w in last])
-        m_ok = None not in means
-        if m_ok:
-            m_avg = sum(m for m in means if m is not None) / len(means)
-            m_ok = _agree([m for m in means if m is not None],
-                          [max(rule.tolerance * m_avg, rule.latency_floor_ms)] * len(last))
-        if t_ok and m_ok:
+        disagreement = _disagreement(last, rule)
+        if not disagreement:
             return Stability(True, "windows", f"{rule.consecutive} consecutive {rule.window_s:g} s windows agree "
                              f"within {rule.tolerance:.0%}", [w.index for w in last])
-        why = "throughput" if not t_ok else "median latency"
-        spread = (f"{min(tput):.4g}-{max(tput):.4g} req/s" if not t_ok
-                  else f"{min(m for m in means if m is not None):.3g}-{max(m for m in means if m is not None):.3g} ms")
-        windows_reason = (f"the last {rule.consecutive} windows' {why} differ by more than {rule.tolerance:.0%} "
-                          f"({spread})")
+        windows_reason = f"the last {rule.consecutive} windows' {disagreement}"
     else:
         windows_reason = f"only {len(full)} window(s) with requests, {rule.consecutive} needed"
     duration = sum(w.length_s for w in full)
@@ -136,6 +124,23 @@ def judge(windows: list[Window], rule: StabilityRule) -> Stability:
                          f"{rule.min_duration_s:g} s and {rule.min_requests})", [w.index for w in full])
     return Stability(False, None, f"did not stabilise: {windows_reason}, and {duration:.3g} s / {requests} requests "
                      f"is short of {rule.min_duration_s:g} s / {rule.min_requests}", [w.index for w in full])
+
+
+def _disagreement(last: list[Window], rule: StabilityRule) -> str:
+    """What the windows differ in beyond the rule, with their spread ('' when they agree): their throughput
+    first (each allowed its counting noise), then their median latency (a window without an answer has none,
+    so it cannot agree)."""
+    tput = [w.throughput for w in last]
+    t_avg = sum(tput) / len(tput)
+    if not _agree(tput, [t_avg * max(rule.tolerance, 3 / math.sqrt(max(w.requests, 1))) for w in last]):
+        return f"throughput differ by more than {rule.tolerance:.0%} ({min(tput):.4g}-{max(tput):.4g} req/s)"
+    medians = [w.hist.percentile(50) for w in last if w.hist.count]
+    if len(medians) == len(last):
+        m_avg = sum(medians) / len(medians)
+        if _agree(medians, [max(rule.tolerance * m_avg, rule.latency_floor_ms)] * len(last)):
+            return ""
+    spread = f"{min(medians):.3g}-{max(medians):.3g} ms" if medians else "no answered requests"
+    return f"median latency differ by more than {rule.tolerance:.0%} ({spread})"
 
 
 def merged(windows: list[Window], indices: list[int]) -> Window:

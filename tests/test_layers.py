@@ -65,3 +65,21 @@ def test_a_protocol_importing_a_session_breaks_the_serve_contract(tmp_path: Path
     assert done.returncode != 0
     assert "trainserve.serve.protocol.leak" in done.stdout and "trainserve.serve.model.sessions" in done.stdout
     assert "a protocol module never imports the model layer" in done.stdout.replace("\n", " ")
+
+
+def test_a_section_importing_another_section_breaks_the_report_layers(tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path)
+    (root / "trainserve" / "report" / "diff" / "leak.py").write_text(
+        "from trainserve.report.memory import memory_compare\n")
+    done = _lint_imports(root)
+    assert done.returncode != 0
+    assert "trainserve.report.diff.leak" in done.stdout and "trainserve.report.memory.memory_compare" in done.stdout
+
+
+def test_the_shared_report_modules_importing_a_section_breaks_the_report_layers(tmp_path: Path) -> None:
+    root = _copy_tree(tmp_path)
+    (root / "trainserve" / "report" / "common" / "leak.py").write_text(
+        "from trainserve.report.cost import cost_per_million\n")
+    done = _lint_imports(root)
+    assert done.returncode != 0
+    assert "trainserve.report.common.leak" in done.stdout and "trainserve.report.cost.cost_per_million" in done.stdout

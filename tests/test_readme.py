@@ -37,7 +37,7 @@ def test_setup_pins_the_cpu_torch_build_without_a_gpu():
 
 
 def test_the_readmes_questions_are_the_reports_answers():
-    """README.md's list and the report's Answers section come from one list (report/answers.py)."""
+    """README.md's list and the report's Answers section come from one list (report/answers/answers.py)."""
     from trainserve import answersdoc
 
     text = (REPO_ROOT / "README.md").read_text()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.core.frontier import MAX_EXTRAPOLATION, FrontierResult, SeriesFit
+from trainserve.core.frontier_result import MAX_EXTRAPOLATION, FrontierResult, SeriesFit
 
 log = logging.getLogger(__name__)
 

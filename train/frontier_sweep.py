@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.core.frontier import (
+from trainserve.core.frontier_result import (
     MAX_EXTRAPOLATION,
     FrontierPoint,
     FrontierResult,

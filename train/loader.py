@@ -76,6 +76,15 @@ def make_loader(x: np.ndarray, y: np.ndarray, batches: EpochBatches, workers: in
                       prefetch_factor=4 if workers > 0 else None)
 
 
+def host_feed(num_workers: int | None, pin_memory: bool | None, device: str) -> tuple[int, bool]:
+    """(workers, pin_memory) of a host-placed DataLoader: as given, else 0 workers and no pinning on a CPU (the
+    arrays are in this process's memory) and on CUDA up to 4 workers (half the usable cores) and pinned memory."""
+    from trainserve.core.procs import usable_cpus
+
+    workers = num_workers if num_workers is not None else (min(4, usable_cpus() // 2) if device == "cuda" else 0)
+    return workers, pin_memory if pin_memory is not None else device == "cuda"
+
+
 PLACEMENTS = ("auto", "host", "device")
 DEVICE_DATA_SHARE = 0.25  # auto keeps the training split on the GPU when it needs < this share of free memory
 

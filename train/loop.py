@@ -18,7 +18,6 @@ from typing import Any
 from trainserve.core.card import CHECKPOINT_NAME, ModelCard, TensorSpec
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import write_json_atomic
-from trainserve.core.procs import usable_cpus
 from trainserve.core.telemetry import Sampler
 from trainserve.train import checkpoint as ckpt
 from trainserve.train import distributed, release, sharding
@@ -36,6 +35,7 @@ from trainserve.train.loader import (
     EpochBatches,
     ResidentBatches,
     choose_placement,
+    host_feed,
     make_loader,
 )
 from trainserve.train.maxbatch import max_batches
@@ -155,9 +155,7 @@ class _Training:
         if self.placement == "device":  # before the memory baseline: the resident split is not training memory
             self.resident = ResidentBatches(splits.x_train, splits.y_train, self.batches, device, self.channels_last)
         else:
-            self.workers = (cfg.num_workers if cfg.num_workers is not None
-                            else (min(4, usable_cpus() // 2) if device == "cuda" else 0))
-            self.pin = cfg.pin_memory if cfg.pin_memory is not None else device == "cuda"
+            self.workers, self.pin = host_feed(cfg.num_workers, cfg.pin_memory, device)
 
         # model and optimizer, with their memory counted as they appear
         self.memory = MemoryTracker(device)

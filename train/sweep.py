@@ -9,6 +9,10 @@ such a point is recorded as skipped. Each measured point is a ProfileRecord (pha
 `extra["sweep"] = True`), written by `write_sweep` to `runs/<run>/sweep/<device>/` with an
 index.json; the device's best point is the one with the most samples/s.
 
+At the best point it then measures the data path (train/datapath.py): the host DataLoader as training
+feeds it beside the split resident on the device, written to that point's record (`extra["data_path"]`) and
+to index.json; DATA_PATH_SHARE of the budget is kept for it.
+
 Points reuse the training loop's parts (model zoo, StepTimer, MemoryTracker, build_record, the
 telemetry sampler) and keep one batch resident on the device, tiled from the training split: the
 sweep measures the model's compute at each batch, not the input pipeline (see `trainserve train`).
@@ -28,6 +32,7 @@ from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic
 from trainserve.core.telemetry import Sampler
 from trainserve.train.config import TrainConfig
+from trainserve.train.datapath import measure_data_path
 from trainserve.train.data import load_splits
 from trainserve.train.device import (
     check_precision,
@@ -49,6 +54,7 @@ log = logging.getLogger(__name__)
 INDEX_NAME = "index.json"
 DEFAULT_BUDGET_S = 60.0  # per device; `trainserve run --quick` passes 25
 MIN_TIMED_STEPS = 3  # a point cut short at the budget still has this many timed steps
+DATA_PATH_SHARE = 0.15  # of the budget, kept for the data path at the best point
 CPU_MAX_BATCH = 4096  # a CPU process is killed, not told, when it runs out of memory: stay well below
 
 
@@ -67,6 +73,7 @@ class SweepConfig:
     min_points: int = 3  # batch sizes measured per precision before growth is judged
     probe_batch: int = 32  # CPU bf16 probe: batch of the fp32-vs-bf16 comparison
     probe_min_speedup: float = 1.1  # bf16 joins a CPU sweep only when this much faster than fp32
+    data_path: bool = True  # at the best point, the host DataLoader beside the split resident on the device
 
     def __post_init__(self) -> None:
         if not self.budget_s > 0:
@@ -123,6 +130,7 @@ class SweepResult:
     probe: dict[str, Any] | None  # the CPU's fp32-vs-bf16 probe, when it ran
     math_mode: dict[str, Any]  # TF32 policy on CUDA, threads on CPU
     notes: list[str] = field(default_factory=list)
+    data_path: dict[str, Any] | None = None  # DataPathResult.to_dict(), or {"skipped": why, ...}; None: not asked
 
     @property
     def measured(self) -> list[SweepPoint]:
@@ -149,6 +157,7 @@ def sweep(base: TrainConfig, device: str, config: SweepConfig,
     model_cfg = model_config(base)  # a model of your own is built and run once here: not the sweep's time
     t0 = time.monotonic()
     deadline = t0 + config.budget_s
+    climb_end = deadline - (DATA_PATH_SHARE * config.budget_s if config.data_path else 0.0)
     # a small split: the sweep tiles it into batches on the device, it never iterates over it
     splits = load_splits(model_cfg, base.dataset, min(base.samples, 1024), base.seed)
     max_batch = config.max_batch or (CPU_MAX_BATCH if device == "cpu" else 2**20)
@@ -169,7 +178,7 @@ def sweep(base: TrainConfig, device: str, config: SweepConfig,
     notes: list[str] = []
     for i, precision in enumerate(precisions):
         # each precision gets an equal share of what is left; a precision that ends early leaves it to the next
-        share_end = time.monotonic() + (deadline - time.monotonic()) / (len(precisions) - i)
+        share_end = time.monotonic() + (climb_end - time.monotonic()) / (len(precisions) - i)
         first = next((p for p in points if p.status == "measured"), None)  # the cost of a first point
         points += _climb(base, splits, device, precision, config, max_batch, share_end, on_point, first)
     result = SweepResult(device=device, device_name=device_name(device), points=points, budget_s=config.budget_s,
@@ -178,7 +187,32 @@ def sweep(base: TrainConfig, device: str, config: SweepConfig,
     if not result.measured:
         raise UserError(f"the {device} sweep measured no point within its {config.budget_s:g} s budget; "
                         "raise --sweep-budget-s or use a smaller --preset")
+    if config.data_path and result.best is not None:
+        result.data_path = _data_path(base, result, config, deadline)
+        result.best.record.extra["data_path"] = result.data_path
+        result.elapsed_s = time.monotonic() - t0
     return result
+
+
+def _data_path(base: TrainConfig, result: SweepResult, config: SweepConfig, deadline: float) -> dict[str, Any]:
+    """The data path at the best point, or why it was skipped (the budget, or the device's memory)."""
+    best = result.best
+    assert best is not None
+    at = {"device": result.device, "batch_size": best.batch_size, "precision": best.precision}
+    need = 2 * best.seconds  # two sides, each about the best point's cost: a model, warm-up and timed steps
+    left = deadline - time.monotonic()
+    if need > left:
+        return at | {"skipped": f"would exceed the sweep's time budget (needs ~{need:.1f} s, {max(left, 0):.1f} s "
+                                "left); raise --sweep-budget-s"}
+    try:
+        return measure_data_path(base, result.device, best.batch_size, best.precision, config.warmup_steps,
+                                 config.timed_steps, deadline).to_dict()
+    except Exception as e:
+        if not is_oom(e):
+            raise
+    release_memory()  # outside the handler: its traceback holds the tensors
+    return at | {"skipped": f"out of memory on {result.device} with the split resident beside batch "
+                            f"{best.batch_size}"}
 
 
 def _climb(base: TrainConfig, splits: Any, device: str, precision: str, config: SweepConfig, max_batch: int,
@@ -376,5 +410,5 @@ def write_sweep(result: SweepResult, out_dir: Path, extra: dict[str, Any] | None
             "best_by": "throughput_samples_s",
             "best": best.row() if best else None,
             "points": [p.row() for p in result.points],
-            "notes": result.notes, **(extra or {})})
+            "notes": result.notes, "data_path": result.data_path, **(extra or {})})
     return out_dir / INDEX_NAME

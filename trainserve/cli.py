@@ -15,17 +15,17 @@ from typing import ParamSpec, TypeVar
 
 import typer
 
-from trainserve.commands import diff as _diff
-from trainserve.commands import export as _export
-from trainserve.commands import frontier as _frontier
+from trainserve.commands import diff_command as _diff
+from trainserve.commands import export_command as _export
+from trainserve.commands import frontier_command as _frontier
 from trainserve.commands._typer import Args, options_of
-from trainserve.commands import limits as _limits
-from trainserve.commands import load as _load
-from trainserve.commands import plan as _plan
-from trainserve.commands import report as _report
-from trainserve.commands import run as _run
-from trainserve.commands import serve as _serve
-from trainserve.commands import train as _train
+from trainserve.commands import limits_command as _limits
+from trainserve.commands import load_command as _load
+from trainserve.commands import plan_command as _plan
+from trainserve.commands import report_command as _report
+from trainserve.commands import run_command as _run
+from trainserve.commands import serve_command as _serve
+from trainserve.commands import train_command as _train
 from trainserve.core import diskfull, envs
 from trainserve.core.errors import UserError
 from trainserve.train import launch

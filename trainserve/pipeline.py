@@ -51,8 +51,10 @@ log = logging.getLogger(__name__)
 
 MODELS = FAMILIES
 # the load stages of each served device, in their order; "server-nobatch" is the Server scenario on the same model
-# with batching off (`trainserve export` writes `<model>_<kind>_nobatch`), what dynamic batching is judged by
-SCENARIOS = ("ramp", "server", "batch1", "saturated", "server-nobatch")
+# with batching off (`trainserve export` writes `<model>_<kind>_nobatch`), what dynamic batching is judged by;
+# "shared-rate" and its nobatch twin offer both the same open-loop rate, so their p99s stand side by side
+SCENARIOS = ("ramp", "server", "batch1", "saturated", "server-nobatch", "shared-rate", "shared-rate-nobatch")
+SHARED_RATE_SHARE = 0.8  # the shared rate: this share of the lower of the two variants' Server capacities
 RUN_OPTIONS = "run.json"  # the options that decide a run's work (--resume checks them)
 STAGES = "stages.json"  # the stages that completed, with their seconds (--resume keeps them)
 
@@ -79,6 +81,7 @@ class Budget:
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
     search_budget_s: float = 10.0  # the Server scenario's capacity search, seconds per device
     search_probe_s: float = 2.0  # ... most seconds of windows per rate tried
+    shared_rate_s: float = 10.0  # batching on and off at one shared open-loop rate, seconds each
     window_s: float = 0.5  # measurement windows of every load figure (3 must agree within 10%)
     warmup_s: float = 0.5  # not counted, before each load figure (and each rate of the search)
     limits_budget_s: float = 3.0  # in-process onnxruntime limits (trainserve limits), seconds per device
@@ -93,7 +96,7 @@ class Budget:
 QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_samples_gpu=8192, train_epochs=1,
                train_batch=64, warmup_steps=2, compare_steps=20, accuracy_epochs=10, export_eval_samples=256, ramp_step_s=3.0,
                ramp_max_users=8, measure_s=4.0, saturate_users=4, saturate_batch=64, stage_timeout_s=150.0,
-               sweep_budget_s=25.0, limits_budget_s=4.0, limits_points="served", frontier_sizes_cpu="32,64",
+               sweep_budget_s=25.0, shared_rate_s=3.0, limits_budget_s=4.0, limits_points="served", frontier_sizes_cpu="32,64",
                frontier_budget_s=8.0)
 # cnn/small takes ~20 s per batch-128 training step on 2 busy cores, so a CPU-only machine trains tiny
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
@@ -343,6 +346,8 @@ class Pipeline:
             "saturated": ["--users", str(b.saturate_users), "--batch", str(b.saturate_batch),
                           "--duration", f"{b.measure_s:g}s", *windows],
             "server-nobatch": None,  # its first rate comes from the Server search on the model as exported
+            "shared-rate": None,  # its rate comes from the batching-off search, just before
+            "shared-rate-nobatch": None,
         }
         assert tuple(scenarios) == SCENARIOS
         for scenario, args in scenarios.items():
@@ -350,8 +355,14 @@ class Pipeline:
             if f"load-{device}-{scenario}" in self.done:
                 self._kept(f"load-{device}-{scenario}", f"{scenario} on {model}")
                 continue
-            served = model + NOBATCH_SUFFIX if scenario == "server-nobatch" else model
-            if args is None:
+            served = model + NOBATCH_SUFFIX if scenario.endswith("nobatch") else model
+            shared = self._shared_rate(device) if scenario.startswith("shared-rate") else None
+            if isinstance(shared, str):
+                self._skipped(f"load-{device}-{scenario}", f"{scenario} on {served}", shared)
+                continue
+            if shared is not None:
+                args = self._shared_rate_args(device, shared, windows)
+            elif args is None:
                 args = self._server_args(device, windows, nobatch=scenario == "server-nobatch")
             t1 = time.monotonic()
             with _ServerWatch(server.proc.pid) as watch:
@@ -359,6 +370,8 @@ class Pipeline:
                             self.argv("load", *_with_model(url, served), *args, "--target", target),
                             f"{scenario} on {served}", mark=False)
             watch.annotate(self.root / "load" / f"{target}.json")
+            if shared is not None:
+                _mark_shared_rate(self.root / "load" / f"{target}.json", shared, model)
             self._mark(f"load-{device}-{scenario}", time.monotonic() - t1)
         self.children.stop_all()  # the server, before the next one competes for the same cores
 
@@ -386,6 +399,33 @@ class Pipeline:
         return ["--search", "--batch", "1", "--rate", f"{start:.1f}", "--slo-p99-ms", f"{slo:g}",
                 "--duration", f"{b.search_budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
                 *windows]
+
+    def _shared_rate(self, device: str) -> float | str:
+        """The one open-loop rate both variants are offered, or why there is none: SHARED_RATE_SHARE of the lower
+        Server capacity (on a GPU batching off's; on a few CPU cores batching can carry less), which both carry
+        within the SLO."""
+        capacities = []
+        for name, label in (("server", "as exported"), ("server-nobatch", "with batching off")):
+            try:
+                found = ProfileRecord.load(self.root / "load" / f"embedded-{device}-{name}.json")
+            except UserError:
+                return f"the Server search {label} wrote no record"
+            capacity = (found.extra.get("search") or {}).get("capacity_req_s")
+            if not capacity:
+                return f"the Server search {label} found no rate within the SLO, so there is no rate both carry"
+            capacities.append(capacity)
+        return round(max(1.0, SHARED_RATE_SHARE * min(capacities)), 1)
+
+    def _shared_rate_args(self, device: str, rate: float, windows: list[str]) -> list[str]:
+        """Open loop (Poisson arrivals, latency from the scheduled send) at `rate`, one row per request."""
+        processes = [] if device == "cuda" else ["--processes", "1"]  # as the Server search: a CPU server keeps the cores
+        return ["--rate", f"{rate:g}", "--batch", "1", "--duration", f"{self.cfg.budget.shared_rate_s:g}s",
+                *processes, *windows]
+
+    def _skipped(self, stage: str, detail: str, why: str) -> None:
+        self.progress(StageEvent(stage, "start", detail))
+        self.progress(StageEvent(stage, "done", f"skipped: {why}", 0.0))
+        self._mark(stage, 0.0)  # a resumed run would skip it for the same reason: its inputs are kept
 
     def _report(self) -> Path:
         t0 = time.monotonic()
@@ -565,6 +605,17 @@ class _ServerWatch:
         add_server_cpu(record, s["timeline"], self.started_wall, s["cpu_process_mean_percent"],
                        own["timeline"], own["cpu_process_mean_percent"])
         record.save(path)
+
+
+def _mark_shared_rate(path: Path, rate: float, model: str) -> None:
+    """Say in the load record that it is one side of the shared-rate pair, so the report sets it beside its twin
+    (report/serving/batching.py) and keeps it out of every other figure."""
+    if not path.is_file():
+        return
+    record = ProfileRecord.load(path)
+    record.extra["shared_rate"] = {"rate_req_s": rate, "pair": [model, model + NOBATCH_SUFFIX],
+                                   "basis": f"{SHARED_RATE_SHARE:g} x the lower of the two Server capacities"}
+    record.save(path)
 
 
 def _with_model(url: list[str], model: str) -> list[str]:

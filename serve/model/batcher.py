@@ -182,6 +182,13 @@ def _resolve(fut: asyncio.Future) -> None:
         fut.set_result(None)
 
 
+def _expire(req: _Request) -> None:
+    """Refuse a request queued past its deadline (every instance was busy that long) now, as Triton's REJECT
+    queue policy does, rather than answer it minutes late."""
+    if not req.future.done():
+        req.future.set_exception(Unavailable("Request timeout expired"))
+
+
 class Batcher:
     """Queue + one worker per instance of one model version. `submit()` returns this request's outputs."""
 
@@ -280,6 +287,9 @@ class Batcher:
             ex.shutdown(wait=True)
 
     async def _worker(self, instance: int) -> None:
+        """One instance's serving loop, read aloud: take the oldest request (refused if it waited past the queue
+        timeout), gather company for it, run the batch (joined and padded to the model's bucket, run, split
+        back into each request's rows) on the loop or the instance's thread, answer each request."""
         cfg, queue = self.config, self._queue
         loop = asyncio.get_running_loop()
         executor = self._executors[instance]
@@ -293,32 +303,10 @@ class Batcher:
                 await queue.wait()
             first = queue.pop()
             if timeout_ns and time.perf_counter_ns() - first.enqueued_ns > timeout_ns:
-                # queued past its deadline (every instance was busy that long): refuse it now, as Triton's
-                # REJECT queue policy does, rather than answer it minutes late
-                if not first.future.done():
-                    first.future.set_exception(Unavailable("Request timeout expired"))
+                _expire(first)
                 continue
-            batch, rows = [first], first.rows
-            if cfg.dynamic:
-                deadline = first.enqueued_ns + delay_ns
-                while rows < cfg.max_batch_size:
-                    if queue.items:
-                        nxt = queue.items[0]
-                        if nxt.key != first.key or rows + nxt.rows > cfg.max_batch_size:
-                            break
-                        batch.append(queue.pop())
-                        rows += nxt.rows
-                        if largest_preferred and rows >= largest_preferred:
-                            break
-                        continue
-                    if rows in cfg.preferred_batch_sizes or queue.closed:
-                        break
-                    remaining = deadline - time.perf_counter_ns()
-                    if remaining <= 0 or not self._worth_waiting(rows, first.rows, remaining):
-                        break
-                    await queue.wait(remaining / 1e9)
-                    if not queue.items:
-                        break  # the delay ran out with nobody new
+            batch = [first]
+            rows = await self._gather(batch, delay_ns, largest_preferred) if cfg.dynamic else first.rows
             start = time.perf_counter_ns()
             on_loop = self._on_loop(rows, len(batch), first.enqueued_ns, queued=True)
             self._busy += 1
@@ -326,30 +314,74 @@ class Batcher:
                 if on_loop:
                     results, input_ns, infer_ns, output_ns = self._execute(instance, batch, rows)
                 else:
-                    # joined and padded here, split back here: the instance's thread only runs the session.
-                    # Its Python work would hold the GIL in small pieces, each waiting behind this busy loop
-                    # (joining a batch of ~30 measured 1.1-2.3 ms on the thread, 0.07 ms here; docs/BENCHMARKS.md).
-                    submits = self._submits
-                    feed, input_ns = self._join(batch, rows)
-                    outs, infer_ns = await loop.run_in_executor(executor, self._run, instance, feed, rows)
-                    results, output_ns = self._split(batch, outs)
-                    if self._submits == submits and len(batch) == 1:  # the loop was free and nobody came
-                        self._lone_credit_ns = LONE_CREDIT_NS
+                    results, input_ns, infer_ns, output_ns = await self._execute_on_thread(
+                        loop, executor, instance, batch, rows)
             except Exception as e:
-                err = e if isinstance(e, ServeError) else self._model_failed(e)
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(err)
+                self._fail(batch, e)
                 continue
             finally:
                 self._ran()
-            self._note_run(rows, infer_ns)
-            self.stats.record_execution(rows, sum(r.requests for r in batch),
-                                        sum((start - r.enqueued_ns) * r.requests for r in batch),
-                                        input_ns, infer_ns, output_ns)
-            for r, res in zip(batch, results):
-                if not r.future.done():  # the client may have gone away
-                    r.future.set_result(res)
+            self._answer(batch, rows, start, results, input_ns, infer_ns, output_ns)
+
+    async def _gather(self, batch: list[_Request], delay_ns: int, largest_preferred: int) -> int:
+        """Join to `batch` (its first request alone so far) the queued requests of the same shapes, up to
+        max_batch_size rows, waiting for more only while _worth_waiting says company will come within the
+        first request's queue delay; the batch's rows."""
+        cfg, queue = self.config, self._queue
+        first = batch[0]
+        rows = first.rows
+        deadline = first.enqueued_ns + delay_ns
+        while rows < cfg.max_batch_size:
+            if queue.items:
+                nxt = queue.items[0]
+                if nxt.key != first.key or rows + nxt.rows > cfg.max_batch_size:
+                    break
+                batch.append(queue.pop())
+                rows += nxt.rows
+                if largest_preferred and rows >= largest_preferred:
+                    break
+                continue
+            if rows in cfg.preferred_batch_sizes or queue.closed:
+                break
+            remaining = deadline - time.perf_counter_ns()
+            if remaining <= 0 or not self._worth_waiting(rows, first.rows, remaining):
+                break
+            await queue.wait(remaining / 1e9)
+            if not queue.items:
+                break  # the delay ran out with nobody new
+        return rows
+
+    async def _execute_on_thread(self, loop: asyncio.AbstractEventLoop, executor: ThreadPoolExecutor, instance: int,
+                                 batch: list[_Request], rows: int):
+        """_execute with the session run on the instance's thread: joined and padded here, split back here, the
+        thread only runs the session. Its Python work would hold the GIL in small pieces, each waiting behind
+        this busy loop (joining a batch of ~30 measured 1.1-2.3 ms on the thread, 0.07 ms here;
+        docs/BENCHMARKS.md)."""
+        submits = self._submits
+        feed, input_ns = self._join(batch, rows)
+        outs, infer_ns = await loop.run_in_executor(executor, self._run, instance, feed, rows)
+        results, output_ns = self._split(batch, outs)
+        if self._submits == submits and len(batch) == 1:  # the loop was free and nobody came
+            self._lone_credit_ns = LONE_CREDIT_NS
+        return results, input_ns, infer_ns, output_ns
+
+    def _fail(self, batch: list[_Request], e: Exception) -> None:
+        """The batch's run failed: each request still waiting gets the error (onnxruntime's as Internal)."""
+        err = e if isinstance(e, ServeError) else self._model_failed(e)
+        for r in batch:
+            if not r.future.done():
+                r.future.set_exception(err)
+
+    def _answer(self, batch: list[_Request], rows: int, start: int, results: list[dict[str, np.ndarray]],
+                input_ns: int, infer_ns: int, output_ns: int) -> None:
+        """The batch ran (from `start`, ns): its times noted and counted, each request answered with its rows."""
+        self._note_run(rows, infer_ns)
+        self.stats.record_execution(rows, sum(r.requests for r in batch),
+                                    sum((start - r.enqueued_ns) * r.requests for r in batch),
+                                    input_ns, infer_ns, output_ns)
+        for r, res in zip(batch, results):
+            if not r.future.done():  # the client may have gone away
+                r.future.set_result(res)
 
     def _on_loop(self, rows: int, requests: int, arrived_ns: int, queued: bool) -> bool:
         """Whether a batch of `rows` rows (`requests` requests, the first arrived at `arrived_ns`) runs on the

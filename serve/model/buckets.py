@@ -3,7 +3,7 @@
 Why: onnxruntime's CUDA provider pays for every change of input shape between two runs of a session,
 not only for the first run of a shape: a run with the batch size cycling through sizes already seen
 costs tens of times a run at one fixed size (`benchmarks/serve_bench.py`, `offline.shape_switching`;
-figures in docs/BENCHMARKS.md, the small-request stalls on the GPU). A dynamic batcher under load changes the size
+figures: `git show aa232bf:docs/BENCHMARKS.md`, the small-request stalls on the GPU). A dynamic batcher under load changes the size
 at almost every run, so small requests stall behind those runs. The fix here: pad each batch to a few sizes (powers of two by default) and give each size its own session
 per instance (`bucket_sessions`), so that no session ever sees its shape change; every bucket runs
 once at load (warm-up), so no request pays a first run either. On a GPU a few padded rows cost next

@@ -456,7 +456,8 @@ def _make_session(path: Path, device: str, intra: int, inter: int, device_id: in
     providers: list = ["CPUExecutionProvider"]
     if device == "cuda":
         # Dynamic batching runs many batch sizes. With onnxruntime's default exhaustive cuDNN search every
-        # new shape pays a benchmark of hundreds of milliseconds (docs/BENCHMARKS.md, the GPU's exhaustive search),
+        # new shape pays a benchmark of hundreds of milliseconds
+        # (`git show aa232bf:docs/BENCHMARKS.md`, the GPU's exhaustive search),
         # so the server defaults to cuDNN's heuristics; config.pbtxt's cudnn_conv_algo_search "0" asks for it.
         cuda_options = {"device_id": device_id, "cudnn_conv_algo_search": cudnn_search}
         providers = [("CUDAExecutionProvider", cuda_options), "CPUExecutionProvider"]

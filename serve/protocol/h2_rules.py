@@ -1,9 +1,10 @@
-"""What HTTP/2 (RFC 9113) and HPACK (RFC 7541) allow a client to send, for serve/protocol/grpc_h2.py.
+"""What HTTP/2 (RFC 9113) and HPACK (RFC 7541) allow a client to send, for serve/protocol/h2_connection.py.
 
 The checks that do not belong on the path of an ordinary call: control frames' streams and lengths, SETTINGS'
-ranges, padding, the size updates at a header block's start, and a request's header fields (RFC 9113 §8.2-8.3).
+ranges, padding, the size updates at a header block's start, and a request's header fields (RFC 9113 §8.2-8.3)
+and its content-length (§8.1.1).
 A broken rule raises H2Error, a connection error (GOAWAY) unless it names a stream (then RST_STREAM on it).
-The frame and error constants are the RFC's names, shared with serve/protocol/grpc_h2.py.
+The frame and error constants are the RFC's names, shared with the gRPC front end's HTTP/2 modules.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, R
 COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 0x9, 0xB
 S_HEADER_TABLE_SIZE, S_ENABLE_PUSH, S_MAX_CONCURRENT_STREAMS, S_INITIAL_WINDOW_SIZE, S_MAX_FRAME_SIZE = \
     0x1, 0x2, 0x3, 0x4, 0x5
+S_MAX_HEADER_LIST_SIZE = 0x6
 MAX_WINDOW = (1 << 31) - 1  # the largest flow-control window HTTP/2 allows, bytes
 MIN_FRAME, MAX_FRAME_LIMIT = 1 << 14, (1 << 24) - 1  # SETTINGS_MAX_FRAME_SIZE's allowed range, bytes
 
@@ -123,9 +125,24 @@ def request_problem(fields: list[tuple[bytes, bytes]]) -> str:
             seen.add(name)
         else:
             regular = True
+            if name == b"content-length":
+                if not value.isdigit() or len(value) > 18:
+                    return f"content-length: {value.decode('latin-1')} (not a number of bytes)"
+                if name in seen:
+                    return "content-length twice"
+                seen.add(name)
     if not _REQUIRED <= seen:
         return "a request without :method, :scheme and :path"
     return ""
+
+
+def content_length(fields: list[tuple[bytes, bytes]]) -> int:
+    """The request's content-length (bytes its DATA must add up to, RFC 9113 §8.1.1), or -1 when it has none;
+    its value was checked by request_problem."""
+    for name, value in fields:
+        if name == b"content-length":
+            return int(value)
+    return -1
 
 
 def trailers_problem(fields: list[tuple[bytes, bytes]]) -> str:

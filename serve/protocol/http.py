@@ -153,59 +153,66 @@ class HttpFrontEnd:
         return kserve.encode_infer_response(model, served_version, req, results)
 
     async def _dispatch(self, request: web.Request) -> web.StreamResponse:
+        """Every request aiohttp gets: a model's route (/v2/models/<model>/...) or a server-level one, each
+        ServeError answered with its status and Triton's JSON error body."""
         path = request.rel_url.raw_path  # still quoted: a '%2F' inside a model name must not split it
         parts = path.strip("/").split("/")
         if "%" in path:
             parts = [unquote(p) for p in parts]
-        method = request.method
         try:
             if not parts or parts[0] != "v2":
                 raise NotFound(f"Not Found: {request.path}")
             if len(parts) >= 3 and parts[1] == "models" and parts[2] != "stats":
-                model = parts[2]
-                rest = parts[3:]
-                version = ""
-                if len(rest) >= 2 and rest[0] == "versions":
-                    version, rest = rest[1], rest[2:]
-                action = rest[0] if rest else ""
-                if len(rest) > 1:
-                    raise NotFound(f"Not Found: {request.path}")
-                if action == "infer":
-                    _only("POST", method, request.path)
-                    return await self._infer(request, model, version)
-                if action not in ("", "ready", "config", "stats"):
-                    raise NotFound(f"Not Found: {request.path}")
-                _only("GET", method, request.path)
-                if action == "":
-                    return _json(self._metadata(model, version))
-                if action == "ready":
-                    return web.Response(status=200 if self.core.model_ready(model, version) else 400)
-                if action == "config":
-                    return _json(config_to_json(self.core.model_config(model, version)))
-                if action == "stats":
-                    return _json({"model_stats": await self.core.statistics_dicts(model, version)})
-                raise NotFound(f"Not Found: {request.path}")
-            route = (method, "/".join(parts[1:]))
-            allow = KNOWN_ROUTES.get(route[1])
-            if allow is None and len(parts) == 5 and parts[1:3] == ["repository", "models"] and parts[4] in ("load", "unload"):
-                allow = "POST"
-            if allow is not None:
-                _only(allow, method, request.path)
-            if route == ("GET", "health/live"):
-                return web.Response(status=200 if self.core.live else 400)
-            if route == ("GET", "health/ready"):
-                return web.Response(status=200 if self.core.ready else 400)
-            if route == ("GET", ""):
-                return _json(self.core.server_metadata())
-            if route == ("GET", "models/stats"):
-                return _json({"model_stats": await self.core.statistics_dicts()})
-            if route == ("POST", "repository/index"):
-                return await self._index(request)
-            if method == "POST" and len(parts) == 5 and parts[1:3] == ["repository", "models"] and parts[4] in ("load", "unload"):
-                return self._load_unload(parts[3], parts[4])
-            raise NotFound(f"Not Found: {request.method} {request.path}")
+                return await self._model_route(request, parts)
+            return await self._server_route(request, parts)
         except ServeError as e:
             return _error(e)
+
+    async def _model_route(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
+        """/v2/models/<model>[/versions/<version>][/infer|ready|config|stats]: infer takes POST, the rest GET."""
+        method = request.method
+        model, rest, version = parts[2], parts[3:], ""
+        if len(rest) >= 2 and rest[0] == "versions":
+            version, rest = rest[1], rest[2:]
+        action = rest[0] if rest else ""
+        if len(rest) > 1:
+            raise NotFound(f"Not Found: {request.path}")
+        if action == "infer":
+            _only("POST", method, request.path)
+            return await self._infer(request, model, version)
+        if action not in ("", "ready", "config", "stats"):
+            raise NotFound(f"Not Found: {request.path}")
+        _only("GET", method, request.path)
+        if action == "":
+            return _json(self._metadata(model, version))
+        if action == "ready":
+            return web.Response(status=200 if self.core.model_ready(model, version) else 400)
+        if action == "config":
+            return _json(config_to_json(self.core.model_config(model, version)))
+        return _json({"model_stats": await self.core.statistics_dicts(model, version)})  # stats
+
+    async def _server_route(self, request: web.Request, parts: list[str]) -> web.StreamResponse:
+        """/v2, /v2/health/{live,ready}, /v2/models/stats, /v2/repository/index and
+        /v2/repository/models/<model>/{load,unload}; a known route with another method is a 405."""
+        method = request.method
+        route = (method, "/".join(parts[1:]))
+        load_unload = len(parts) == 5 and parts[1:3] == ["repository", "models"] and parts[4] in ("load", "unload")
+        allow = KNOWN_ROUTES.get(route[1]) or ("POST" if load_unload else None)
+        if allow is not None:
+            _only(allow, method, request.path)
+        if route == ("GET", "health/live"):
+            return web.Response(status=200 if self.core.live else 400)
+        if route == ("GET", "health/ready"):
+            return web.Response(status=200 if self.core.ready else 400)
+        if route == ("GET", ""):
+            return _json(self.core.server_metadata())
+        if route == ("GET", "models/stats"):
+            return _json({"model_stats": await self.core.statistics_dicts()})
+        if route == ("POST", "repository/index"):
+            return await self._index(request)
+        if load_unload:  # POST: any other method was refused above
+            return self._load_unload(parts[3], parts[4])
+        raise NotFound(f"Not Found: {request.method} {request.path}")
 
     def _metadata(self, model: str, version: str) -> dict:
         md = self.core.model_metadata(model, version)

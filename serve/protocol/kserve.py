@@ -140,9 +140,27 @@ def parse_infer_request(body: bytes | bytearray | memoryview, header_length: int
     if not isinstance(req, dict) or not isinstance(req.get("inputs"), list):
         raise InvalidArgument("failed to parse the request JSON: expected an object with an 'inputs' array")
     binary = memoryview(body)[header_length:] if header_length is not None else memoryview(b"")
+    inputs = _inputs(req["inputs"], binary)
+
+    params = req.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InvalidArgument("request 'parameters' must be an object")
+    binary_default = bool(params.get("binary_data_output", False))
+    outputs = None
+    binary_outputs: dict[str, bool] = {}
+    if req.get("outputs"):
+        outputs = _requested_outputs(req["outputs"], binary_default, binary_outputs)
+    rid = req.get("id")
+    return InferRequest(rid if isinstance(rid, str) else None, inputs, outputs, binary_outputs, binary_default, params)
+
+
+def _inputs(entries: list, binary: memoryview) -> dict[str, np.ndarray]:
+    """The request's "inputs" as arrays: each from its JSON `data`, or from its `binary_data_size` bytes of the
+    binary section, taken in order (the arrays are views of the body, not copies); every binary byte must
+    belong to an input."""
     offset = 0
     inputs: dict[str, np.ndarray] = {}
-    for t in req["inputs"]:
+    for t in entries:
         if not isinstance(t, dict) or not isinstance(t.get("name"), str):
             raise InvalidArgument("each input must be an object with a 'name'")
         name = t["name"]
@@ -178,27 +196,24 @@ def parse_infer_request(body: bytes | bytearray | memoryview, header_length: int
             inputs[name] = np.frombuffer(chunk, dtype=dtype).reshape(shape)
     if offset != len(binary):
         raise InvalidArgument(f"the request has {len(binary) - offset} unexpected bytes after its binary input data")
+    return inputs
 
-    params = req.get("parameters") or {}
-    if not isinstance(params, dict):
-        raise InvalidArgument("request 'parameters' must be an object")
-    binary_default = bool(params.get("binary_data_output", False))
-    outputs = None
-    binary_outputs: dict[str, bool] = {}
-    if req.get("outputs"):
-        outputs = []
-        for o in req["outputs"]:
-            if not isinstance(o, dict) or not isinstance(o.get("name"), str):
-                raise InvalidArgument("each requested output must be an object with a 'name'")
-            oparams = o.get("parameters") or {}
-            if "shared_memory_region" in oparams:
-                raise Unsupported("shared memory outputs are not supported by this server")
-            if oparams.get("classification"):
-                raise Unsupported("the classification extension is not supported by this server")
-            outputs.append(o["name"])
-            binary_outputs[o["name"]] = bool(oparams.get("binary_data", binary_default))
-    rid = req.get("id")
-    return InferRequest(rid if isinstance(rid, str) else None, inputs, outputs, binary_outputs, binary_default, params)
+
+def _requested_outputs(entries: list, binary_default: bool, binary_outputs: dict[str, bool]) -> list[str]:
+    """The names of the request's "outputs", in order; how each is to be sent goes into `binary_outputs` (its
+    binary_data parameter, else the request's binary_data_output)."""
+    outputs = []
+    for o in entries:
+        if not isinstance(o, dict) or not isinstance(o.get("name"), str):
+            raise InvalidArgument("each requested output must be an object with a 'name'")
+        oparams = o.get("parameters") or {}
+        if "shared_memory_region" in oparams:
+            raise Unsupported("shared memory outputs are not supported by this server")
+        if oparams.get("classification"):
+            raise Unsupported("the classification extension is not supported by this server")
+        outputs.append(o["name"])
+        binary_outputs[o["name"]] = bool(oparams.get("binary_data", binary_default))
+    return outputs
 
 
 def encode_infer_response(

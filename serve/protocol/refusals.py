@@ -1,13 +1,17 @@
 """What the front ends refused before a request reached a model, counted for /metrics (docs/serving.md).
 
 One counter per (front end, reason): `connections` (beyond --max-connections), `body_timeout` (a request
-whose head or body did not arrive within --body-timeout-s) and `flood` (a gRPC connection ended for PINGs /
-SETTINGS it did not read the answers of, for cancelling calls faster than serve/protocol/grpc_h2.py allows, or for a
-header block past its size or CONTINUATION bounds) and
-`memory` (a gRPC call refused because its connection already held its budget of request messages still
-arriving). The core carries one Refusals; every front end gets the core, so HTTP and gRPC count into the same
-place and the metrics front end reads it. A refusal worth a log line logs through `add(..., warning=...)`, at most one line
-per LOG_EVERY_S for each (front end, reason), so a flood of them cannot flood the log.
+whose head or body did not arrive within --body-timeout-s), `flood` (a gRPC connection ended for PINGs /
+SETTINGS it did not read the answers of, for cancelling calls faster than serve/protocol/h2_connection.py
+allows, or for a header block past its size or CONTINUATION bounds), `memory` (a gRPC call refused because
+its connection already held its budget of request messages still arriving) and `reply_timeout` (a gRPC call
+reset because its reply waited --body-timeout-s for a flow-control window the client never opened: the model
+has run, but the answer is refused to a client that does not read it, and counting it here is what shows a
+dashboard such clients) and `streams` (a gRPC call opened past the streams one connection may hold open, reset
+REFUSED_STREAM: the client may retry it, but a dashboard should see a client that ignores the advertised limit). The core carries one Refusals; every front end gets the core, so HTTP and gRPC
+count into the same place and the metrics front end reads it. A refusal worth a log line logs through
+`add(..., warning=...)`, at most one line per LOG_EVERY_S for each (front end, reason), so a flood of them
+cannot flood the log.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ log = logging.getLogger(__name__)
 
 METRIC = "trainserve_refused_total"
 HELP = "Requests and connections refused before reaching a model, by front end and reason"
-REASONS = ("connections", "body_timeout", "flood", "memory")
+REASONS = ("connections", "body_timeout", "flood", "memory", "reply_timeout", "streams")
 FRONTENDS = ("http", "grpc")
 LOG_EVERY_S = 10.0  # at most one warning line per this many seconds for each (front end, reason)
 

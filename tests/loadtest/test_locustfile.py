@@ -11,7 +11,7 @@ from tests.conftest import REPO_ROOT, free_port, stop_process, subprocess_env
 
 
 def test_no_torch_in_load_generator_imports() -> None:
-    code = ("import sys, loadtest.locustfile, loadtest.runner, trainserve.commands.load; "
+    code = ("import sys, loadtest.locustfile, loadtest.runner, trainserve.commands.load_command; "
             "bad = [m for m in ('torch', 'onnxruntime') if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], env=subprocess_env(), cwd=REPO_ROOT, check=True, timeout=60)
 

@@ -13,9 +13,9 @@ import pytest
 from tests.conftest import stop_process
 from tests.loadtest.conftest import start_stub
 from trainserve.loadtest.runner import LoadConfig, run_load
-from trainserve.report.collect import Entry
-from trainserve.report.scenarios import row
-from trainserve.report.verdict import reasons_of
+from trainserve.report.common.collect import Entry
+from trainserve.report.serving.scenarios import row
+from trainserve.report.verdict.verdict import reasons_of
 
 
 def _load(tmp_path: Path, stub_args: list[str], **kw) -> tuple[Path, object]:

@@ -137,18 +137,20 @@ def test_settings_and_ping_are_answered_and_an_unknown_method_is_unimplemented(s
 
 
 def test_calls_past_the_advertised_stream_limit_are_refused_and_the_rest_answered(server):
-    from trainserve.serve.protocol.grpc_h2 import MAX_STREAMS
+    from trainserve.serve.protocol.h2_connection import MAX_STREAMS
 
     client = RawClient(server[1])
     try:
         block = client.headers_block(INFER)  # the same fields each time: indexed after the first
         opened = b"".join(frame(HEADERS, 0x4, 1 + 2 * i, client.headers_block(INFER) if i else block)
                           for i in range(MAX_STREAMS + 1))  # each waits for its message
+        refused = server[0].core.refusals.get("grpc", "streams")
         client.sock.sendall(opened)
         last = 1 + 2 * MAX_STREAMS
         frames = client.frames(lambda fs: any(k == RST_STREAM and s == last for k, _, s, _ in fs))
         assert (RST_STREAM, 0, last, (7).to_bytes(4, "big")) in frames, "one stream past the limit was not refused"
         assert not any(k in (HEADERS, RST_STREAM) and s < last for k, _, s, _ in frames)
+        assert server[0].core.refusals.get("grpc", "streams") == refused + 1, "the refused call was not counted"
         client.sock.sendall(frame(DATA, 0x1, 1, infer_message(np.ones((1, 4), np.float32), "first")))
         assert client.status(client.frames(ended(1)), 1)["grpc-status"] == "0"
     finally:
@@ -296,7 +298,7 @@ def test_a_taken_port_is_an_os_error_naming_the_address(server):
 
 
 def test_calls_cancelled_faster_than_allowed_end_the_connection_and_the_server_goes_on(server):
-    from trainserve.serve.protocol.grpc_h2 import RESET_BURST
+    from trainserve.serve.protocol.h2_connection import RESET_BURST
 
     srv, port = server
     before = srv.core.refusals.get("grpc", "flood")
@@ -388,7 +390,7 @@ def send_until_blocked(client: RawClient, sid: int, message: bytes, window: dict
     """Send `message` on stream `sid` while the client's windows allow (`window`: by stream id, 0 the
     connection's, grown by the server's WINDOW_UPDATEs), until a second passes without credit or 4 windows went
     through; how many were sent. DATA received meanwhile is added to `replies`."""
-    from trainserve.serve.protocol.grpc_h2 import RECV_WINDOW
+    from trainserve.serve.protocol.h2_flow import RECV_WINDOW
 
     sent, progress = 0, time.monotonic()
     while sent < 4 * RECV_WINDOW // len(message):  # a server crediting on arrival lets all of it through
@@ -410,7 +412,7 @@ def send_until_blocked(client: RawClient, sid: int, message: bytes, window: dict
 
 
 def test_a_stream_whose_replies_are_not_read_stops_being_credited_and_resumes_when_they_are(tmp_path):
-    from trainserve.serve.protocol.grpc_h2 import OUT_BACKLOG, RECV_WINDOW
+    from trainserve.serve.protocol.h2_flow import OUT_BACKLOG, RECV_WINDOW
 
     repo = make_repository(tmp_path / "repo")
     with running_server(repo, max_queue_size=8) as (srv, ports):  # few requests in flight: replies come back soon
@@ -499,7 +501,7 @@ def goaway_code(client: RawClient, timeout_s: float = 3) -> int | None:
 
 
 def test_data_past_the_granted_window_ends_the_connection_with_flow_control_error(server):
-    from trainserve.serve.protocol.grpc_h2 import RECV_WINDOW
+    from trainserve.serve.protocol.h2_flow import RECV_WINDOW
 
     mib = 1 << 20
     client = RawClient(server[1])

@@ -1,13 +1,15 @@
-"""RFC 9113 / RFC 7541 rules of serve/protocol/h2_rules.py and serve/protocol/grpc_h2.py, one case per rule: a client breaks the rule
-frame by frame, the server answers with the RFC's error (GOAWAY for a connection error, RST_STREAM for a stream
-error) and code, and a normal client (h2's) is served afterwards. Frames go out as raw bytes (the broken ones are
-what a frame library refuses to build) and come back through hyperframe's parser."""
+"""RFC 9113 / RFC 7541 rules of serve/protocol/h2_rules.py and serve/protocol/h2_connection.py, one case per
+rule: a client breaks the rule frame by frame, the server answers with the RFC's error (GOAWAY for a connection
+error, RST_STREAM for a stream error) and code, and a normal client (h2's) is served afterwards. Frames go out as
+raw bytes (the broken ones are what a frame library refuses to build) and come back through hyperframe's
+parser."""
 
 from __future__ import annotations
 
 import socket
 import struct
 import time
+import urllib.request
 from collections.abc import Callable
 
 import h2.config
@@ -24,8 +26,8 @@ from tests.serve.tiny_models import make_repository
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
-PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = \
-    0x1, 0x3, 0x5, 0x6, 0x9, 0xB
+PROTOCOL_ERROR, FLOW_CONTROL_ERROR, STREAM_CLOSED, FRAME_SIZE_ERROR, CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = \
+    0x1, 0x3, 0x5, 0x6, 0x8, 0x9, 0xB
 READY = "/inference.GRPCInferenceService/ServerReady"
 REQUEST = ((":method", "POST"), (":scheme", "http"), (":path", READY), (":authority", "t"),
            ("content-type", "application/grpc"), ("te", "trailers"))
@@ -131,6 +133,17 @@ def fields_with(*changes: tuple[str, str], drop: str = "", first: tuple[str, str
 
 def request_case(fields) -> Callable[[Client], None]:
     return lambda c: c.send(frame(HEADERS, END_HEADERS | END_STREAM, 1, c.block(fields)))
+
+
+def with_length(declared: str, body: bytes, end_on_headers: bool = False) -> Callable[[Client], None]:
+    """A ServerReady call whose content-length says `declared` and whose DATA carries `body`."""
+    def case(c: Client) -> None:
+        block = c.block(fields_with(("content-length", declared)))
+        if end_on_headers:
+            c.send(frame(HEADERS, END_HEADERS | END_STREAM, 1, block))
+        else:
+            c.send(frame(HEADERS, END_HEADERS, 1, block), frame(DATA, END_STREAM, 1, body))
+    return case
 
 
 def window_past_max_by_settings(c: Client) -> None:
@@ -239,6 +252,11 @@ CASES: dict[str, tuple[Callable[[Client], None], tuple[str, int, int]]] = {
     "a value with a newline": (request_case(fields_with(("x-v", "a\nb"))), ("RST_STREAM", PROTOCOL_ERROR, 1)),
     "a pseudo-header in trailers": (lambda c: (open_stream(c), c.send(
         frame(HEADERS, END_HEADERS | END_STREAM, 1, c.block([(":path", "/x")])))), ("RST_STREAM", PROTOCOL_ERROR, 1)),
+    # content-length against the DATA received (RFC 9113 §8.1.1)
+    "DATA past its content-length": (with_length("3", bytes(5)), ("RST_STREAM", PROTOCOL_ERROR, 1)),
+    "DATA short of its content-length": (with_length("10", bytes(5)), ("RST_STREAM", PROTOCOL_ERROR, 1)),
+    "no DATA for a content-length": (with_length("5", b"", end_on_headers=True), ("RST_STREAM", PROTOCOL_ERROR, 1)),
+    "a content-length that is not a number": (with_length("5x", bytes(5)), ("RST_STREAM", PROTOCOL_ERROR, 1)),
 }
 
 
@@ -270,3 +288,65 @@ def test_a_normal_client_breaks_no_rule(port):
     finally:
         client.sock.close()
     assert served(port)
+
+
+def test_a_content_length_equal_to_the_data_is_served(port):
+    """The counterpart of the content-length cases: the declared length, in DATA split over two frames (one
+    padded, its padding not counted), is answered OK."""
+    client = Client(port)
+    try:
+        client.send(frame(HEADERS, END_HEADERS, 1, client.block(fields_with(("content-length", "5")))),
+                    frame(DATA, PADDED, 1, b"\x02" + bytes(2) + b"pd"), frame(DATA, END_STREAM, 1, bytes(3)))
+        end = client.read(lambda f: f.type == HEADERS and "END_STREAM" in f.flags or f.type in (GOAWAY, RST_STREAM))
+        assert end is not None and end.type == HEADERS and end.stream_id == 1
+    finally:
+        client.sock.close()
+
+
+def test_the_advertised_header_list_size_is_the_enforced_one(port):
+    """SETTINGS_MAX_HEADER_LIST_SIZE is in the server's SETTINGS, and a request whose header list (RFC 9113
+    §6.5.2: names, values and 32 bytes a field) is exactly that size is served, one byte more refused."""
+    client = Client(port)
+    try:
+        first = client.read(lambda f: f.type == SETTINGS and "ACK" not in f.flags)
+        assert first is not None
+        advertised = first.settings.get(0x6)
+        assert advertised is not None, f"no SETTINGS_MAX_HEADER_LIST_SIZE among {dict(first.settings)}"
+    finally:
+        client.sock.close()
+
+    def request_of(size: int) -> list:
+        base = sum(32 + len(k) + len(v) for k, v in REQUEST) + 32 + len("x-pad")
+        return fields_with(("x-pad", "a" * (size - base)))
+
+    client = Client(port)
+    try:
+        client.send(frame(HEADERS, END_HEADERS, 1, client.block(request_of(advertised))),
+                    frame(DATA, END_STREAM, 1, bytes(5)))
+        end = client.read(lambda f: f.type == HEADERS and "END_STREAM" in f.flags or f.type in (GOAWAY, RST_STREAM))
+        assert end is not None and end.type == HEADERS, f"a header list of the advertised {advertised} was refused"
+        client.send(frame(HEADERS, END_HEADERS | END_STREAM, 3, client.block(request_of(advertised + 1))))
+        assert client.error() == ("GOAWAY", COMPRESSION_ERROR, 0)
+    finally:
+        client.sock.close()
+    assert served(port)
+
+
+def test_a_reply_reset_while_parked_on_the_clients_window_is_counted_as_a_refusal(tmp_path):
+    """A reply that waits --body-timeout-s for a window the client never opens is reset (CANCEL) and counted in
+    trainserve_refused_total as every other refusal is; the server goes on."""
+    with running_server(make_repository(tmp_path / "repo"), body_timeout_s=0.3) as (srv, ports):
+        before = srv.core.refusals.get("grpc", "reply_timeout")
+        client = Client(ports["grpc"], PREFACE + frame(SETTINGS, 0, 0, struct.pack(">HL", 0x4, 0)))
+        try:
+            client.send(frame(HEADERS, END_HEADERS, 1, client.block()), frame(DATA, END_STREAM, 1, bytes(5)))
+            assert client.error() == ("RST_STREAM", CANCEL, 1)
+        finally:
+            client.sock.close()
+        deadline = time.monotonic() + 2.0
+        while srv.core.refusals.get("grpc", "reply_timeout") == before and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert srv.core.refusals.get("grpc", "reply_timeout") == before + 1
+        text = urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=10).read().decode()
+        assert f'trainserve_refused_total{{frontend="grpc",reason="reply_timeout"}} {before + 1}' in text
+        assert served(ports["grpc"])

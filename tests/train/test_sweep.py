@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-import trainserve.train.sweep as sw
-from trainserve.train.config import TrainConfig
 from trainserve.core.errors import UserError
 from trainserve.core.profile import ProfileRecord
+from trainserve.train.config import TrainConfig
+import trainserve.train.sweep as sw
 
 BASE = TrainConfig(model="mlp", preset="tiny", samples=256)
 FAST = dict(warmup_steps=1, timed_steps=3, min_batch=4, precisions=("fp32",))
@@ -78,7 +78,7 @@ def test_cpu_points_count_their_working_set_and_it_grows_with_the_batch():
         assert p.record.extra["memory_breakdown"]["source"] == "torch_profiler_cpu_memory_and_tensor_sizes"
         parts = [m.weights_bytes, m.gradients_bytes, m.optimizer_bytes, m.activations_bytes]
         assert all(x is not None for x in parts) and m.activations_bytes > 0
-        assert m.peak_bytes >= sum(parts) * 0.99  # the peak holds its parts (report/invariants.py checks it too)
+        assert m.peak_bytes >= sum(parts) * 0.99  # the peak holds its parts (report/verdict/invariants.py checks it too)
         peaks[p.batch_size] = (m.peak_bytes, m.activations_bytes)
     batches = sorted(peaks)
     assert len(batches) >= 2 and peaks[batches[-1]][1] > peaks[batches[0]][1]  # activations grow with the batch

@@ -70,7 +70,7 @@ def main() -> None:
     elif stage == "export":
         (run / "model_repository" / f"{a.model or 'cnn'}_cpu" / "1").mkdir(parents=True, exist_ok=True)
     elif stage == "frontier":
-        from trainserve.core.frontier import FrontierPoint, FrontierResult
+        from trainserve.core.frontier_result import FrontierPoint, FrontierResult
 
         point = FrontierPoint(series="train fp32", mode="train", precision="fp32", checkpointing=False, size=32,
                               params=30000, batch_size=8, status="fits", peak_bytes=600000)
@@ -109,6 +109,11 @@ def main() -> None:
             r.extra["search"] = {"capacity_req_s": 1200.0, "lower_bound": False, "stop_reason": "bracketed within 5%",
                                  "slo_p99_ms": float(a.slo_p99_ms), "start": float(a.rate),
                                  "figure": {"requests": 3000, "failures": 0}}
+        if a.rate and not a.search and not a.ramp:  # open loop at one rate: batching queues, without it p99 grows
+            r.settings.update(scenario="open loop", mode="open", duration_s=3.0)
+            r.concurrency = None
+            r.speed.latency = LatencyStats.from_samples_ms([9.0, 1.0, 1.2] if a.model.endswith("_nobatch")
+                                                           else [3.0, 2.0, 2.5])
         if a.ramp:
             r.validity.stability = None
             r.settings["scenario"] = "ramp"

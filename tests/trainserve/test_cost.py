@@ -13,14 +13,14 @@ from trainserve.cli import app
 from trainserve.core.errors import UserError
 from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.report import build_report
-from trainserve.report.analysis import analyse
-from trainserve.report.collect import collect
-from trainserve.report.cost import CostOptions, break_even, cost_section
-from trainserve.report.plan import capacity_plan, require_feasible
-from trainserve.report.prices import Prices, load_prices, resolve_prices
-from trainserve.report.cost_sections import InferCost, TrainCost
-from trainserve.report.sections import Report
-from trainserve.report.typed import to_json
+from trainserve.report.common.collect import collect
+from trainserve.report.common.cost_sections import InferCost, TrainCost
+from trainserve.report.common.prices import Prices, load_prices, resolve_prices
+from trainserve.report.common.sections import Report
+from trainserve.report.common.typed import to_json
+from trainserve.report.cost.capacity_plan import capacity_plan, require_feasible
+from trainserve.report.cost.cost_per_million import CostOptions, break_even, cost_section
+from trainserve.report.page.analysis import analyse
 
 HOST = {"hostname": "bench", "logical_cpus": 4}
 # round prices, so every expected figure below is worked out by hand

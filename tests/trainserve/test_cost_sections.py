@@ -10,13 +10,13 @@ import pytest
 
 from tests.trainserve import test_cost, test_report, test_report_verdict
 from trainserve.report import write_report
-from trainserve.report.analysis import analyse
-from trainserve.report.collect import collect
-from trainserve.report.cost import CostOptions, cost_section
-from trainserve.report.cost_sections import Costs, Plan, RunCost, RunNotKnown
-from trainserve.report.plan import capacity_plan
-from trainserve.report.sentences import cost_lines
-from trainserve.report.typed import from_json, to_json
+from trainserve.report.common.collect import collect
+from trainserve.report.common.cost_sections import Costs, Plan, RunCost, RunNotKnown
+from trainserve.report.common.sentences import cost_lines
+from trainserve.report.common.typed import from_json, to_json
+from trainserve.report.cost.capacity_plan import capacity_plan
+from trainserve.report.cost.cost_per_million import CostOptions, cost_section
+from trainserve.report.page.analysis import analyse
 
 
 def _invalid_server_run(tmp_path: Path) -> Path:

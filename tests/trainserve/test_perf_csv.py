@@ -9,7 +9,7 @@ from tests.trainserve.test_cost import make_run
 from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.loadtest.histogram import Histogram
 from trainserve.report import build_report
-from trainserve.report.perf_csv import to_csv
+from trainserve.report.serving.perf_csv import to_csv
 
 # perf_analyzer's header, as its documentation prints it after `perf_analyzer ... -f perf.csv`
 PERF_ANALYZER_HEADER = ("Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,Server Queue,"

@@ -32,7 +32,8 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     html = Pipeline(cfg, progress=events.append, argv=fake_argv).run()
     done = [e.stage for e in events if e.status == "done"]
     assert done == ["train", "sweep-cpu", "export", "frontier-cpu", "limits-cpu", "serve-cpu", "load-cpu-ramp",
-                    "load-cpu-server", "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
+                    "load-cpu-server", "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch",
+                    "load-cpu-shared-rate", "load-cpu-shared-rate-nobatch", "report"]
     # one progress line per sweep point, while the stage runs
     assert [e.detail for e in events if e.status == "line"] == [f"cpu fp32 batch {b}" for b in (8, 16, 32)]
     assert "--sweep-budget-s 25" in (tmp_path / "p1" / "logs" / "sweep-cpu.log").read_text()
@@ -42,7 +43,14 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
         "embedded-cpu-batch1.json", "embedded-cpu-batch1_stats.csv", "embedded-cpu-ramp.json",
         "embedded-cpu-ramp_stats.csv", "embedded-cpu-saturated.json", "embedded-cpu-saturated_stats.csv",
         "embedded-cpu-server-nobatch.json", "embedded-cpu-server-nobatch_stats.csv", "embedded-cpu-server.json",
-        "embedded-cpu-server_stats.csv"]
+        "embedded-cpu-server_stats.csv", "embedded-cpu-shared-rate-nobatch.json",
+        "embedded-cpu-shared-rate-nobatch_stats.csv", "embedded-cpu-shared-rate.json",
+        "embedded-cpu-shared-rate_stats.csv"]
+    # both variants at one open-loop rate, 80% of the lower Server capacity (1,200 each), briefly on a quick run
+    for name in ("shared-rate", "shared-rate-nobatch"):
+        log = (tmp_path / "p1" / "logs" / f"load-cpu-{name}.log").read_text()
+        assert "--rate 960 " in log and "--duration 3s" in log and "--search" not in log
+    assert "--model cnn_cpu_nobatch" in (tmp_path / "p1" / "logs" / "load-cpu-shared-rate-nobatch.log").read_text()
     # the same Server scenario with batching off, on the model exported beside it, from the capacity found with it on
     nobatch_log = (tmp_path / "p1" / "logs" / "load-cpu-server-nobatch.log").read_text()
     assert "--model cnn_cpu_nobatch" in nobatch_log and "--search" in nobatch_log and "--rate 600.0" in nobatch_log  # half of 1,200
@@ -58,7 +66,10 @@ def test_pipeline_runs_every_stage_and_writes_the_report(tmp_path):
     slo_row = next(r for r in summary["costs"]["models"]["cnn"]["infer"]["cpu"]["rows"] if r["basis"] == "slo")
     assert (slo_row["kind"], slo_row["requests_s"]) == ("Server scenario", 1200.0)
     cpu = summary["models"]["cnn"]["infer"]["onnxruntime"]["cpu"]
-    assert cpu["batch1"]["source"] == "load/embedded-cpu-batch1.json"
+    assert cpu["batch1"]["source"] == "load/embedded-cpu-batch1.json"  # not a shared-rate load, though batch 1
+    shared = summary["models"]["cnn"]["batching"]["cpu"]["shared_rate"]
+    assert (shared["rate_req_s"], shared["on_p99_ms"] < shared["off_p99_ms"]) == (960.0, True)
+    assert shared["off_source"] == "load/embedded-cpu-shared-rate-nobatch.json"
     assert cpu["saturated"]["batch_size"] == 64
     assert summary["models"]["cnn"]["ramps"][0]["source"] == "load/embedded-cpu-ramp.json"
     # the in-process limits ran before the server, within --quick's budget, and are set beside the served figures
@@ -264,9 +275,10 @@ def test_resume_keeps_the_completed_stages_and_runs_the_rest(tmp_path, monkeypat
     assert kept == ["train", "sweep-cpu"]
     ran = [e.stage for e in events if e.status == "done" and e.stage not in kept]
     assert ran == ["export", "frontier-cpu", "limits-cpu", "serve-cpu", "load-cpu-ramp", "load-cpu-server",
-                   "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch", "report"]
+                   "load-cpu-batch1", "load-cpu-saturated", "load-cpu-server-nobatch", "load-cpu-shared-rate",
+                   "load-cpu-shared-rate-nobatch", "report"]
     assert (run / "logs" / "train.log").read_text() == train_log  # not run again
-    assert html.is_file() and len(json.loads((run / "stages.json").read_text())) == 10
+    assert html.is_file() and len(json.loads((run / "stages.json").read_text())) == 12
 
     # a run whose every load is done starts no server when resumed
     events.clear()
@@ -283,3 +295,18 @@ def test_resume_refuses_other_options_and_a_run_that_never_started(tmp_path, mon
                  argv=fake_argv)
     with pytest.raises(UserError, match=r"^--resume: run 'r9' cannot be resumed, its run.json at .* is missing"):
         Pipeline(RunConfig(device="cpu", quick=True, run="r9", runs_dir=tmp_path, resume=True), argv=fake_argv)
+
+
+def test_the_shared_rate_is_a_share_of_the_lower_capacity_or_says_why_not(tmp_path):
+    from trainserve.core.profile import ProfileRecord
+
+    pipeline = Pipeline(RunConfig(device="cpu", quick=True, run="s1", runs_dir=tmp_path), argv=fake_argv)
+    assert pipeline._shared_rate("cpu") == "the Server search as exported wrote no record"
+    for name, capacity in (("server", 2000.0), ("server-nobatch", None)):
+        r = ProfileRecord(phase="infer", model="cnn_cpu", backend="onnxruntime", device="cpu", batch_size=1)
+        r.extra["search"] = {"capacity_req_s": capacity}
+        r.save(tmp_path / "s1" / "load" / f"embedded-cpu-{name}.json")
+    assert "with batching off found no rate within the SLO" in pipeline._shared_rate("cpu")
+    r.extra["search"] = {"capacity_req_s": 4000.0}  # batching off carries more here: the lower one decides
+    r.save(tmp_path / "s1" / "load" / "embedded-cpu-server-nobatch.json")
+    assert pipeline._shared_rate("cpu") == 1600.0

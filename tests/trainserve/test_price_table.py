@@ -11,13 +11,13 @@ from typer.testing import CliRunner
 
 from tests.trainserve.test_cost import make_run
 from trainserve.cli import app
-from trainserve.report.analysis import analyse
-from trainserve.report.breakeven import gpu_price_break_even
-from trainserve.report.collect import collect
-from trainserve.report.cost import CostOptions, cost_section
-from trainserve.report.plan import capacity_plan
-from trainserve.report.price_table import CPU_PRICE, GPU_PRICES, gpu_entry
-from trainserve.report.prices import Prices
+from trainserve.report.common.collect import collect
+from trainserve.report.common.price_table import CPU_PRICE, GPU_PRICES, gpu_entry
+from trainserve.report.common.prices import Prices
+from trainserve.report.cost.breakeven import gpu_price_break_even
+from trainserve.report.cost.capacity_plan import capacity_plan
+from trainserve.report.cost.cost_per_million import CostOptions, cost_section
+from trainserve.report.page.analysis import analyse
 
 CPU_ONLY = Prices(cpu_core_hour_usd=0.09, kwh_usd=0.1)  # CPU server: 4 x 0.09 = $0.36/h; GPU from the table
 

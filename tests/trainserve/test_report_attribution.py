@@ -11,8 +11,8 @@ from tests.trainserve.test_report import make_run
 from trainserve.core.profile import ProfileRecord
 from trainserve.core.served import Attribution, Bound, ClientCpu, Served, as_dict
 from trainserve.report import build_report
-from trainserve.report.attribution_plot import attribution_chart
-from trainserve.report.sections import AttributionPoint, Split
+from trainserve.report.common.sections import AttributionPoint, Split
+from trainserve.report.serving.attribution_plot import attribution_chart
 
 
 def _split(latency: float, server: float, queue: float, compute: float, client: float) -> Attribution:
@@ -105,7 +105,7 @@ def test_the_chart_draws_one_bar_per_point_and_nothing_without_a_split() -> None
 def test_a_ramp_s_figure_is_named_beside_the_server_scenario_s_capacity():
     from types import SimpleNamespace
 
-    from trainserve.report.sentences import _not_capacity
+    from trainserve.report.common.sentences import _not_capacity
 
     row = SimpleNamespace(capacity_req_s=55_679.0, lower_bound=False, slo_p99_ms=20.0)
     s = SimpleNamespace(scenarios={"cuda": {"Server": row}})

@@ -1,4 +1,4 @@
-"""report/diff.py and diff_gate.py on crafted runs with known differences: a change inside the noise is not
+"""report/diff/run_diff.py and diff_gate.py on crafted runs with known differences: a change inside the noise is not
 flagged, one outside is, in the figure's own sense of better; other operating points are apart; a run against
 itself shows no change."""
 
@@ -8,9 +8,9 @@ import pytest
 
 from tests.trainserve.diff_runs import example, make_run, scale  # noqa: F401 (fixtures)
 from trainserve.core.errors import UserError
-from trainserve.report.diff import Spread, diff_runs, load_run, parse_noise, welch_p
-from trainserve.report.diff_gate import breaches, parse_fail_on
-from trainserve.report.diff_render import html, markdown
+from trainserve.report.diff.diff_gate import breaches, parse_fail_on
+from trainserve.report.diff.diff_render import html, markdown
+from trainserve.report.diff.run_diff import Spread, diff_runs, load_run, parse_noise, welch_p
 
 
 def _diff(make_run, change, noise="5%"):

@@ -9,9 +9,9 @@ from typer.testing import CliRunner
 from tests.docpaths import assert_documented_artifacts
 
 from trainserve.cli import app
-from trainserve.core.frontier import FrontierPoint, FrontierResult, SeriesFit, load_all
-from trainserve.report.frontier import device_section, frontier_sections, html_section, md_section
-from trainserve.report.frontier_plot import frontier_figures
+from trainserve.core.frontier_result import FrontierPoint, FrontierResult, SeriesFit, load_all
+from trainserve.report.memory.frontier_plot import frontier_figures
+from trainserve.report.memory.memory_frontier import device_section, frontier_sections, html_section, md_section
 
 
 def _pt(series: str, size: int, params: int, peak: int, status: str = "fits", **kw) -> FrontierPoint:
@@ -74,8 +74,8 @@ def test_bad_frontier_input_is_one_sentence_and_exit_1(tmp_path):
 
 
 def test_a_modelled_sharded_series_is_drawn_labelled_and_left_out_of_the_edges(monkeypatch):
-    from trainserve.core.frontier import sharded_point
-    from trainserve.report import frontier_plot
+    from trainserve.core.frontier_result import sharded_point
+    from trainserve.report.memory import frontier_plot
 
     r = _result()
     plain = _pt("train bf16", 64, 10**8, 20 * 2**30, weights_bytes=4 * 10**8, gradients_bytes=4 * 10**8,
@@ -83,7 +83,7 @@ def test_a_modelled_sharded_series_is_drawn_labelled_and_left_out_of_the_edges(m
     r.points.append(sharded_point(plain, 2, r.capacity_bytes))
     assert [s.series for s in device_section(r).series] == ["train bf16", "train bf16 ckpt", "infer fp16"]
     figs = []
-    monkeypatch.setattr(frontier_plot, "_png", lambda fig: figs.append(fig) or b"")
+    monkeypatch.setattr(frontier_plot, "png_bytes", lambda fig: figs.append(fig) or b"")
     frontier_plot.chart(r, device_section(r))
     labels = [t.get_text() for t in figs[0].axes[0].get_legend().get_texts()]
     assert "train bf16 shard/2 per rank (modelled)" in labels

@@ -1,4 +1,4 @@
-"""Figures checked against each other (report/invariants.py): each broken invariant makes the verdict INVALID
+"""Figures checked against each other (report/verdict/invariants.py): each broken invariant makes the verdict INVALID
 with its own reason, and the same run with it mended is VALID again."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import pytest
 from tests.trainserve.test_report import MIB, _infer, _train, make_run
 from trainserve.core.served import Bound, ClientCpu, Served
 from trainserve.core.version import UNINSTALLED
-from trainserve.report import build_report, invariants
+from trainserve.report import build_report
+from trainserve.report.verdict import invariants
 
 
 def _verdict(run: Path) -> dict:

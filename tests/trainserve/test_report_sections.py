@@ -7,10 +7,10 @@ import json
 
 from tests.trainserve.test_report import make_run
 from trainserve.report import build_report
-from trainserve.report.analysis import analyse
-from trainserve.report.collect import collect
-from trainserve.report.sections import MemoryFigure, MemoryRatios, MemorySide
-from trainserve.report.typed import to_json
+from trainserve.report.common.collect import collect
+from trainserve.report.common.sections import MemoryFigure, MemoryRatios, MemorySide
+from trainserve.report.common.typed import to_json
+from trainserve.report.page.analysis import analyse
 
 
 def test_to_json_keeps_field_order_and_nulls_and_leaves_out_only_optional_nones() -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from trainserve.core.profile import LatencyStats, ProfileRecord
 from trainserve.report import build_report
-from trainserve.report.cost import CostOptions
-from trainserve.report.stats import ci95, t95, within_noise
+from trainserve.report.common.stats import ci95, t95, within_noise
+from trainserve.report.cost.cost_per_million import CostOptions
 
 HOST = {"hostname": "bench-01", "cpu_model": "Test CPU", "logical_cpus": 8, "memory_bytes": 2**34}
 STABLE = {"stable": True, "rule": "windows", "reason": "3 consecutive 1 s windows agree within 10%",

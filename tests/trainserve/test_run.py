@@ -76,7 +76,8 @@ def test_run_quick_end_to_end(tmp_path):
     assert off["model"] == "cnn_cpu_nobatch" and off["source"] == "load/embedded-cpu-server-nobatch.json"
     assert off["capacity_req_s"] > 0 and cnn["batching"]["cpu"]["on"]["capacity_req_s"] > 0
     assert not answers["gpu_release"]["measured"] and answers["gpu_release"]["command"]
-    assert answers["data_path"]["measured"] and "on a CPU the host is the device" in answers["data_path"]["text"]
+    data = answers["data_path"]["text"]
+    assert answers["data_path"]["measured"] and "the host is the device" in data and "no GPU in this run" in data
     md = (report / "report.md").read_text()
     assert md.index("## Answers") < md.index("## Summary")
     ratio = cnn["train_vs_infer"]["cpu"]["throughput_ratio"]

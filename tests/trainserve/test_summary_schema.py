@@ -12,7 +12,7 @@ import pytest
 
 from tests.trainserve.test_cost import make_run
 from trainserve.report import build_report
-from trainserve.report.cost import CostOptions
+from trainserve.report.cost.cost_per_million import CostOptions
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = json.loads((ROOT / "docs" / "summary.schema.json").read_text())

@@ -295,6 +295,6 @@ def test_a_point_shorter_than_nvmls_period_reads_not_sampled_never_0(monkeypatch
         long = s.summary()
     assert short["gpu_util_mean_percent"] is None and short["gpu_util_sampled"] is False
     assert long["gpu_util_sampled"] is True and long["gpu_util_mean_percent"] == 95
-    from trainserve.report.render import _op_util  # the sweep table's cell
+    from trainserve.report.page.render import _op_util  # the sweep table's cell
 
     assert _op_util("cuda", None) == "not sampled" and _op_util("cuda", 0.0) == "0%" and _op_util("cpu", None) == ""

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from trainserve.report.typed import OPTIONAL, from_json, to_json
+from trainserve.report.common.typed import OPTIONAL, from_json, to_json
 
 
 @dataclass

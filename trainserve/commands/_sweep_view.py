@@ -10,9 +10,9 @@ import typer
 from trainserve.core.errors import UserError
 from trainserve.core.speedup import speedups_of_records
 from trainserve.core.telemetry import NOT_SAMPLED
-from trainserve.report import units as u
-from trainserve.report.sections import TrainSpeedup
-from trainserve.report.sentences import train_speedup_text
+from trainserve.report.common import units as u
+from trainserve.report.common.sections import TrainSpeedup
+from trainserve.report.common.sentences import train_speedup_text
 from trainserve.train.sweep import SweepConfig, file_name, sweep, write_sweep
 
 POINT_PREFIX = "sweep point:"  # `trainserve run` shows the lines that start with this, as they come
@@ -49,6 +49,20 @@ def point_line(p: Any) -> str:
             f"  peak {u.nbytes(r.memory.peak_bytes):>9}{tail}{cut}")
 
 
+def data_path_line(device: str, dp: dict[str, Any] | None) -> str | None:
+    """The data path at the best point (train/datapath.py): host DataLoader and resident samples/s, their ratio."""
+    if not dp:
+        return None
+    head = f"{POINT_PREFIX} {device:<4} data path at batch {dp['batch_size']} {dp['precision']}:"
+    if dp.get("skipped"):
+        return f"{head} skipped: {dp['skipped']}"
+    by = {r["placement"]: r for r in dp["runs"]}
+    host, dev = by.get("host") or {}, by.get("device") or {}
+    return (f"{head} host DataLoader {u.num(host.get('samples_s'))} samples/s ({host.get('workers')} workers, "
+            f"{u.ms(host.get('data_wait_ms'))} host data time per step), resident {u.num(dev.get('samples_s'))} "
+            f"samples/s: host at {u.ratio(dp.get('host_over_device'))}")
+
+
 def run_sweeps(cfg: Any, device: str, budget_s: float, root: Path) -> dict[str, Any]:
     """Sweep each device in turn; write sweep/<device>/; print both training speedups when both ran."""
     check_budget(budget_s)
@@ -59,6 +73,9 @@ def run_sweeps(cfg: Any, device: str, budget_s: float, root: Path) -> dict[str, 
         result = sweep(cfg, d, config, on_point=lambda p: typer.echo(point_line(p)))
         write_sweep(result, root / "sweep" / d, {"model": cfg.model, "preset": cfg.preset})
         best = result.best
+        line = data_path_line(d, result.data_path)
+        if line:
+            typer.echo(line)
         typer.echo(f"sweep {d}: best {u.num(best.record.speed.throughput_samples_s)} samples/s at batch "
                    f"{best.batch_size} {best.precision}; {len(result.measured)} points in {result.elapsed_s:.1f} s "
                    f"of {budget_s:g} s; written to {root / 'sweep' / d}")

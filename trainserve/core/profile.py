@@ -134,7 +134,7 @@ class Validity:
     errors: list[str] = field(default_factory=list)
     partial: bool = False  # the run stopped early; numbers cover what finished
     # the load generator, not the server, may have limited the figure (set by the client-CPU check); the
-    # run's verdict (trainserve/report/verdict.py) is INVALID while any record says so
+    # run's verdict (trainserve/report/verdict/verdict.py) is INVALID while any record says so
     client_saturated: bool = False
     # loadtest/windows.py: {"stable", "rule", "reason", "windows_used"}; None where no windows were kept
     stability: dict[str, Any] | None = None

@@ -1,7 +1,7 @@
 """The CPU-vs-GPU training speed-up: one computation for the report and for `trainserve compare`.
 
 Pure arithmetic over training profile records, given as (source, record) pairs where `source` is the
-record's path inside the run folder. The report (trainserve.report.analysis) and the command line
+record's path inside the run folder. The report (trainserve.report.page.analysis) and the command line
 (`trainserve compare`, its sweeps) both call `speedups_of_records`, so they print the same figure.
 
 Two bases, always both: "train" compares the devices at the same configuration (batch size and
@@ -99,31 +99,42 @@ def speedups_of_records(records: list[Pair]) -> dict[str, Any]:
     points = operating_points(train)
     picked = {d: pick_train([p for p in train if p[1].device == d]) for d in DEVICES}
     runs = {d: None if p is None else run_point(*p) for d, p in picked.items()}
-    cpu_pts = [p for p in points.get("cpu", {}).get("train", []) if not p["partial"]]
-    gpu_pts = [p for p in points.get("cuda", {}).get("train", []) if not p["partial"]]
-    same = None
-    gpu_by_config = {(p["batch_size"], p["precision"]): p for p in gpu_pts}
-    common = [p for p in cpu_pts if (p["batch_size"], p["precision"]) in gpu_by_config]
-    if common:
-        cpu_best = best_point(cpu_pts)
-        chosen = (cpu_best if cpu_best in common
-                  else max(common, key=lambda p: (p["precision"] == "fp32", p["batch_size"])))
-        same = (chosen, gpu_by_config[(chosen["batch_size"], chosen["precision"])])
+    same = _same_in_sweeps(points)
     note = None
     if same is None:
-        c, g = runs["cpu"], runs["cuda"]
-        if c and g and (c["batch_size"], c["precision"]) == (g["batch_size"], g["precision"]):
-            same = (c, g)
-        elif c and g:
-            note = (f"not measured: the CPU trained at batch {c['batch_size']} {c['precision']} and the GPU at batch "
-                    f"{g['batch_size']} {g['precision']}, and no sweep measured a configuration on both")
-        else:
-            missing = [DEVICE_LABEL[d] for d in DEVICES if not points.get(d) and not runs[d]]
-            note = (f"not measured: no {' or '.join(missing)} training measurement" if missing
-                    else "not measured: the CPU and GPU sweeps share no batch size and precision")
+        same, note = _same_in_runs(runs, points)
     best = tuple(points.get(d, {}).get("train_best") for d in DEVICES)
     return {"train": _train_speedup("same_config", *(same or (None, None)), note),
             "train_best": _train_speedup("best_vs_best", *best, None)}
+
+
+def _same_in_sweeps(points: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The CPU's and the GPU's sweep points at one configuration both measured: the CPU's best when the GPU has
+    it, else the largest common batch, fp32 first (None: no configuration in common)."""
+    cpu_pts = [p for p in points.get("cpu", {}).get("train", []) if not p["partial"]]
+    gpu_pts = [p for p in points.get("cuda", {}).get("train", []) if not p["partial"]]
+    gpu_by_config = {(p["batch_size"], p["precision"]): p for p in gpu_pts}
+    common = [p for p in cpu_pts if (p["batch_size"], p["precision"]) in gpu_by_config]
+    if not common:
+        return None
+    cpu_best = best_point(cpu_pts)
+    chosen = (cpu_best if cpu_best in common
+              else max(common, key=lambda p: (p["precision"] == "fp32", p["batch_size"])))
+    return chosen, gpu_by_config[(chosen["batch_size"], chosen["precision"])]
+
+
+def _same_in_runs(runs: dict[str, dict[str, Any] | None], points: dict[str, Any]
+                  ) -> tuple[tuple[dict[str, Any], dict[str, Any]] | None, str | None]:
+    """The training runs themselves when their batch and precision agree, else None and why not."""
+    c, g = runs["cpu"], runs["cuda"]
+    if c and g and (c["batch_size"], c["precision"]) == (g["batch_size"], g["precision"]):
+        return (c, g), None
+    if c and g:
+        return None, (f"not measured: the CPU trained at batch {c['batch_size']} {c['precision']} and the GPU at "
+                      f"batch {g['batch_size']} {g['precision']}, and no sweep measured a configuration on both")
+    missing = [DEVICE_LABEL[d] for d in DEVICES if not points.get(d) and not runs[d]]
+    return None, (f"not measured: no {' or '.join(missing)} training measurement" if missing
+                  else "not measured: the CPU and GPU sweeps share no batch size and precision")
 
 
 def _train_speedup(basis: str, cpu: dict[str, Any] | None, gpu: dict[str, Any] | None,

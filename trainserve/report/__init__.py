@@ -13,22 +13,23 @@ from pathlib import Path
 
 from trainserve.core.errors import UserError
 from trainserve.core.fsutil import staged_dir, write_json_atomic, write_text_atomic
-from trainserve.report import perf_csv
-from trainserve.report.analysis import analyse
-from trainserve.report.attribution_plot import attribution_figures
-from trainserve.report.collect import collect
-from trainserve.report.cost import CostOptions, cost_section
-from trainserve.report.cost_plot import cost_figures
-from trainserve.report.frontier import frontier_sections
-from trainserve.report.frontier_plot import frontier_figures
-from trainserve.report.sentences import cost_lines
-from trainserve.report.plan import capacity_plan
-from trainserve.report.plots import model_figures
-from trainserve.report.render import html_report, markdown_report
-from trainserve.report.typed import to_json
-from trainserve.report import diff_plot, diff_render
-from trainserve.report.diff import diff_runs, load_run, run_info, run_options
-from trainserve.report.sections import Report
+from trainserve.report.common.collect import collect
+from trainserve.report.common.sections import Report
+from trainserve.report.common.sentences import cost_lines
+from trainserve.report.common.typed import to_json
+from trainserve.report.cost.capacity_plan import capacity_plan
+from trainserve.report.cost.cost_per_million import CostOptions, cost_section
+from trainserve.report.cost.cost_plot import cost_figures
+from trainserve.report.diff import diff_plot
+from trainserve.report.diff import diff_render
+from trainserve.report.diff.run_diff import diff_runs, load_run, run_info, run_options
+from trainserve.report.memory.frontier_plot import frontier_figures
+from trainserve.report.memory.memory_frontier import frontier_sections
+from trainserve.report.page.analysis import analyse
+from trainserve.report.page.model_plots import model_figures
+from trainserve.report.page.render import html_report, markdown_report
+from trainserve.report.serving import perf_csv
+from trainserve.report.serving.attribution_plot import attribution_figures
 
 log = logging.getLogger(__name__)
 

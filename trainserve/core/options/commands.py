@@ -5,7 +5,7 @@ from __future__ import annotations
 from trainserve.core.options.common import GlobalOptions
 from trainserve.core.options.cost import CostFlags, PlanJob, ReportJob
 from trainserve.core.options.diff import DiffJob
-from trainserve.core.options.frontier import FrontierJob
+from trainserve.core.options.frontier_options import FrontierJob
 from trainserve.core.options.load import LoadJob, LocustOptions
 from trainserve.core.options.run import RunOptions
 from trainserve.core.options.serve import ExportJob, LimitsJob, RepositoryOptions, ServeOptions

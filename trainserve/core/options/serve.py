@@ -32,7 +32,7 @@ class RepositoryOptions:
                                             aliases=("--max-queue-delay-us",))
     cpu_instances: int = opt(1, "Instances (onnxruntime sessions) of the CPU model.")
     # two per GPU, so one copies its batch in and out while the other runs; with one the GPU idles during every
-    # host-device copy (docs/BENCHMARKS.md, embedded server on the GPU)
+    # host-device copy (`git show aa232bf:docs/BENCHMARKS.md`, embedded server on the GPU)
     gpu_instances: int = opt(2, "Instances of the GPU model per GPU (two overlap copies with compute).")
     cpu_threads: int = opt(0, "onnxruntime intra-op threads per CPU instance (0: left to the serving machine, "
                               "cores / instances).")

@@ -1,0 +1,1 @@
+"""The questions the README promises to answer, answered from the typed sections, and their part of the page."""
