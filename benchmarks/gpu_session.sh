@@ -4,7 +4,7 @@
 #   phases: env train train-cnn profile ddp1 train-cpu serve serve-cpu-host serve-cpu-small grpc serve-matrix sweep-transformer
 #           export run example usermodel attribution repeats gpu-tier frontends frontends-ramp server-search perf23 perf23-switch
 #           search-split engine capacity merge merge-alone merge-search cpu-frontends cpu-lone lone-gpu lone-twin h2grpc h2grpc-ratio h2-load
-#           h2-search-grpc pin flow flow-gpu rates-http run-default search-default
+#           h2-search-grpc pin flow flow-gpu rates-http run-default search-default fsdp frontier-edge
 # Each phase writes under $RESULTS (default /tmp/gpu-results, kept between calls on a warm machine: logs
 # and JSON); a tarball of all of it is left at $OUT/results.tgz (one file, whatever the phase count).
 set -uo pipefail
@@ -286,6 +286,18 @@ search-default)  # the Server search with its defaults against the default run's
       --metrics-url http://127.0.0.1:18002/metrics
   done
   kill $srv; wait $srv 2>/dev/null ;;
+fsdp)  # issue 44 item 2: one GPU as N=1, DDP against FSDP2 --shard and --shard --offload, 40 steps each of the
+  # small transformer in bf16; each rank's GPU peak and split, and the host's share under --offload ($R/fsdp_memory.*)
+  for v in ddp: shard:--shard offload:--shard\ --offload; do
+    step "fsdp_${v%%:*}" 240 bash -c "$py -m trainserve train --model transformer --preset small --precision bf16 \
+      --batch-size 64 --samples 4096 --steps 40 --device cuda --nproc 1 ${v#*:} --run fsdp-${v%%:*} \
+      --runs-dir '$R/runs' --overwrite"
+  done
+  step fsdp_memory 60 env OUT="$R" $py benchmarks/fsdp_memory.py --runs-dir "$R/runs" fsdp-ddp fsdp-shard fsdp-offload ;;
+frontier-edge)  # issue 44: the transformer's frontier with a 240 s budget, every series' edge bracketed (measured
+  # just below the predicted edge, and the next size above measured not to fit); $R/frontier-edge.json
+  step frontier_edge 420 $py -m trainserve frontier --device cuda --budget-s 240 --run gpu-frontier --runs-dir "$R/runs"
+  cp "$R/runs/gpu-frontier/frontier/cuda.json" "$R/frontier-edge.json" ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
 # checkpoints and models stay on the machine (a later call on it may resume a run or reuse a repository);

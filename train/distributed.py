@@ -57,6 +57,7 @@ class DistContext:
     sync_check: bool = field(default=False, repr=False)
     baseline_throughput: float | None = None  # samples/s of a 1-process run, for scaling efficiency
     shard: bool = False  # --shard: parameters, gradients and optimizer state split across the ranks (train/sharding.py)
+    offload: bool = False  # --offload: the sharded state kept in host memory, the optimizer step on the CPU
 
     @property
     def distributed(self) -> bool:
@@ -72,7 +73,7 @@ class DistContext:
 
     def describe(self) -> dict[str, Any]:
         return {"world_size": self.world_size, "backend": self.backend, "rank": self.rank,
-                "local_rank": self.local_rank, "parallelism": "fsdp2" if self.shard else "ddp"}
+                "local_rank": self.local_rank, "parallelism": "fsdp2" if self.shard else "ddp", "offload": self.offload}
 
 
 def launched_by_torchrun(environ: dict[str, str] | None = None) -> bool:

@@ -4,31 +4,30 @@ A family scaled by one number (the transformer's d_model, depth growing with it;
 `--size-arg`) is measured size by size, smallest first, in several series: training in fp32 and bf16
 (autocast), each with and without activation checkpointing, and inference of the exported fp32, fp16 and
 int8 ONNX models. A training point is one full step (forward, backward, AdamW step) after a first step
-that made the optimizer state: its peak is split into weights, gradients and optimizer state (from tensor
-sizes) and activations and temporaries (the rest). An inference point is the working set of a fresh
+that made the optimizer state, its two phases (forward/backward, the optimizer step) measured apart: its
+peak is the larger, split into weights, gradients and optimizer state (from tensor sizes) and activations
+(forward/backward's peak less those) or the step's temporaries. An inference point is the working set of a fresh
 onnxruntime session run once at the batch (its arena included), measured by the probe the caller passes
 (serve/ owns onnxruntime; this module only exports).
 
 A point fits when it runs and its peak is within the capacity (the card's memory, or --memory-cap-gib); a
-real CUDA out-of-memory is caught, recorded and given back. A series stops at its first size that does not
-fit. Each series then gets a memory model fitted to its measured points,
-bytes ≈ a·params + b·batch·activations_per_sample + c, whose features come from building the model on the
-meta device (no memory), so it predicts sizes never built; the largest size it predicts to fit is then
-measured, to check it. torch is imported inside the functions.
+real CUDA out-of-memory is caught, recorded and given back. Each series gets a memory model fitted to its
+measured points, bytes ≈ a·params + b·batch·activations_per_sample + c, whose features come from building
+the model on the meta device (no memory), so it predicts sizes never built; the sweep (walk up the sizes,
+then each series' edge searched with it and bracketed) is train/frontier_sweep.py. torch is imported inside
+the functions.
 """
 
 from __future__ import annotations
 
 import logging
-import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from trainserve.core.errors import UserError
-from trainserve.core.frontier_result import MAX_EXTRAPOLATION, FrontierPoint, FrontierResult, SeriesFit, series_name
+from trainserve.core.frontier_result import MAX_EXTRAPOLATION, FrontierResult, SeriesFit
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +36,13 @@ TRAIN_PRECISIONS = ("fp32", "bf16")
 INFER_PRECISIONS = ("fp32", "fp16", "int8")
 # d_model of each rung: about twice the parameters of the one before (depth grows with width, see layers_for)
 TRANSFORMER_SIZES = (64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+PHASE_FB, PHASE_STEP = "forward/backward", "optimizer step"  # which phase set a training peak
+# the edge search: a series leaves the walk once the fit of its earlier points predicts its newest (at least
+# STABLE_POINTS of them) within STABLE_ERROR; with an edge to search the walk gets WALK_SHARE of the budget;
+# a search measures at most MAX_EDGE_STEPS sizes (each jump at most MAX_EXTRAPOLATION x the parameters)
+STABLE_POINTS, STABLE_ERROR, WALK_SHARE, MAX_EDGE_STEPS = 3, 0.10, 0.4, 12
+SEARCH_WEIGHT = {"train": 2.0, "infer": 1.0}  # shares of the search budget
+ONNX_MAX_PARAMS = 2**31 // 4 - 2**24  # one ONNX protobuf holds 2 GiB: fp32 weights and some graph beside them
 EDGE_STEP = 32  # the transformer's edge is searched on d_model multiples of this (a multiple of the heads' width)
 
 CPU_FP16_NOTE = ("inference fp16 is measured on GPUs only: onnxruntime's CPU provider crashes (a segmentation "
@@ -65,15 +71,24 @@ class FrontierConfig:
     memory_cap_bytes: int | None = None  # the capacity; None: the card's total memory on CUDA, no edge on a CPU
     budget_s: float = 300.0  # seconds for all the points; the point that would start past it is skipped
     check_edge: bool = True  # measure at each series' predicted edge
+    shard_ranks: tuple[int, ...] = (2,)  # per-rank sharded series modelled from each unsharded training series
 
     def __post_init__(self) -> None:
         self.sizes = tuple(int(s) for s in self.sizes)
         if not self.sizes or any(s < 1 for s in self.sizes) or list(self.sizes) != sorted(set(self.sizes)):
             raise UserError(f"sizes={list(self.sizes)} is invalid; give ascending distinct sizes >= 1")
-        if self.device not in ("cpu", "cuda"):
-            raise UserError(f"device={self.device!r} is invalid; allowed: cpu, cuda")
-        if self.batch_size < 1:
-            raise UserError(f"batch_size={self.batch_size} is invalid; allowed: >= 1")
+        _allowed("device", [self.device], ("cpu", "cuda"))
+        _allowed("train_precisions", self.train_precisions, TRAIN_PRECISIONS)
+        _allowed("infer_precisions", self.infer_precisions, INFER_PRECISIONS)
+        for name, value, ok, allowed in (("batch_size", self.batch_size, self.batch_size >= 1, ">= 1"),
+                                         ("memory_cap_bytes", self.memory_cap_bytes,
+                                          self.memory_cap_bytes is None or self.memory_cap_bytes > 0, "> 0"),
+                                         ("budget_s", self.budget_s, self.budget_s > 0, "> 0 s")):
+            if not ok:
+                raise UserError(f"{name}={value} is invalid; allowed: {allowed}")
+        self._check_model()
+
+    def _check_model(self) -> None:
         if self.model == "transformer":
             if any(s % 16 for s in self.sizes):
                 raise UserError(f"sizes={list(self.sizes)} is invalid for the transformer; each d_model must be a "
@@ -83,16 +98,13 @@ class FrontierConfig:
                             "--size-arg")
         elif not self.size_arg or self.input_shape is None:
             raise UserError(f"model={self.model!r} needs --size-arg (the argument that scales it) and --input-shape")
-        bad = [p for p in self.train_precisions if p not in TRAIN_PRECISIONS]
-        if bad:
-            raise UserError(f"train_precisions={bad} is invalid; allowed: {', '.join(TRAIN_PRECISIONS)}")
-        bad = [p for p in self.infer_precisions if p not in INFER_PRECISIONS]
-        if bad:
-            raise UserError(f"infer_precisions={bad} is invalid; allowed: {', '.join(INFER_PRECISIONS)}")
-        if self.memory_cap_bytes is not None and self.memory_cap_bytes <= 0:
-            raise UserError(f"memory_cap_bytes={self.memory_cap_bytes} is invalid; allowed: > 0")
-        if not self.budget_s > 0:
-            raise UserError(f"budget_s={self.budget_s} is invalid; allowed: > 0 s")
+
+
+def _allowed(name: str, values: Any, allowed: tuple[str, ...]) -> None:
+    bad = [v for v in values if v not in allowed]
+    if bad:
+        shown = repr(bad[0]) if name == "device" else bad
+        raise UserError(f"{name}={shown} is invalid; allowed: {', '.join(allowed)}")
 
 
 # --- the family, by size --------------------------------------------------------------------------
@@ -204,13 +216,18 @@ def _checkpointed(inner: Any) -> Any:
 
 # --- one training point --------------------------------------------------------------------------
 
-def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing: bool) -> dict[str, int]:
-    """Peak bytes of one steady training step at `size`, and its split (weights, gradients, optimizer,
-    activations); raises what the step raised (an out-of-memory included)."""
+def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing: bool) -> dict[str, Any]:
+    """Peak bytes of one steady training step at `size`, its split (weights, gradients, optimizer, activations)
+    and the phase that set it; raises what the step raised (an out-of-memory included).
+
+    The two phases are measured apart: forward and backward (activations saved for backward, then gradients
+    as backward makes them) and the optimizer step (every gradient held, and AdamW's temporaries). At small
+    batches and large models the step's peak is the optimizer's, which neither precision nor checkpointing
+    moves; the activations part is read from the forward/backward peak, so it still shows what they change."""
     import torch
     from torch import nn
 
-    from trainserve.train.memory import cpu_step_peak_bytes, optimizer_state_bytes, tensor_bytes
+    from trainserve.train.memory import optimizer_state_bytes, tensor_bytes
 
     device = torch.device(cfg.device)
     cuda = device.type == "cuda"
@@ -218,7 +235,8 @@ def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing:
         torch.cuda.synchronize()
         base = torch.cuda.memory_allocated()
     torch.manual_seed(0)
-    model = build_at(size, cfg).to(device)
+    with device:  # built where it runs: initialising billions of parameters on the host first takes minutes
+        model = build_at(size, cfg)
     if checkpointing:
         apply_checkpointing(model)
     model.train()
@@ -227,36 +245,54 @@ def measure_train(size: int, cfg: FrontierConfig, precision: str, checkpointing:
     inputs, labels = sample_inputs(cfg, cfg.batch_size, device)
     dtype = {"bf16": torch.bfloat16}.get(precision)
 
-    def step() -> None:
+    def forward_backward() -> None:
         with torch.autocast(device.type, dtype=dtype, enabled=dtype is not None):
             logits = model(*inputs)
         nn.functional.cross_entropy(logits.float(), labels).backward()
-        opt.step()
-        if cuda:
-            torch.cuda.synchronize()
 
     try:
         weights = tensor_bytes(params) + tensor_bytes(model.buffers())
-        step()  # the first step makes AdamW's state
+        forward_backward()
+        opt.step()  # the first step makes AdamW's state
         gradients = tensor_bytes(p.grad for p in params)
         optimizer = optimizer_state_bytes(opt)
         opt.zero_grad(set_to_none=True)
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-            step()
-            inputs_bytes = tensor_bytes((*inputs, labels))
-            peak = torch.cuda.max_memory_allocated() - base - inputs_bytes
-        else:
-            _, step_peak = cpu_step_peak_bytes(step)
-            if step_peak is None:
-                raise RuntimeError("torch's profiler recorded no CPU allocation during the step")
-            peak = weights + optimizer + step_peak  # at the step's start: weights and state, gradients freed
+        fb, step = _phase_peaks(forward_backward, opt.step, cuda,
+                                base + tensor_bytes((*inputs, labels)) if cuda else 0)
         opt.zero_grad(set_to_none=True)
     finally:
         del model, opt, params
-    activations = max(0, peak - weights - gradients - optimizer)
-    return {"peak_bytes": int(peak), "weights_bytes": int(weights), "gradients_bytes": int(gradients),
-            "optimizer_bytes": int(optimizer), "activations_bytes": int(activations)}
+    # at forward/backward's start weights and optimizer state are held (gradients freed); at the step's, all three
+    fb_total = fb if cuda else weights + optimizer + fb
+    step_total = step if cuda else weights + optimizer + gradients + step
+    held = weights + gradients + optimizer
+    return {"peak_bytes": int(max(fb_total, step_total)), "weights_bytes": int(weights),
+            "gradients_bytes": int(gradients), "optimizer_bytes": int(optimizer),
+            "activations_bytes": int(max(0, fb_total - held)), "step_temporaries_bytes": int(max(0, step_total - held)),
+            "peak_phase": PHASE_FB if fb_total >= step_total else PHASE_STEP}
+
+
+def _phase_peaks(forward_backward: Callable[[], None], step: Callable[[], Any], cuda: bool,
+                 base: int) -> tuple[int, int]:
+    """(forward/backward's peak, the optimizer step's peak) in bytes: on CUDA the allocator's high-water mark
+    above `base`, each phase on its own; on the CPU the most the allocator held above the phase's start."""
+    if cuda:
+        import torch
+
+        out = []
+        for fn in (forward_backward, step):
+            torch.cuda.reset_peak_memory_stats()
+            fn()
+            torch.cuda.synchronize()
+            out.append(torch.cuda.max_memory_allocated() - base)
+        return out[0], out[1]
+    from trainserve.train.memory import cpu_step_peak_bytes
+
+    _, fb = cpu_step_peak_bytes(forward_backward)
+    if fb is None:
+        raise RuntimeError("torch's profiler recorded no CPU allocation during forward and backward")
+    _, st = cpu_step_peak_bytes(step)
+    return fb, st or 0  # an optimizer that updates in place allocates nothing
 
 
 # --- inference: the exported models -----------------------------------------------------------------
@@ -335,11 +371,15 @@ def edge_candidates(cfg: FrontierConfig, largest_fit: int) -> list[int]:
 
 
 def predicted_edge(fit: SeriesFit, cfg: FrontierConfig, largest_fit: int, capacity: int,
-                   feats: Callable[[int], tuple[int, int]]) -> tuple[int, int, int]:
+                   feats: Callable[[int], tuple[int, int]], below: int | None = None,
+                   limit_params: int | None = None) -> tuple[int, int, int]:
     """(size, params, predicted bytes) of the largest candidate predicted to fit (bisection: bytes grow with size),
-    among the sizes within MAX_EXTRAPOLATION of the largest measured one."""
+    among the sizes within MAX_EXTRAPOLATION of the largest measured one, below `below` (a size that did not fit)
+    and at most `limit_params` parameters."""
     limit = MAX_EXTRAPOLATION * feats(largest_fit)[0]
-    cands = edge_candidates(cfg, largest_fit)
+    if limit_params is not None:
+        limit = min(limit, limit_params)
+    cands = [c for c in edge_candidates(cfg, largest_fit) if below is None or c < below] or [largest_fit]
 
     def ok(i: int) -> bool:  # monotonic in i: parameters and predicted bytes both grow with size
         params, acts = feats(cands[i])
@@ -356,207 +396,6 @@ def predicted_edge(fit: SeriesFit, cfg: FrontierConfig, largest_fit: int, capaci
             hi = mid
     params, acts = feats(cands[lo])
     return cands[lo], params, predict(fit, params, acts, cfg.batch_size)
-
-
-# --- the sweep ---------------------------------------------------------------------------------------
-
-@dataclass
-class _Series:
-    name: str
-    mode: str
-    precision: str
-    checkpointing: bool = False
-    stopped: bool = False
-    points: list[FrontierPoint] = field(default_factory=list)
-
-
-def device_capacity(cfg: FrontierConfig) -> tuple[int | None, str, str]:
-    """(capacity bytes or None, where it comes from, the device's name)."""
-    if cfg.device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError("--device cuda needs a visible GPU; none is (pass --device cpu)")
-        props = torch.cuda.get_device_properties(0)
-        if cfg.memory_cap_bytes is not None:
-            if cfg.memory_cap_bytes < props.total_memory:
-                # a real out-of-memory at the cap: the caching allocator refuses past the fraction
-                torch.cuda.set_per_process_memory_fraction(cfg.memory_cap_bytes / props.total_memory)
-            return cfg.memory_cap_bytes, "--memory-cap-gib", props.name
-        return int(props.total_memory), "the card's total memory", props.name
-    from trainserve.core.profile import host_info
-
-    name = host_info()["cpu_model"] or "CPU"
-    if cfg.memory_cap_bytes is not None:
-        return cfg.memory_cap_bytes, "--memory-cap-gib", name
-    return None, ("no capacity: a CPU process is killed by the OS, not told it is out of memory; pass "
-                  "--memory-cap-gib for an edge"), name
-
-
-def _oom_text(e: BaseException) -> str | None:
-    """The first line of an out-of-memory (torch's, or onnxruntime's failed allocation), else None."""
-    from trainserve.train.maxbatch import is_oom
-
-    text = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    if is_oom(e) or "failed to allocate memory" in str(e).lower():
-        return text[:200]
-    return None
-
-
-def run_frontier(cfg: FrontierConfig, infer_probe: InferProbe | None = None,
-                 on_point: Callable[[FrontierPoint], None] = lambda p: None) -> FrontierResult:
-    """Measure every series size by size within the budget, fit each, check each predicted edge."""
-    from trainserve.train.maxbatch import release_memory
-
-    t0 = time.monotonic()
-    capacity, capacity_source, device_name = device_capacity(cfg)
-    series = [_Series(series_name("train", p, c), "train", p, c) for p in cfg.train_precisions for c in cfg.checkpointing]
-    notes: list[str] = []
-    if infer_probe is not None:
-        infer = list(cfg.infer_precisions)
-        if cfg.device == "cpu" and "fp16" in infer:
-            infer.remove("fp16")
-            notes.append(CPU_FP16_NOTE)
-        series += [_Series(series_name("infer", p), "infer", p) for p in infer]
-    feats_cache: dict[int, tuple[int, int]] = {}
-
-    def feats(size: int) -> tuple[int, int]:
-        if size not in feats_cache:
-            feats_cache[size] = features(size, cfg)
-        return feats_cache[size]
-
-    stopped = ""
-
-    def over_budget() -> bool:
-        return time.monotonic() - t0 > cfg.budget_s
-
-    def measure(s: _Series, size: int, exported: dict[str, Path] | None, source: str = "measured",
-                predicted: int | None = None) -> FrontierPoint:
-        params = feats(size)[0]
-        t1 = time.monotonic()
-        point = FrontierPoint(series=s.name, mode=s.mode, precision=s.precision, checkpointing=s.checkpointing,
-                              size=size, params=params, batch_size=cfg.batch_size, status="fits", source=source,
-                              predicted_bytes=predicted)
-        failure: str | None = None
-        try:
-            if s.mode == "train":
-                for k, v in measure_train(size, cfg, s.precision, s.checkpointing).items():
-                    setattr(point, k, v)
-            else:
-                assert infer_probe is not None and exported is not None
-                (x,), _ = sample_inputs(cfg, cfg.batch_size, "cpu")
-                point.peak_bytes = int(infer_probe(exported[s.precision], {"input": x.numpy()}, cfg.device))
-        except Exception as e:  # an out-of-memory is a result; any other failure is recorded as an error
-            if isinstance(e, UserError):
-                raise
-            oom = _oom_text(e)
-            point.status = "does_not_fit" if oom else "error"
-            failure = oom or f"{type(e).__name__}: {str(e).strip().splitlines()[0][:200] if str(e).strip() else ''}"
-        release_memory()  # outside the handler: the traceback held the step's tensors
-        if failure:
-            point.note = failure
-        elif capacity is not None and point.peak_bytes is not None and point.peak_bytes > capacity:
-            point.status = "does_not_fit"
-            point.note = f"peak {point.peak_bytes} bytes is past the capacity of {capacity} bytes"
-        point.seconds = round(time.monotonic() - t1, 3)
-        on_point(point)
-        return point
-
-    def exports(size: int, folder: Path, wanted: list[_Series]) -> dict[str, Path] | str:
-        try:
-            return export_variants(size, cfg, folder)
-        except Exception as e:
-            if isinstance(e, UserError):
-                return str(e)
-            return f"export failed: {type(e).__name__}: {str(e).strip()[:200]}"
-
-    with tempfile.TemporaryDirectory(prefix="frontier-") as tmp:
-        for size in cfg.sizes:
-            live = [s for s in series if not s.stopped]
-            if not live:
-                break
-            if over_budget():
-                stopped = f"the {cfg.budget_s:g} s budget ran out before size {size}"
-                break
-            exported: dict[str, Path] | str | None = None
-            for s in live:
-                if over_budget():
-                    stopped = f"the {cfg.budget_s:g} s budget ran out at size {size}"
-                    break
-                if s.mode == "infer" and exported is None:
-                    folder = Path(tmp) / str(size)
-                    folder.mkdir()
-                    exported = exports(size, folder, live)
-                if s.mode == "infer" and isinstance(exported, str):
-                    p = FrontierPoint(series=s.name, mode="infer", precision=s.precision, checkpointing=False,
-                                      size=size, params=feats(size)[0], batch_size=cfg.batch_size, status="error",
-                                      note=exported)
-                    on_point(p)
-                else:
-                    p = measure(s, size, exported if isinstance(exported, dict) else None)
-                s.points.append(p)
-                if p.status != "fits":
-                    s.stopped = True  # the next size is larger: it would not fit either
-            if stopped:
-                break
-
-        fits = []
-        for s in series:
-            fit = _fit(s, cfg, feats)
-            if fit is None:
-                continue
-            fits.append(fit)
-            if capacity is None:
-                fit.note = capacity_source
-                continue
-            largest = max(p.size for p in s.points if p.status == "fits" and p.source == "measured")
-            size, params, predicted = predicted_edge(fit, cfg, largest, capacity, feats)
-            fit.edge_size, fit.edge_params, fit.edge_predicted_bytes = size, params, predicted
-            if params >= feats(largest)[0] * MAX_EXTRAPOLATION * 0.9:
-                fit.beyond = True  # the edge lies past what the fit is trusted for: a lower bound only
-            if not cfg.check_edge or over_budget() or size == largest:
-                fit.note = ("the largest measured size is the predicted edge" if size == largest
-                            else "not checked: the budget ran out" if cfg.check_edge else "not checked")
-                continue
-            exported = None
-            if s.mode == "infer":
-                folder = Path(tmp) / f"edge-{size}"
-                folder.mkdir(exist_ok=True)
-                exported = exports(size, folder, [s])
-                if isinstance(exported, str):
-                    fit.note = exported
-                    continue
-            p = measure(s, size, exported, source="edge_check", predicted=predicted)
-            s.points.append(p)
-            fit.edge_checked, fit.edge_measured_bytes = p.status, p.peak_bytes
-    return FrontierResult(
-        device=cfg.device, device_name=device_name, model=cfg.model, batch_size=cfg.batch_size,
-        capacity_bytes=capacity, capacity_source=capacity_source,
-        seq_len=cfg.seq_len if cfg.model == "transformer" else None,
-        points=[p for s in series for p in s.points], fits=fits, budget_s=cfg.budget_s,
-        seconds=round(time.monotonic() - t0, 2), stopped=stopped, notes=notes, versions=_versions())
-
-
-def _fit(s: _Series, cfg: FrontierConfig, feats: Callable[[int], tuple[int, int]]) -> SeriesFit | None:
-    rows = [(*feats(p.size), p.peak_bytes) for p in s.points
-            if p.status == "fits" and p.source == "measured" and p.peak_bytes]
-    if len(rows) < 2:
-        return None
-    a, b, c, err = fit_series(rows, cfg.batch_size)
-    return SeriesFit(series=s.name, a=a, b=b, c=c, points=len(rows), max_rel_error=round(err, 4))
-
-
-def _versions() -> dict[str, str]:
-    import torch
-
-    out = {"torch": torch.__version__}
-    try:
-        import onnxruntime
-
-        out["onnxruntime"] = onnxruntime.__version__
-    except ImportError:
-        pass
-    return out
 
 
 def fit_of(result: FrontierResult, series: str) -> SeriesFit | None:

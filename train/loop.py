@@ -165,27 +165,18 @@ class _Training:
             torch.backends.cudnn.benchmark = True  # fixed training shapes: autotune conv algorithms once (warm-up)
         model = model.to(device, memory_format=torch.channels_last) if self.channels_last else model.to(device)
         self.n_params = sum(p.numel() for p in model.parameters())
-        self.sharded = self.dist_ctx.distributed and self.dist_ctx.shard
-        if self.sharded:  # before the optimizer: it must hold each rank's shards, not whole parameters
-            sharding.shard(model)
+        offload = self._shard(model)  # before the optimizer: it must hold each rank's shards, not whole parameters
         self.memory.weights = tensor_bytes(list(model.parameters()) + list(model.buffers()))  # this rank's part
         self.memory.moment("weights")
         lr = scaled_lr(cfg.lr, cfg.batch_size, world_size, cfg.lr_scale)  # the global batch under DDP
         self.optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=cfg.weight_decay,
-                                           fused=device == "cuda")
+                                           fused=device == "cuda" and not offload)  # offloaded: host tensors
         self.scaler = grad_scaler(device, cfg.precision)
         self.scaling = self.scaler.is_enabled()  # fp16 only: otherwise the scaler's calls are skipped, not just no-ops
         self.history: list[dict[str, Any]] = []
         self.start_step = 0
         if state is not None:
-            if state.get("sharded"):  # its optimizer state is keyed by parameter name, not by position
-                raise UserError(f"--resume: {self.out_dir / CHECKPOINT_NAME} was written by a sharded run (--shard), "
-                                "which cannot be resumed; train it again with --overwrite")
-            self.memory.use_moments = False
-            model.load_state_dict(state["model"])
-            self.optimizer.load_state_dict(state["optimizer"])
-            self.scaler.load_state_dict(state["scaler"])
-            self.history, self.start_step = list(state["history"]), int(state["step"])
+            self._load_state(model, state)
         self.model = model  # the plain module: state_dict, max-batch search
         forward = distributed.wrap(model, self.dist_ctx)  # DDP when world_size > 1
         self.forward = torch.compile(forward) if cfg.compile else forward
@@ -213,6 +204,34 @@ class _Training:
         self.shown: Any = _LazyLoss(device)
         self.step_gc = StepGC()
         self.wall_s = 0.0
+
+    def _load_state(self, model: Any, state: dict[str, Any]) -> None:
+        """--resume: the checkpoint's model, optimizer, scaler and history. A sharded run's checkpoint is whole,
+        its optimizer state keyed by parameter name: each rank takes its shards of it (sharding.load_full_state)."""
+        was_sharded = bool(state.get("sharded"))
+        if was_sharded != self.sharded:
+            raise UserError(f"--resume: {self.out_dir / CHECKPOINT_NAME} was written by a "
+                            f"{'sharded (--shard)' if was_sharded else 'replicated'} run; resume it "
+                            f"{'with --nproc N --shard' if was_sharded else 'without --shard'}, or train it again "
+                            "with --overwrite")
+        self.memory.use_moments = False
+        if self.sharded:
+            sharding.load_full_state(model, self.optimizer, state["model"], state["optimizer"])
+        else:
+            model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.scaler.load_state_dict(state["scaler"])
+        self.history, self.start_step = list(state["history"]), int(state["step"])
+
+    def _shard(self, model: Any) -> bool:
+        """FSDP2 --shard: split the model across the ranks (its state to the host with --offload); True when
+        offloaded, so the optimizer steps host tensors."""
+        self.sharded = self.dist_ctx.distributed and self.dist_ctx.shard
+        offload = self.sharded and self.dist_ctx.offload
+        if self.sharded:
+            sharding.shard(model, offload=offload)
+        self.memory.offload = offload
+        return offload
 
     # --- the epochs -------------------------------------------------------------------------------
 

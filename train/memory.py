@@ -218,6 +218,7 @@ class MemoryTracker:
         self.use_moments = True  # False on resume: the optimizer state is loaded before the first step
         self._cuda_base = 0
         self.cpu_step_peak: int | None = None  # CPU: bytes allocated above a steady step's start (profiled)
+        self.offload = False  # FSDP2 --offload: weights, gradients and optimizer state counted above live on the host
         if device == "cuda":
             import torch
 
@@ -245,12 +246,32 @@ class MemoryTracker:
             return torch.cuda.memory_allocated()
         return self._proc.memory_info().rss
 
+    def _fill_offloaded(self, memory: Any) -> dict[str, Any]:
+        """--offload: the card holds none of the state for good, only the units gathered for the moment, the
+        activations and the gradients before their copy to the host; the host's share is named apart."""
+        host = {"weights_bytes": self.weights, "gradients_bytes": self.gradients, "optimizer_bytes": self.optimizer}
+        self.weights = self.gradients = self.optimizer = 0
+        self.offload = False
+        try:
+            details = self.fill(memory)
+        finally:
+            self.weights, self.gradients, self.optimizer = (host["weights_bytes"], host["gradients_bytes"],
+                                                            host["optimizer_bytes"])
+            self.offload = True
+        details["host_state_bytes"] = host
+        details["notes"] = [*details.get("notes", []), "--offload: weights, gradients and optimizer state live in host "
+                            "memory (host_state_bytes); the GPU's parts are 0 and its peak is the gathered units, "
+                            "activations and gradients in flight"]
+        return details
+
     def fill(self, memory: Any) -> dict[str, Any]:
         """Write the peaks and breakdown into a trainserve.core.profile.Memory; returns the breakdown details."""
         self.sample()
         memory.rss_peak_bytes = self.rss_peak
         memory.rss_growth_bytes = max(0, self.rss_peak - self.rss_base)
         parts_known = None not in (self.weights, self.gradients, self.optimizer)
+        if self.device == "cuda" and self.offload and parts_known:
+            return self._fill_offloaded(memory)
         if self.device == "cuda" and parts_known:
             import torch
 

@@ -8,8 +8,10 @@ N sharded processes train as N replicated ones do; what changes is each process'
 model too large for one device needs. Each submodule that holds parameters of its own is one unit of
 gathering (the zoo's layers), then the root.
 
-It runs on the CPU with gloo (the tests) and on GPUs with NCCL. A checkpoint is written whole, gathered to
-the process that writes it (`full_state`), so export and a single-process run read it as any other.
+It runs on the CPU with gloo (the tests) and on GPUs with NCCL; on a GPU, `--offload` keeps the shards in
+host memory instead (FSDP2's CPUOffloadPolicy), so the card holds only the layers in use and the activations. A checkpoint is written whole, gathered to
+the process that writes it (`full_state`), so export and a single-process run read it as any other; `--resume`
+loads it back into the shards (`load_full_state`).
 """
 
 from __future__ import annotations
@@ -17,14 +19,17 @@ from __future__ import annotations
 from typing import Any
 
 
-def shard(model: Any) -> Any:
-    """Shard `model` in place across the default process group: each child holding parameters, then the root."""
-    from torch.distributed.fsdp import fully_shard
+def shard(model: Any, offload: bool = False) -> Any:
+    """Shard `model` in place across the default process group: each child holding parameters, then the root.
+    offload: each rank's shards of parameters, gradients and optimizer state live in (pinned) host memory, a
+    unit's parameters copied to the GPU for its forward and backward, the optimizer step run on the CPU."""
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
+    policy = CPUOffloadPolicy() if offload else OffloadPolicy()
     for child in model.children():
         if any(True for _ in child.parameters()):
-            fully_shard(child)
-    fully_shard(model)
+            fully_shard(child, offload_policy=policy)
+    fully_shard(model, offload_policy=policy)
     return model
 
 
@@ -45,3 +50,17 @@ def full_state(model: Any, optimizer: Any) -> tuple[dict[str, Any], dict[str, An
 
     opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
     return get_model_state_dict(model, options=opts), get_optimizer_state_dict(model, optimizer, options=opts)
+
+
+def load_full_state(model: Any, optimizer: Any, model_state: dict[str, Any], optimizer_state: dict[str, Any]) -> None:
+    """Load whole state dicts (as full_state wrote them; every process holds them) into the sharded model and
+    its optimizer: each process keeps its own shards."""
+    from torch.distributed.checkpoint.state_dict import (
+        StateDictOptions,
+        set_model_state_dict,
+        set_optimizer_state_dict,
+    )
+
+    opts = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=opts)
+    set_optimizer_state_dict(model, optimizer, optimizer_state, options=opts)

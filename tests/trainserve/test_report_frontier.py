@@ -59,7 +59,7 @@ def test_frontier_command_on_the_cpu_writes_what_the_report_reads(tmp_path):
     assert out.exit_code == 0, out.output
     (result,) = load_all(tmp_path / "r")
     series = {p.series for p in result.points}
-    assert series == {"train fp32", "infer fp32", "infer int8"}
+    assert series == {"train fp32", "infer fp32", "infer int8", "train fp32 shard/2"}
     assert all(p.peak_bytes for p in result.points if p.status == "fits")
     assert "inference fp16 is measured on GPUs only" in out.output
     assert "you can train up to" in out.output
@@ -71,3 +71,19 @@ def test_bad_frontier_input_is_one_sentence_and_exit_1(tmp_path):
     out = CliRunner().invoke(app, ["frontier", "--device", "cpu", "--sizes", "64,x", "--runs-dir", str(tmp_path)])
     assert out.exit_code == 1
     assert "--sizes '64,x' is invalid" in out.output and "Traceback" not in out.output
+
+
+def test_a_modelled_sharded_series_is_drawn_labelled_and_left_out_of_the_edges(monkeypatch):
+    from trainserve.core.frontier_result import sharded_point
+    from trainserve.report.memory import frontier_plot
+
+    r = _result()
+    plain = _pt("train bf16", 64, 10**8, 20 * 2**30, weights_bytes=4 * 10**8, gradients_bytes=4 * 10**8,
+                optimizer_bytes=8 * 10**8, activations_bytes=20 * 2**30 - 16 * 10**8)
+    r.points.append(sharded_point(plain, 2, r.capacity_bytes))
+    assert [s.series for s in device_section(r).series] == ["train bf16", "train bf16 ckpt", "infer fp16"]
+    figs = []
+    monkeypatch.setattr(frontier_plot, "png_bytes", lambda fig: figs.append(fig) or b"")
+    frontier_plot.chart(r, device_section(r))
+    labels = [t.get_text() for t in figs[0].axes[0].get_legend().get_texts()]
+    assert "train bf16 shard/2 per rank (modelled)" in labels

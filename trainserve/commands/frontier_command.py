@@ -30,7 +30,8 @@ def frontier(o: Args) -> None:
     from trainserve.core.runs import run_dir
     from trainserve.report.memory.memory_frontier import device_section
     from trainserve.serve.model.frontier_probe import session_working_set
-    from trainserve.train.frontier import GIB, TRANSFORMER_SIZES, FrontierConfig, run_frontier
+    from trainserve.train.frontier import GIB, TRANSFORMER_SIZES, FrontierConfig
+    from trainserve.train.frontier_sweep import run_frontier
     from trainserve.train.usermodel import parse_shape
 
     device = o.device
@@ -59,12 +60,28 @@ def frontier(o: Args) -> None:
         peak = "-" if p.peak_bytes is None else f"{p.peak_bytes / 2**20:,.1f} MiB"
         edge = f" (edge check, predicted {p.predicted_bytes / 2**20:,.1f} MiB)" if p.source == "edge_check" else ""
         note = f" · {p.note}" if p.note and p.status != "fits" else ""
+        phase = f" · peak in {p.peak_phase}" if p.peak_phase else ""
         typer.echo(f"{p.series:<16} size {p.size:>5} · {p.params / 1e6:9.3f} M params · {p.status:<12} · peak "
-                   f"{peak}{edge} · {p.seconds:.1f} s{note}")
+                   f"{peak}{edge}{phase} · {p.seconds:.1f} s{note}")
 
     result = run_frontier(cfg, infer_probe=session_working_set if o.infer else None, on_point=show)
     path = result.save(root / FRONTIER_DIR)
+    for f in result.fits:
+        typer.echo(_edge_line(f))
     for note in result.notes + ([f"stopped early: {result.stopped}"] if result.stopped else []):
         typer.echo(f"note: {note}")
     typer.echo(device_section(result).sentence)
     typer.echo(f"-> {path}")
+
+
+def _edge_line(f) -> str:  # f: SeriesFit
+    """One series' edge: where, measured against predicted, and the size above it."""
+    if f.edge_size is None:
+        return f"{f.series:<16} no edge · {f.note}"
+    gib = 2**30
+    known = (f"measured {f.edge_measured_bytes / gib:.3g} GiB vs predicted {f.edge_predicted_bytes / gib:.3g} GiB "
+             f"({f.edge_error:+.1%})" if f.edge_checked == "fits" and f.edge_error is not None
+             else f"predicted {(f.edge_predicted_bytes or 0) / gib:.3g} GiB, not measured")
+    above = f" · size {f.edge_above_size}: {f.edge_above_checked}" if f.edge_above_size else ""
+    note = f" · {f.note}" if f.note else ""
+    return f"{f.series:<16} edge size {f.edge_size} ({(f.edge_params or 0) / 1e6:,.1f} M params) · {known}{above}{note}"

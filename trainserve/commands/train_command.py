@@ -18,8 +18,8 @@ def train(o: Args) -> None:
     if o.shard and not (o.nproc or distributed.launched_by_torchrun()):
         raise UserError("--shard splits the model across the --nproc processes; add --nproc 2 (or more), or drop "
                         "--shard")
-    if o.shard and o.resume:
-        raise UserError("--resume of a sharded run (--shard) is not supported; train it again with --overwrite")
+    if o.offload:
+        _check_offload(o.shard, o.device)
     if (rc := launch.relaunch(o.nproc, o.device)) is not None:  # --nproc: this command again, under torchrun
         raise typer.Exit(rc)
     from trainserve.core.runs import run_dir
@@ -52,7 +52,7 @@ def train(o: Args) -> None:
                         "it, --overwrite to train it again from scratch, or another --run")
 
     with distributed.session(cfg.device) as dist_ctx:  # joins torchrun's process group when launched by it
-        dist_ctx.shard = o.shard
+        dist_ctx.shard, dist_ctx.offload = o.shard, o.offload
         if o.scaling_baseline is not None:
             dist_ctx.baseline_throughput = distributed.baseline_throughput_from(o.scaling_baseline)
         if not dist_ctx.is_writer:  # ranks > 0 train silently; rank 0 shows progress and writes
@@ -109,3 +109,17 @@ def _compare(cfg, root: Path, seeds: int = 1) -> None:
     speedups = speedups_of_records([(f"compare/profile-{d}.json", r) for d, r in records.items()])
     write_json_atomic(root / "compare" / "speedup.json", speedups)
     print_compare(records, speedups, root / "compare")
+
+
+def _check_offload(shard: bool, device: str) -> None:
+    """--offload moves the sharded state from the GPU to the host: it needs --shard and a GPU."""
+    if not shard:
+        raise UserError("--offload keeps the sharded parameters, gradients and optimizer state in host memory; add "
+                        "--shard (with --nproc N), or drop --offload")
+    if device == "auto":
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device != "cuda":
+        raise UserError(f"--offload moves the sharded state from the GPU to host memory, and on --device {device} it "
+                        "is in host memory already; drop --offload, or train with --device cuda")

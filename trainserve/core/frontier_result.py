@@ -40,12 +40,17 @@ class FrontierPoint:
     params: int  # parameters of the model at this size
     batch_size: int
     status: str  # fits | does_not_fit (past the capacity, or a real out-of-memory) | error | skipped
-    source: str = "measured"  # "measured", or "edge_check": measured at the size the fit predicted as the edge
+    # "measured" (the walk up the sizes), "edge_check" (the search at the fit's edge), or "modelled": a sharded
+    # series' per-rank figures computed from the unsharded point at that size (sharded_point), not measured
+    source: str = "measured"
+    ranks: int = 1  # >1: per-rank figures of FSDP2 sharding over this many ranks
     peak_bytes: int | None = None  # training: weights + optimizer + the step's peak; inference: the working set
     weights_bytes: int | None = None
     gradients_bytes: int | None = None
     optimizer_bytes: int | None = None
-    activations_bytes: int | None = None  # activations and temporaries: the peak less the three parts above
+    activations_bytes: int | None = None  # activations and temporaries: forward/backward's peak less the parts above
+    step_temporaries_bytes: int | None = None  # the optimizer step's peak less weights, gradients and state
+    peak_phase: str = ""  # training: the phase that set the peak, "forward/backward" or "optimizer step"
     predicted_bytes: int | None = None  # the fit's figure at this size (edge checks)
     seconds: float = 0.0
     note: str = ""  # why it does not fit, the error's first line, why it was skipped
@@ -59,7 +64,10 @@ class FrontierPoint:
     @property
     def parts_bytes(self) -> int | None:
         parts = (self.weights_bytes, self.gradients_bytes, self.optimizer_bytes, self.activations_bytes)
-        return None if any(p is None for p in parts) else sum(parts)  # type: ignore[misc]
+        if any(p is None for p in parts):
+            return None
+        # the peak is one phase's: activations at forward/backward's, or the step's temporaries at the step's
+        return sum(parts[:3]) + max(parts[3], self.step_temporaries_bytes or 0)  # type: ignore[arg-type]
 
 
 @dataclass
@@ -77,6 +85,9 @@ class SeriesFit:
     edge_predicted_bytes: int | None = None
     edge_checked: str = ""  # "fits" | "does_not_fit" | "" (not checked): the measurement at edge_size
     edge_measured_bytes: int | None = None
+    edge_error: float | None = None  # (measured - predicted) / predicted at edge_size, the prediction made before it
+    edge_above_size: int | None = None  # the next size past the edge, measured: it must not fit
+    edge_above_checked: str = ""  # "does_not_fit" (the edge is bracketed) | "fits" | "error" | "" (not measured)
     note: str = ""  # why no edge
     beyond: bool = False  # the edge lies past MAX_EXTRAPOLATION x the largest measured size: edge_* is a lower bound
 
@@ -129,8 +140,24 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-def series_name(mode: str, precision: str, checkpointing: bool = False) -> str:
-    return f"{mode} {precision}" + (" ckpt" if checkpointing else "")
+def series_name(mode: str, precision: str, checkpointing: bool = False, ranks: int = 1) -> str:
+    return f"{mode} {precision}" + (" ckpt" if checkpointing else "") + (f" shard/{ranks}" if ranks > 1 else "")
+
+
+def sharded_point(p: FrontierPoint, ranks: int, capacity: int | None) -> FrontierPoint:
+    """One rank's memory were the unsharded training point `p` sharded over `ranks` (FSDP2): weights, gradients
+    and optimizer state divided by the ranks, activations whole (each rank runs its own batch). Modelled, not
+    measured: it leaves out the one unit's parameters gathered at a time, which tests/train/test_sharding.py
+    shows is small beside the state at two ranks."""
+    w, g, o = (None if b is None else b // ranks for b in (p.weights_bytes, p.gradients_bytes, p.optimizer_bytes))
+    temps = None if p.step_temporaries_bytes is None else p.step_temporaries_bytes // ranks
+    peak = None if None in (w, g, o, p.activations_bytes) else w + g + o + max(p.activations_bytes, temps or 0)
+    fits = peak is not None and (capacity is None or peak <= capacity)
+    return dataclasses.replace(
+        p, series=series_name(p.mode, p.precision, p.checkpointing, ranks), source="modelled", ranks=ranks,
+        peak_bytes=peak, weights_bytes=w, gradients_bytes=g, optimizer_bytes=o, step_temporaries_bytes=temps,
+        status="fits" if fits else "does_not_fit", predicted_bytes=None, seconds=0.0,
+        note=f"modelled from the unsharded point: state / {ranks} + activations", peak_phase="")
 
 
 def load_all(run_dir: Path) -> list[FrontierResult]:

@@ -13,7 +13,7 @@ from trainserve.core.options.spec import Command, command
 from trainserve.core.options.train import CompareJob, ModelOptions, TrainJob, TrainOptions
 
 _NOT_COMPARED = ("device", "lr_scale", "sync_timing", "find_max_batch", "data_placement", "resume", "overwrite",
-                 "nproc", "shard", "scaling_baseline")
+                 "nproc", "shard", "offload", "scaling_baseline")
 
 COMMANDS: dict[str, Command] = {c.name: c for c in (
     command("trainserve", GlobalOptions),

@@ -99,6 +99,10 @@ class TrainJob(Seeds, RunsDir):
     shard: bool = opt(False, "With --nproc N: shard parameters, gradients and optimizer state across the N "
                              "processes (FSDP2 fully_shard), each holding about 1/N, instead of a whole copy each "
                              "(DDP).", flags=("--shard",))
+    offload: bool = opt(False, "With --shard on --device cuda: keep each rank's parameters, gradients and optimizer "
+                               "state in host memory (FSDP2 CPUOffloadPolicy), each layer copied to the GPU for its "
+                               "forward and backward and the optimizer step run on the CPU: slower, for a model "
+                               "whose state does not fit the card.", flags=("--offload",))
     scaling_baseline: Path | None = opt(None, "DDP: a 1-process run's profile.json (or its train folder) to "
                                               "compute scaling efficiency against.")
 

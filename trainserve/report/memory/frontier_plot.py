@@ -19,8 +19,9 @@ def frontier_figures(run_dir: Path, sections: list[DeviceFrontier]) -> dict[str,
 
 
 def chart(r: FrontierResult, section: DeviceFrontier | None) -> bytes:
-    """Training (solid; dashed with checkpointing) and inference (dotted) peaks against parameters, log-log;
-    crosses: sizes that did not fit; stars: each series' largest that fits (hollow when only predicted)."""
+    """Training (solid; dashed with checkpointing; dash-dot: one rank of FSDP2 sharding, modelled) and inference
+    (dotted) peaks against parameters, log-log; crosses: sizes that did not fit; stars: each series' largest that
+    fits (hollow when only predicted)."""
     fig = new_figure(7.2, 4.4)
     ax = fig.add_subplot()
     for name in r.series():
@@ -28,11 +29,11 @@ def chart(r: FrontierResult, section: DeviceFrontier | None) -> bytes:
         if not pts:
             continue
         first = pts[0]
-        style = ":" if first.mode == "infer" else "--" if first.checkpointing else "-"
+        style = ":" if first.mode == "infer" else "-." if first.ranks > 1 else "--" if first.checkpointing else "-"
         color = _COLORS.get(first.precision, "#555")
         ok = [p for p in pts if p.status == "fits"]
         ax.plot([p.params for p in ok], [p.peak_bytes / 2**30 for p in ok], style, marker="o", markersize=3,
-                color=color, label=name)
+                color=color, label=name + (" per rank (modelled)" if first.source == "modelled" else ""))
         bad = [p for p in pts if p.status == "does_not_fit"]
         ax.plot([p.params for p in bad], [p.peak_bytes / 2**30 for p in bad], "x", color=color, markersize=7)
     if section is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from html import escape
 from pathlib import Path
 
-from trainserve.core.frontier_result import MAX_EXTRAPOLATION, FrontierResult, load_all
+from trainserve.core.frontier_result import MAX_EXTRAPOLATION, FrontierResult, SeriesFit, load_all
 from trainserve.report.common import units as u
 from trainserve.report.common.frontier_sections import DeviceFrontier, SeriesEdge
 
@@ -26,34 +26,60 @@ def device_section(r: FrontierResult, source: str = "") -> DeviceFrontier:
     out = DeviceFrontier(device=r.device, device_name=r.device_name, capacity_bytes=r.capacity_bytes,
                          capacity_source=r.capacity_source, batch_size=r.batch_size, source=source,
                          notes=list(r.notes) + ([f"stopped early: {r.stopped}"] if r.stopped else []))
+    out.notes += _phase_notes(r)
     fits = {f.series: f for f in r.fits}
     for name in r.series():
         pts = [p for p in r.points if p.series == name]
-        first = pts[0]
-        ok = [p for p in pts if p.status == "fits"]
-        measured = max(ok, key=lambda p: p.params, default=None)
-        failed = [p for p in pts if p.status == "does_not_fit" and p.source == "measured"]
-        fit = fits.get(name)
-        edge, edge_bytes, src = (measured.params, measured.peak_bytes, "measured") if measured else (None, None, "")
-        if fit is not None and fit.edge_params is not None and r.capacity_bytes is not None:
-            if fit.edge_checked == "fits":
-                src = "predicted, checked"
-                edge, edge_bytes = fit.edge_params, fit.edge_measured_bytes
-            elif fit.edge_checked == "does_not_fit":
-                src = "predicted, did not fit when measured"  # the largest measured point stands
-            elif measured is None or fit.edge_params > measured.params:
-                edge, edge_bytes = fit.edge_params, fit.edge_predicted_bytes
-                src = "predicted, at least" if fit.beyond else "predicted"
-                if measured is not None and edge > MAX_EXTRAPOLATION * measured.params:
-                    # a result from before the fit was bounded: not read further than the bound either
-                    edge, edge_bytes, src = int(MAX_EXTRAPOLATION * measured.params), None, "predicted, at least"
-        out.series.append(SeriesEdge(
-            series=name, mode=first.mode, precision=first.precision, checkpointing=first.checkpointing,
-            measured_params=measured.params if measured else None, edge_params=edge, edge_source=src,
-            edge_bytes=edge_bytes, stopped_at_params=min((p.params for p in failed), default=None),
-            fit_max_rel_error=fit.max_rel_error if fit else None))
+        if pts[0].source != "modelled":  # a modelled series is drawn in the chart; edges stand on measurements
+            out.series.append(_series_edge(r, name, pts, fits.get(name)))
     out.sentence = sentence(out)
     return out
+
+
+def _series_edge(r: FrontierResult, name: str, pts: list, fit: SeriesFit | None) -> SeriesEdge:
+    """One series' largest size that fits: measured, checked at the fit's edge, or only predicted."""
+    first = pts[0]
+    ok = [p for p in pts if p.status == "fits"]
+    measured = max(ok, key=lambda p: p.params, default=None)
+    failed = [p for p in pts if p.status == "does_not_fit" and p.source == "measured"]
+    edge, edge_bytes, src = (measured.params, measured.peak_bytes, "measured") if measured else (None, None, "")
+    if fit is not None and fit.edge_params is not None and r.capacity_bytes is not None:
+        if fit.edge_checked == "fits":
+            src = "predicted, checked" + _edge_check_detail(fit)
+            edge, edge_bytes = fit.edge_params, fit.edge_measured_bytes
+        elif fit.edge_checked == "does_not_fit":
+            src = "predicted, did not fit when measured"  # the largest measured point stands
+        elif measured is None or fit.edge_params > measured.params:
+            edge, edge_bytes = fit.edge_params, fit.edge_predicted_bytes
+            src = "predicted, at least" if fit.beyond else "predicted"
+            if measured is not None and edge > MAX_EXTRAPOLATION * measured.params:
+                # a result from before the fit was bounded: not read further than the bound either
+                edge, edge_bytes, src = int(MAX_EXTRAPOLATION * measured.params), None, "predicted, at least"
+    return SeriesEdge(
+        series=name, mode=first.mode, precision=first.precision, checkpointing=first.checkpointing,
+        measured_params=measured.params if measured else None, edge_params=edge, edge_source=src,
+        edge_bytes=edge_bytes, stopped_at_params=min((p.params for p in failed), default=None),
+        fit_max_rel_error=fit.max_rel_error if fit else None)
+
+
+def _phase_notes(r: FrontierResult) -> list[str]:
+    """Which phase set the training peaks: where it is the optimizer step, precision and checkpointing leave the
+    peak alone and only the activations part shows them."""
+    train = [p for p in r.points if p.mode == "train" and p.peak_phase]
+    step = [p for p in train if p.peak_phase == "optimizer step"]
+    if not step:
+        return []
+    return [f"{len(step)} of {len(train)} training points peak in the optimizer step (weights, gradients, AdamW's "
+            "state and its temporaries), not in forward/backward: there neither bf16 nor checkpointing lowers the "
+            "peak; the record's activations part (forward/backward's peak less the rest) shows what they save"]
+
+
+def _edge_check_detail(fit: SeriesFit) -> str:
+    """How far the measurement at the edge was from the prediction, and whether the size above failed."""
+    parts = [] if fit.edge_error is None else [f"{fit.edge_error:+.1%} off the prediction"]
+    if fit.edge_above_checked == "does_not_fit":
+        parts.append("the next size did not fit")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def _best(series: list[SeriesEdge]) -> SeriesEdge | None:
