@@ -296,7 +296,7 @@ fsdp)  # issue 44 item 2: one GPU as N=1, DDP against FSDP2 --shard and --shard 
   step fsdp_memory 60 env OUT="$R" $py benchmarks/fsdp_memory.py --runs-dir "$R/runs" fsdp-ddp fsdp-shard fsdp-offload ;;
 frontier-edge)  # issue 44: the transformer's frontier with a 240 s budget, every series' edge bracketed (measured
   # just below the predicted edge, and the next size above measured not to fit); $R/frontier-edge.json
-  step frontier_edge 420 $py -m trainserve frontier --device cuda --budget-s 240 --run gpu-frontier --runs-dir "$R/runs"
+  step frontier_edge "${LIMIT:-420}" $py -m trainserve frontier --device cuda --budget-s "${FRONTIER_BUDGET:-240}" --run gpu-frontier --runs-dir "$R/runs"
   cp "$R/runs/gpu-frontier/frontier/cuda.json" "$R/frontier-edge.json" ;;
 *) echo "unknown phase $phase"; exit 2 ;;
 esac; done
