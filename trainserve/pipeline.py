@@ -80,6 +80,10 @@ class Budget:
     stage_timeout_s: float  # a stage running longer than this is stopped and reported
     search_budget_s: float = 10.0  # the Server scenario's capacity search, seconds per device
     search_probe_s: float = 2.0  # ... most seconds of windows per rate tried
+    # a GPU server's search starts from its own closed-loop probe at enough users (trainserve load's default) and
+    # takes this budget: the ramp's few users set a start far below a GPU's capacity, and doubling from there
+    # spends the search's time before it brackets (None: from the ramp, in the CPU's budget)
+    search_budget_gpu_s: float | None = None
     shared_rate_s: float = 10.0  # batching on and off at one shared open-loop rate, seconds each
     window_s: float = 0.5  # measurement windows of every load figure (3 must agree within 10%)
     warmup_s: float = 0.5  # not counted, before each load figure (and each rate of the search)
@@ -101,7 +105,8 @@ QUICK = Budget(preset_cpu="tiny", preset_gpu="tiny", train_samples=640, train_sa
 FULL = Budget(preset_cpu="tiny", preset_gpu="small", train_samples=4096, train_samples_gpu=32768, train_epochs=2,
               train_batch=128, warmup_steps=5, compare_steps=20, accuracy_epochs=30, export_eval_samples=1024, ramp_step_s=8.0,
               ramp_max_users=32, measure_s=20.0, saturate_users=8, saturate_batch=64, stage_timeout_s=420.0,
-              limits_budget_s=15.0, search_budget_s=40.0, search_probe_s=5.0, window_s=1.0, warmup_s=1.0)
+              limits_budget_s=15.0, search_budget_s=40.0, search_probe_s=5.0, window_s=1.0, warmup_s=1.0,
+              search_budget_gpu_s=60.0)
 
 
 @dataclass(kw_only=True)
@@ -374,7 +379,8 @@ class Pipeline:
 
     def _server_args(self, device: str, windows: list[str], nobatch: bool = False) -> list[str]:
         """The capacity search, starting at 80% of the closed-loop ramp's best within the SLO (the open loop
-        rarely sustains more; 100 req/s when the ramp found none). With batching off it starts at half the capacity
+        rarely sustains more; 100 req/s when the ramp found none), or on a GPU in the full run from the search's own
+        closed-loop estimate (Budget.search_budget_gpu_s). With batching off it starts at half the capacity
         found with batching on: each request is then its own execution, and a first rate above capacity spends
         the whole budget failing."""
         b = self.cfg.budget
@@ -393,8 +399,11 @@ class Pipeline:
         # on a GPU server `trainserve load` picks enough Locust processes for the rates the search may try
         # (master and workers, loadtest/search_workers.py); a CPU server keeps the cores: one process
         processes = [] if device == "cuda" else ["--processes", "1"]
-        return ["--search", "--batch", "1", "--rate", f"{start:.1f}", "--slo-p99-ms", f"{slo:g}",
-                "--duration", f"{b.search_budget_s:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
+        first, budget = ["--rate", f"{start:.1f}"], b.search_budget_s
+        if device == "cuda" and not nobatch and b.search_budget_gpu_s is not None:
+            first, budget = [], b.search_budget_gpu_s  # no --rate: trainserve load's closed-loop probe sets it
+        return ["--search", "--batch", "1", *first, "--slo-p99-ms", f"{slo:g}",
+                "--duration", f"{budget:g}s", "--search-probe-s", f"{b.search_probe_s:g}", *processes,
                 *windows]
 
     def _shared_rate(self, device: str) -> float | str:

@@ -123,7 +123,8 @@ def main() -> None:
             server=ServerInfo(name="fake", version="0", metrics={}, instance_group=None, max_batch_size=64,
                               frontends=1))
         if a.search:  # the Server scenario (the pipeline starts it at 80% of the ramp's best, 3200 req/s)
-            parts.settings.scenario, parts.settings.mode, parts.settings.rate = "Server", "search", float(a.rate)
+            parts.settings.scenario, parts.settings.mode = "Server", "search"
+            parts.settings.rate = float(a.rate) if a.rate else None  # none: the closed-loop probe sets it
             r.speed.throughput_samples_s = 1200.0
             figure = SearchProbe(rate=1200.0, passed=True, reasons=[], requests_s=1200.0, window_s=2.5, mean_ms=1.0,
                                  min_ms=0.5, max_ms=3.0, p50_ms=1.0, p90_ms=1.2, p95_ms=1.3, p99_ms=1.5, p999_ms=2.0,
@@ -132,7 +133,7 @@ def main() -> None:
             parts.search = ServerSearch(capacity_req_s=1200.0, upper_req_s=1300.0, lower_bound=False,
                                         budget_ended=False, bracket=0.08, client_limited=False,
                                         stop_reason="bracketed within 5%", slo_p99_ms=slo, max_error_fraction=0.001,
-                                        probes=[figure], estimate=None, first_rate_req_s=float(a.rate), step=1.25,
+                                        probes=[figure], estimate=None, first_rate_req_s=float(a.rate or 1100.0), step=1.25,
                                         elapsed_s=10.0, stability=None, figure=figure, percentiles_short=[])
         if a.rate and not a.search and not a.ramp:  # open loop at one rate: batching queues, without it p99 grows
             parts.settings.scenario, parts.settings.mode, parts.settings.rate = "open loop", "open", float(a.rate)

@@ -315,3 +315,17 @@ def test_the_shared_rate_is_a_share_of_the_lower_capacity_or_says_why_not(tmp_pa
     r.extra["search"] = {"capacity_req_s": 4000.0}  # batching off carries more here: the lower one decides
     r.save(tmp_path / "s1" / "load" / "embedded-cpu-server-nobatch.json")
     assert pipeline._shared_rate("cpu") == 1600.0
+
+
+def test_a_gpu_servers_search_in_the_full_run_starts_from_its_own_closed_loop_estimate(tmp_path):
+    # the ramp's few closed-loop users put its best far below a GPU's capacity; doubling from 80% of it spent
+    # the run's 40 s before the bracket closed ("at least"), so the GPU's search estimates its first rate
+    full = Pipeline(RunConfig(device="cpu", run="g1", runs_dir=tmp_path), argv=fake_argv)
+    gpu = " ".join(full._server_args("cuda", []))
+    assert "--rate" not in gpu and "--duration 60s" in gpu and "--search" in gpu
+    cpu = " ".join(full._server_args("cpu", []))
+    assert "--rate 100.0" in cpu and "--duration 40s" in cpu  # no ramp record: the given first rate
+    nobatch = " ".join(full._server_args("cuda", [], nobatch=True))
+    assert "--rate" in nobatch and "--duration 40s" in nobatch  # from the batching search's capacity
+    quick = Pipeline(RunConfig(device="cpu", quick=True, run="g2", runs_dir=tmp_path), argv=fake_argv)
+    assert "--rate" in " ".join(quick._server_args("cuda", []))  # the quick run's 10 s hold no estimate
