@@ -253,13 +253,16 @@ def default_run_batching(files: list[Path]) -> Rendered:
                     "dynamic batching on/off: " + ", ".join(heads), where(data))
 
 
+MEASURED = ("measured", "edge_check")  # a frontier point's sources that were run, not modelled
+
+
 def frontier(files: list[Path]) -> Rendered:
     blocks, heads, wheres = [], [], []
     for path in files:
         data = load(path)
         measured: dict[str, dict] = {}
         for p in data["points"]:
-            if p["status"] == "fits" and p["source"] == "measured" and p["params"] > measured.get(
+            if p["status"] == "fits" and p["source"] in MEASURED and p["params"] > measured.get(
                     p["series"], {}).get("params", -1):
                 measured[p["series"]] = p
         rows = []
@@ -268,8 +271,14 @@ def frontier(files: list[Path]) -> Rendered:
             edge = f"{params(f['edge_params'])}" if f.get("edge_params") else "–"
             if top and f.get("edge_params") and f["edge_params"] > 4 * top["params"]:
                 edge += " (past 4x the largest measured: not read)"
+            checked = "–"
+            if f.get("edge_measured_bytes"):
+                checked = (f"{f['edge_checked']}: {f['edge_measured_bytes'] / GIB:.1f} GiB, "
+                           f"{f['edge_error']:+.1%} of predicted"
+                           + (f"; next size {f['edge_above_checked'].replace('_', ' ')}"
+                              if f.get("edge_above_checked") else ""))
             rows.append([f["series"], params(top["params"]) if top else "–",
-                         f"{top['peak_bytes'] / GIB:.2f}" if top else "–", edge,
+                         f"{top['peak_bytes'] / GIB:.2f}" if top else "–", edge, checked,
                          f"{f['max_rel_error']:.0%}", f.get("note") or ""])
         cap = data.get("capacity_bytes")
         note = (f"{data.get('model')} at batch {data.get('batch_size')}"
@@ -277,8 +286,9 @@ def frontier(files: list[Path]) -> Rendered:
                 + f", on {data.get('device_name')}"
                 + (f" ({cap / GIB:.1f} GiB, {data.get('capacity_source')})" if cap else "")
                 + f"; {data.get('stopped') or 'every series ran to its edge'}.\n\n")
-        head = ["series", "largest measured", "its peak GiB", "fit's edge (params)", "fit's worst error", "note"]
-        blocks.append(provenance(data, [path]) + note + table(head, rows, {1, 2, 3, 4}))
+        head = ["series", "largest measured", "its peak GiB", "fit's edge (params)", "edge measured",
+                "fit's worst error", "note"]
+        blocks.append(provenance(data, [path]) + note + table(head, rows, {1, 2, 3, 5}))
         train = [r for r in rows if r[0].startswith("train")]
         if train:
             best = max(train, key=lambda r: measured.get(r[0], {}).get("params", 0))

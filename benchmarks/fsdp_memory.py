@@ -10,11 +10,15 @@ memory under --offload, and throughput.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import os
+import platform
+import sys
 from pathlib import Path
 
-from trainserve.core.profile import ProfileRecord
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run as a file: this tree's trainserve
+from trainserve.core.profile import ProfileRecord  # noqa: E402
 
 MIB = 2**20
 
@@ -56,7 +60,11 @@ def main() -> None:
     args = ap.parse_args()
     rows = [summarize(args.runs_dir / run) for run in args.runs if (args.runs_dir / run / "train").is_dir()]
     out = Path(os.environ.get("OUT", "."))
-    (out / "fsdp_memory.json").write_text(json.dumps(rows, indent=1))
+    gpu = next((r["device_name"] for r in rows if r.get("device_name")), None)
+    result = {"machine": f"{gpu or 'no GPU'}, {platform.node() or 'host'}",
+              "command": "python benchmarks/fsdp_memory.py " + " ".join(sys.argv[1:]),
+              "date": datetime.date.today().isoformat(), "runs": rows}
+    (out / "fsdp_memory.json").write_text(json.dumps(result, indent=1) + "\n")
     (out / "fsdp_memory.md").write_text(markdown(rows))
     print(markdown(rows))
 

@@ -37,10 +37,21 @@ def _result() -> FrontierResult:
 def test_the_sentence_names_each_edge_and_says_what_was_predicted(tmp_path):
     d = device_section(_result())
     assert d.sentence.startswith("On this NVIDIA H100 80GB HBM3 (80.0 GiB, the card's total memory) you can train up "
-                                 "to 200 M (predicted, not measured) parameters (bf16, batch 8; 100 M with activation "
-                                 "checkpointing) and serve up to 3 B (fp16, batch 8).")
+                                 "to 200 M (predicted, not measured) parameters (bf16, batch 8; up to 100 M with activation "
+                                 "checkpointing) and serve at least 3 B (fp16, batch 8) (at least: measured to fit, "
+                                 "and the edge search stopped before a larger size was measured not to; the notes "
+                                 "below say why).")
     edges = {s.series: s for s in d.series}
-    assert edges["infer fp16"].edge_source == "predicted, checked"
+    assert edges["infer fp16"].edge_source == "checked, at least"  # no larger size was measured not to fit
+    bracketed = _result()
+    bracketed.fits[1].edge_above_checked = "does_not_fit"  # the next size up failed: the edge is known
+    edge = {s.series: s for s in device_section(bracketed).series}["infer fp16"]
+    assert edge.edge_source == "predicted, checked (the next size did not fit)"
+    assert "serve up to 3 B (fp16, batch 8)" in device_section(bracketed).sentence
+    stopped = _result()
+    stopped.fits[1].note = "edge search stopped: the series' share of the budget ran out"
+    assert any(n.startswith("infer fp16: edge search stopped: the series' share of the budget ran out (`trainserve "
+                            "frontier --device cuda --budget-s N`") for n in device_section(stopped).notes)
     assert edges["train bf16"].stopped_at_params == 4 * 10**8
     _result().save(tmp_path / "frontier")
     sections = frontier_sections(tmp_path)

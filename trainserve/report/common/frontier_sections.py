@@ -17,7 +17,9 @@ class SeriesEdge:
     checkpointing: bool
     measured_params: int | None  # the largest measured size that fit
     edge_params: int | None  # the largest that fits: measured, or the fit's prediction
-    edge_source: str  # "measured" | "predicted" | "predicted, checked" | "predicted, did not fit when measured"
+    # "measured" | "predicted" | "predicted, checked" (the next size failed) | "checked, at least" (no larger size
+    # failed yet) | "predicted, did not fit when measured" | "predicted, at least"
+    edge_source: str
     edge_bytes: int | None  # its peak (measured or predicted)
     stopped_at_params: int | None  # the first size that did not fit, when one was met
     fit_max_rel_error: float | None

@@ -22,11 +22,14 @@ def frontier_sections(run_dir: Path) -> list[DeviceFrontier]:
     return [device_section(r, f"frontier/{r.device}.json") for r in load_all(run_dir)]
 
 
+CHECKED_AT_LEAST = "checked, at least"  # measured to fit at a predicted size; no larger size failed yet
+
+
 def device_section(r: FrontierResult, source: str = "") -> DeviceFrontier:
     out = DeviceFrontier(device=r.device, device_name=r.device_name, capacity_bytes=r.capacity_bytes,
                          capacity_source=r.capacity_source, batch_size=r.batch_size, source=source,
                          notes=list(r.notes) + ([f"stopped early: {r.stopped}"] if r.stopped else []))
-    out.notes += _phase_notes(r)
+    out.notes += _phase_notes(r) + _fit_notes(r)
     fits = {f.series: f for f in r.fits}
     for name in r.series():
         pts = [p for p in r.points if p.series == name]
@@ -45,7 +48,10 @@ def _series_edge(r: FrontierResult, name: str, pts: list, fit: SeriesFit | None)
     edge, edge_bytes, src = (measured.params, measured.peak_bytes, "measured") if measured else (None, None, "")
     if fit is not None and fit.edge_params is not None and r.capacity_bytes is not None:
         if fit.edge_checked == "fits":
-            src = "predicted, checked" + _edge_check_detail(fit)
+            # the edge is known only once the next size up failed; a search the budget (or a file format) ended
+            # before that measured a size that fits, and the edge lies at or above it
+            bracketed = fit.edge_above_checked == "does_not_fit"
+            src = ("predicted, checked" if bracketed else CHECKED_AT_LEAST) + _edge_check_detail(fit)
             edge, edge_bytes = fit.edge_params, fit.edge_measured_bytes
         elif fit.edge_checked == "does_not_fit":
             src = "predicted, did not fit when measured"  # the largest measured point stands
@@ -60,6 +66,17 @@ def _series_edge(r: FrontierResult, name: str, pts: list, fit: SeriesFit | None)
         measured_params=measured.params if measured else None, edge_params=edge, edge_source=src,
         edge_bytes=edge_bytes, stopped_at_params=min((p.params for p in failed), default=None),
         fit_max_rel_error=fit.max_rel_error if fit else None)
+
+
+def _fit_notes(r: FrontierResult) -> list[str]:
+    """Why a series' edge search ended where it did, one line per reason with the series it holds for."""
+    by_note: dict[str, list[str]] = {}
+    for f in r.fits:
+        if f.note:
+            by_note.setdefault(f.note, []).append(f.series)
+    more = (f" (`trainserve frontier --device {r.device} --budget-s N` with a larger N runs each series to its edge)"
+            if any("budget" in n for n in by_note) else "")
+    return [f"{', '.join(series)}: {note}" + (more if "budget" in note else "") for note, series in by_note.items()]
 
 
 def _phase_notes(r: FrontierResult) -> list[str]:
@@ -87,10 +104,13 @@ def _best(series: list[SeriesEdge]) -> SeriesEdge | None:
 
 
 def _size(s: SeriesEdge) -> str:
+    """"up to X", or "at least X" where the edge was not bracketed."""
     if s.edge_source == "predicted, at least":  # the fit was not extrapolated further than this
         return f"at least {_millions(s.edge_params)} (predicted; the edge lies beyond what the fit is trusted for)"
+    if s.edge_source.startswith(CHECKED_AT_LEAST):
+        return f"at least {_millions(s.edge_params)}"
     predicted = s.edge_source == "predicted"
-    return f"{_millions(s.edge_params)}" + (" (predicted, not measured)" if predicted else "")
+    return f"up to {_millions(s.edge_params)}" + (" (predicted, not measured)" if predicted else "")
 
 
 def _millions(n: int | None) -> str:
@@ -121,12 +141,15 @@ def sentence(d: DeviceFrontier) -> str:
     if train:
         other = "" if ckpt is None or ckpt.precision == train.precision else f" in {ckpt.precision}"
         extra = f"; {_size(ckpt)} with activation checkpointing{other}" if ckpt else ""
-        words.append(f"train up to {_size(train)} parameters ({train.precision}, batch {b}{extra})")
+        words.append(f"train {_size(train)} parameters ({train.precision}, batch {b}{extra})")
     if serve:
-        words.append(f"serve up to {_size(serve)} ({serve.precision}, batch {b})")
+        words.append(f"serve {_size(serve)} ({serve.precision}, batch {b})")
     if not words:
         return f"On this {d.device_name}{cap} no size was measured to fit."
-    return f"On this {d.device_name}{cap} you can " + " and ".join(words) + "."
+    lower = any(s.edge_source.startswith(CHECKED_AT_LEAST) for s in (train, ckpt, serve) if s is not None)
+    why = (" (at least: measured to fit, and the edge search stopped before a larger size was measured not to; "
+           "the notes below say why)") if lower else ""
+    return f"On this {d.device_name}{cap} you can " + " and ".join(words) + why + "."
 
 
 # --- rendering -----------------------------------------------------------------------------------------
