@@ -18,6 +18,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +32,7 @@ FRONTENDS = ("http", "grpc")
 LOG_EVERY_S = 10.0  # at most one warning line per this many seconds for each (front end, reason)
 
 
-class Refusals:
+class Refusals(Collector):
     """Counters by (front end, reason); every pair exists from the start, so a dashboard sees zeros."""
 
     def __init__(self) -> None:
@@ -50,11 +54,15 @@ class Refusals:
     def get(self, frontend: str, reason: str) -> int:
         return self.counts.get((frontend, reason), 0)
 
-    def exposition(self) -> list[str]:
-        """Prometheus text lines (format 0.0.4) of the counter."""
-        lines = [f"# HELP {METRIC} {HELP}", f"# TYPE {METRIC} counter"]
-        lines += [f'{METRIC}{{frontend="{f}",reason="{r}"}} {n}' for (f, r), n in sorted(self.counts.items())]
-        return lines
+    def collect(self) -> Iterator[Metric]:
+        """The counter's family, read by serve/protocol/prometheus.py's registry at each scrape.
+
+        CounterMetricFamily drops METRIC's `_total` and the exposition puts it back: the name stays
+        trainserve_refused_total, its TYPE line `counter`."""
+        family = CounterMetricFamily(METRIC, HELP, labels=("frontend", "reason"))
+        for labels, n in sorted(self.counts.items()):
+            family.add_metric(labels, n)
+        yield family
 
 
 def of(core: object) -> Refusals:

@@ -46,8 +46,9 @@ def test_render_triton_names_types_and_values():
                                        cpu_memory_used_bytes=400, gpus=[gpu]))
     types, samples = parse(text)
     assert set(types) == set(METRIC_NAMES)
-    assert types["nv_inference_request_success"] == "counter" and types["nv_gpu_utilization"] == "gauge"
-    assert types["nv_energy_consumption"] == "counter" and types["nv_cpu_memory_used_bytes"] == "gauge"
+    # Triton's counters without `_total` keep their exact sample names as untyped (the module's docstring)
+    assert types["nv_inference_request_success"] == "untyped" and types["nv_gpu_utilization"] == "gauge"
+    assert types["nv_energy_consumption"] == "untyped" and types["nv_cpu_memory_used_bytes"] == "gauge"
     model = '{model="cnn_cpu",version="1"}'
     assert samples[("nv_inference_request_success", model)] == 3
     assert samples[("nv_inference_request_failure", model)] == 1
@@ -61,6 +62,22 @@ def test_render_triton_names_types_and_values():
     assert samples[("nv_gpu_memory_total_bytes", '{gpu_uuid="GPU-abc"}')] == 80 << 30
     assert samples[("nv_cpu_utilization", "")] == 0.5
     assert samples[("nv_cpu_memory_used_bytes", "")] == 400
+
+
+def test_refusals_counter_keeps_its_name_and_type_and_the_load_test_reads_the_page():
+    from trainserve.loadtest.metrics import parse_prometheus
+    from trainserve.serve.protocol import refusals
+
+    r = refusals.Refusals()
+    r.add("grpc", "flood", 3)
+    text = render([stats()], None, r)
+    types, samples = parse(text)
+    assert types["trainserve_refused_total"] == "counter"
+    assert samples[("trainserve_refused_total", '{frontend="grpc",reason="flood"}')] == 3
+    assert samples[("trainserve_refused_total", '{frontend="http",reason="streams"}')] == 0
+    read = parse_prometheus(text)
+    assert read["nv_inference_request_success"] == [({"model": "cnn_cpu", "version": "1"}, 3.0)]
+    assert read["nv_inference_queue_duration_us"] == [({"model": "cnn_cpu", "version": "1"}, 12.0)]
 
 
 def test_label_values_are_escaped():
