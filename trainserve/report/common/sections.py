@@ -245,7 +245,7 @@ class Ramp:
     backend: str
     batch_size: int
     source: str
-    points: list[dict[str, Any]]  # the record's ramp steps, as the load test wrote them
+    points: list[dict[str, Any]]  # the record's ramp steps with a throughput: RampStep (core/servedparts.py) as JSON
 
 
 # --- memory of training beside inference (report/memory/memory_compare.py) ------------------------------
