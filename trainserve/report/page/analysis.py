@@ -22,7 +22,6 @@ from trainserve.core.speedup import (
     speedups_of_records,
 )
 from trainserve.core.speedup import ratio as _div
-from trainserve.core.typedjson import to_json
 from trainserve.report.answers.answers import answers
 from trainserve.report.common import units as u
 from trainserve.report.common.collect import Collection, Entry
@@ -168,7 +167,7 @@ def view(e: Entry, scenario: str, point: RampStep | None = None) -> Column:
         mfu=r.speed.mfu,
         peak_tflops=r.speed.peak_tflops,
         partial=r.validity.partial,
-        errors=bounds.errors_of(r) if point is None else _held_out(point),
+        errors=bounds.errors_of(r) if point is None else withheld.held_out(point),
         warnings=list(r.validity.warnings),
         bound=bound_of(r, point),
     )
@@ -274,10 +273,6 @@ def _ramp(e: Entry) -> list[RampStep]:
     return LoadParts.of(e.record).ramp if e.record.phase == "infer" else []
 
 
-def _held_out(step: RampStep) -> dict[str, dict[str, str]]:
-    """{field: {"short", "error"}} of the figures the screen withheld from a ramp step."""
-    return {f: {"short": h.short, "error": h.error} for f, h in (step.out_of_bounds or {}).items()}
-
 
 def _speedup(kind: str, cpu: Column | None, gpu: Column | None, metric: str) -> InferSpeedup:
     """GPU over CPU; for latency the CPU's time over the GPU's (how many times faster it answers)."""
@@ -361,7 +356,7 @@ def _max_batch(entries: list[Entry]) -> dict[str, MaxBatch]:
 def _ramps(entries: list[Entry]) -> list[Ramp]:
     out = []
     for e in entries:
-        points = [to_json(p) for p in _ramp(e) if p.throughput_samples_s is not None]
+        points = [p for p in _ramp(e) if p.throughput_samples_s is not None]
         if points:
             r = e.record
             frontends = LoadParts.of(r).server.frontends
