@@ -40,7 +40,8 @@ from trainserve.core.options.load import LoadJob
 from trainserve.core.procs import child_env, die_with_parent, stop_group
 from trainserve.core.profile import LatencyStats, ProfileRecord, host_info, package_versions
 from trainserve.core.runs import run_dir
-from trainserve.core.servedparts import LoadParts, LoadSettings, RampStep, Saturation, ServerInfo, ServerSearch
+from trainserve.core.servedparts import (LoadParts, LoadSettings, RampStep, Repeat, Saturation, ServerInfo,
+                                         ServerSearch)
 from trainserve.core.telemetry import EnergyReading, fill_energy
 from trainserve.core.typedjson import from_json
 
@@ -255,6 +256,8 @@ def build_record(config: LoadConfig, info: ModelInfo, target: str, results: dict
                       ramp=from_json(list[RampStep], results.get("ramp") or []),
                       saturation=from_json(Saturation | None, results.get("saturation")))
     figure = _Figure.of(config, results, parts.search)
+    parts.percentiles_short = figure.percentiles_short
+    parts.repeats = from_json(list[Repeat], results.get("repeats") or [])
     record = ProfileRecord(
         phase="infer", model=config.model, backend=info.backend, device=info.device,  # type: ignore[arg-type]
         precision="fp16" if any(t.datatype == "FP16" for t in info.inputs) else "fp32",
@@ -350,7 +353,7 @@ def _extra(target: str, results: dict[str, Any], figure: _Figure, server: dict[s
     """What a load record keeps beside its figures (the typed parts are added by LoadParts.write)."""
     gen = results.get("load_generator") or {}
     cpu = gen.get("cpu_s")
-    extra = {
+    return {
         "load_generator": {**gen, "requests_per_cpu_s": round(figure.count / cpu, 1) if cpu else None},
         "latency_histogram": results.get("histogram"),
         "errors": results.get("errors", []),
@@ -358,11 +361,7 @@ def _extra(target: str, results: dict[str, Any], figure: _Figure, server: dict[s
         "locust_csv": sorted(f"{target}_{k}.csv" for k in ("stats", "stats_history", "failures", "exceptions")),
         "locust_html": f"{target}.html",
         "windows": results.get("windows"),
-        "percentiles_short": figure.percentiles_short,
     }
-    if results.get("repeats"):
-        extra["repeats"] = results["repeats"]
-    return extra
 
 
 # the meter of a figure read off the server's metrics page (Triton's names; NVML underneath)

@@ -416,7 +416,8 @@ class Pipeline:
                 found = ProfileRecord.load(self.root / "load" / f"embedded-{device}-{name}.json")
             except UserError:
                 return f"the Server search {label} wrote no record"
-            capacity = (found.extra.get("search") or {}).get("capacity_req_s")
+            search = LoadParts.of(found).search
+            capacity = search.capacity_req_s if search is not None else None
             if not capacity:
                 return f"the Server search {label} found no rate within the SLO, so there is no rate both carry"
             capacities.append(capacity)

@@ -112,7 +112,7 @@ def main() -> None:
         r.speed.latency = LatencyStats.from_samples_ms([1.0 * batch ** 0.5, 1.2, 1.5])
         r.validity.stability = {"stable": True, "rule": "windows", "reason": "3 windows agree",
                                 "windows_used": [1, 2, 3]}
-        r.extra.update(requests=3000, failures=0, percentiles_short=[])
+        r.extra.update(requests=3000, failures=0)
         scenario = "SingleStream" if users == 1 and batch == 1 else "Offline"
         slo = float(a.slo_p99_ms) if a.slo_p99_ms else 20.0
         parts = LoadParts(settings=LoadSettings(

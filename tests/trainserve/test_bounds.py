@@ -253,3 +253,21 @@ def test_a_disturbed_limit_keeps_a_served_figure_within_its_spread_and_withholds
         assert sat["throughput_samples_s"] is None
         error = sat["errors"]["throughput_samples_s"]["error"]
         assert limit.best_point in error and "beyond the two measurements' spread" in error
+
+
+def test_a_ramp_step_with_a_saturated_client_is_read_typed_with_its_figures_withheld() -> None:
+    from tests.loadtest.parts import parts, step
+    from trainserve.core.served import ClientCpu
+    from trainserve.core.servedparts import LoadParts
+    from trainserve.report.verdict.withheld import Withheld, held_out, point_text
+
+    r = ProfileRecord(phase="infer", model="cnn_cpu", backend="onnxruntime", device="cpu", target="t")
+    busy = ClientCpu(per_process_core_fraction={"local": 0.99}, saturated=True)
+    parts(ramp=[step(1, 500.0, 2.0, p50_ms=1.0), step(8, 900.0, 9.0, p50_ms=4.0, client_cpu=busy)]).write(r)
+    (screened,) = bounds.screen([("load/ramp.json", r)])
+    calm, late = LoadParts.of(screened).ramp
+    assert not calm.out_of_bounds and point_text(calm, "p50_ms", str) == "1.0"
+    assert late.p50_ms is None and late.requests_s is None  # the client's pace, not the server's
+    shown = point_text(late, "p50_ms", str)
+    assert isinstance(shown, Withheld) and "client" in held_out(late)["p50_ms"]["error"]
+    assert LoadParts.of(r).ramp[1].p50_ms == 4.0  # the record itself is left as it was

@@ -331,10 +331,10 @@ def screen(records: list[tuple[str, ProfileRecord]]) -> list[ProfileRecord]:
     return out
 
 
-def errors_of(record: ProfileRecord, point: dict[str, Any] | None = None) -> dict[str, dict[str, str]]:
-    """{field: {"short", "error"}} of the figures withheld from a screened record (or one ramp point)."""
-    source = point if point is not None else record.extra if isinstance(record.extra, dict) else {}
-    held = source.get(OUT_OF_BOUNDS)
+def errors_of(record: ProfileRecord) -> dict[str, dict[str, str]]:
+    """{field: {"short", "error"}} of the figures withheld from a screened record (a ramp step's: its RampStep's
+    out_of_bounds, trainserve/core/servedparts.py)."""
+    held = record.extra.get(OUT_OF_BOUNDS) if isinstance(record.extra, dict) else None
     if not isinstance(held, dict):
         return {}
     return {f: {"short": str(h.get("short", "out of bounds")), "error": str(h.get("error", ""))}

@@ -3,14 +3,21 @@ saturation point (record.served, core/served.py, holds the client CPU, the attri
 process's sample).
 
 Each part is written once, by the load stage (loadtest/runner.py), and kept where the report has always read
-it: `record.settings` (LoadSettings) and `record.extra` under "server", "search", "ramp" and "saturation",
-encoded by trainserve/core/typedjson.py. `LoadParts.of(record)` reads them back, the one reader of those keys
-outside the report.
+it: `record.settings` (LoadSettings) and `record.extra` under "server", "search", "ramp", "saturation",
+"percentiles_short" and "repeats", encoded by trainserve/core/typedjson.py. `LoadParts.of(record)` reads them
+back, the one reader of those keys.
+
+A record written before the parts were typed (served schema 0, or no served part at all) has the same keys in
+looser dicts: `of` reads what it finds and leaves the rest None, as the report's readers always took a missing
+key, so older runs still report.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import types
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +27,8 @@ from trainserve.core.typedjson import OPTIONAL, from_json, to_json
 
 # record.extra's keys of the parts: the JSON shape the report's readers know
 SERVER, SEARCH, RAMP, SATURATION = "server", "search", "ramp", "saturation"
+PERCENTILES_SHORT, REPEATS = "percentiles_short", "repeats"
+LEGACY_SCHEMAS = (None, 0)  # a record with no served part, or one written before the parts were typed
 
 
 class RampStop(enum.StrEnum):
@@ -67,6 +76,14 @@ class ServerInfo:
 
 
 @dataclass
+class HeldOut:
+    """A figure the report's bound checks withheld from a ramp step (trainserve/core/bounds.py screen)."""
+
+    short: str  # what a table cell shows in its place
+    error: str  # the bound it broke, in a sentence
+
+
+@dataclass
 class RampStep:
     """One step of the closed-loop ramp: as the locustfile measured it, then what the load stage added."""
 
@@ -92,6 +109,8 @@ class RampStep:
     frontend_cpu_cores: float | None = field(default=None, metadata=OPTIONAL)
     system_cpu_percent: float | None = field(default=None, metadata=OPTIONAL)
     bound: Bound | None = field(default=None, metadata=OPTIONAL)
+    # per withheld field (its value set to None): added by the report's screen, never by the load stage
+    out_of_bounds: dict[str, HeldOut] | None = field(default=None, metadata=OPTIONAL)
 
 
 @dataclass
@@ -101,7 +120,20 @@ class Saturation:
     users: int | None  # null: no step met the stop
     requests_s: float | None
     reason: str  # in words, for people; `stop` is what code reads
-    stop: RampStop
+    stop: RampStop  # None in a record written before the parts were typed
+
+
+@dataclass
+class Repeat:
+    """One repeat's own figures, with --repeats (loadtest/runner.py repeat_row); the record's are pooled."""
+
+    requests_s: float | None
+    capacity_req_s: float | None  # a search's capacity (null: a plain load, or no rate met the SLO)
+    p50_ms: float | None
+    p95_ms: float | None
+    p99_ms: float | None
+    p999_ms: float | None
+    stable: bool | None
 
 
 @dataclass
@@ -171,19 +203,26 @@ class LoadParts:
     search: ServerSearch | None = None
     ramp: list[RampStep] = field(default_factory=list)
     saturation: Saturation | None = None
+    percentiles_short: list[str] = field(default_factory=list)  # the figure's percentiles with too few requests
+    repeats: list[Repeat] = field(default_factory=list)  # with --repeats > 1: each repeat's own figures
 
     @classmethod
     def of(cls, record: Any) -> LoadParts:
-        """The parts of a load record (a ProfileRecord) written by this version; raises UserError for another."""
+        """The parts of a load record (a ProfileRecord) written by this version or before the parts were typed;
+        raises UserError for a record of a newer schema."""
         version = record.served.schema_version if record.served is not None else None
+        if version in LEGACY_SCHEMAS:
+            x = _keys(record)
+            return _legacy(cls, {**x, "settings": record.settings or {}, SERVER: x[SERVER] or {}})
         if version != SERVED_SCHEMA_VERSION:
             raise UserError(f"load record {record.target!r} has served schema {version!r}, this trainserve reads "
-                            f"{SERVED_SCHEMA_VERSION}; re-run `trainserve load` for it")
-        x = record.extra
-        return cls(settings=from_json(LoadSettings, record.settings), server=from_json(ServerInfo, x.get(SERVER)),
-                   search=from_json(ServerSearch | None, x.get(SEARCH)),
-                   ramp=from_json(list[RampStep], x.get(RAMP) or []),
-                   saturation=from_json(Saturation | None, x.get(SATURATION)))
+                            f"{SERVED_SCHEMA_VERSION}; re-run `trainserve load` for it with this trainserve")
+        x = _keys(record)
+        return cls(settings=from_json(LoadSettings, record.settings), server=from_json(ServerInfo, x[SERVER]),
+                   search=from_json(ServerSearch | None, x[SEARCH]), ramp=from_json(list[RampStep], x[RAMP] or []),
+                   saturation=from_json(Saturation | None, x[SATURATION]),
+                   percentiles_short=list(x[PERCENTILES_SHORT] or []),
+                   repeats=from_json(list[Repeat], x[REPEATS] or []))
 
     def write(self, record: Any) -> None:
         """Into `record` (a ProfileRecord), where the report reads them, its served part stamped with the schema
@@ -193,8 +232,57 @@ class LoadParts:
         record.served.schema_version = SERVED_SCHEMA_VERSION
         record.settings = to_json(self.settings)
         record.extra[SERVER] = to_json(self.server)
-        for key, part in ((SEARCH, self.search), (RAMP, self.ramp or None), (SATURATION, self.saturation)):
+        record.extra[PERCENTILES_SHORT] = list(self.percentiles_short)
+        for key, part in ((SEARCH, self.search), (RAMP, self.ramp or None), (SATURATION, self.saturation),
+                          (REPEATS, self.repeats or None)):
             if part is not None:
                 record.extra[key] = to_json(part)
             else:
                 record.extra.pop(key, None)
+
+
+def _keys(record: Any) -> dict[str, Any]:
+    """The parts' keys of record.extra (None where absent)."""
+    x = record.extra if isinstance(record.extra, dict) else {}
+    return {k: x.get(k) for k in (SERVER, SEARCH, RAMP, SATURATION, PERCENTILES_SHORT, REPEATS)}
+
+
+def _legacy(kind: Any, data: Any) -> Any:
+    """`data` from a record written before the parts were typed, as `kind`: a section's missing keys take their
+    default or None and keys it does not know are dropped; a value of another shape is None."""
+    if data is None:
+        return None
+    origin, args = typing.get_origin(kind), typing.get_args(kind)
+    if origin in (typing.Union, types.UnionType):
+        sections = [a for a in args if a is not type(None)]
+        return _legacy(sections[0], data) if len(sections) == 1 else data
+    if origin is list:
+        items = [_legacy(args[0], v) for v in data] if isinstance(data, list) else []
+        return [v for v in items if v is not None]  # a step of another shape is no step
+    if origin is dict:
+        return {k: _legacy(args[1], v) for k, v in data.items()} if isinstance(data, dict) else None
+    if isinstance(kind, type) and issubclass(kind, enum.Enum):
+        return kind(data) if data in {m.value for m in kind} else None
+    if dataclasses.is_dataclass(kind):
+        return _legacy_section(kind, data)
+    return data
+
+
+def _legacy_section(kind: type, data: Any) -> Any:
+    """A dataclass from an older record's dict; None where it is no dict or its values break the section's own
+    checks (a bound of a kind no longer known)."""
+    if not isinstance(data, dict):
+        return None
+    hints = typing.get_type_hints(kind)
+    values = {}
+    for f in dataclasses.fields(kind):
+        if not f.init:
+            continue
+        value = _legacy(hints[f.name], data.get(f.name))
+        defaulted = f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        if value is not None or not defaulted:
+            values[f.name] = value
+    try:
+        return kind(**values)
+    except ValueError:
+        return None

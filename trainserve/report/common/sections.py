@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainserve.core.servedparts import RampStep
 from trainserve.report.common.cost_sections import Costs, Plan
 from trainserve.report.common.frontier_sections import DeviceFrontier
 from trainserve.report.common.typed import OPTIONAL
@@ -245,7 +246,7 @@ class Ramp:
     backend: str
     batch_size: int
     source: str
-    points: list[dict[str, Any]]  # the record's ramp steps, as the load test wrote them
+    points: list[RampStep]  # the record's ramp steps with a throughput, their withheld figures None
 
 
 # --- memory of training beside inference (report/memory/memory_compare.py) ------------------------------

@@ -265,8 +265,8 @@ def frontier(section: ModelSection, device: str) -> list[LoadPoint]:
         if r.device != device or r.backend != backend:
             continue
         for p in r.points:
-            points.append(LoadPoint("ramp step", r.source, r.batch_size, p.get("users"), p.get("throughput_samples_s"),
-                                    p.get("requests_s"), p.get("p99_ms"), p.get("failures") or 0, None))
+            points.append(LoadPoint("ramp step", r.source, r.batch_size, p.users, p.throughput_samples_s,
+                                    p.requests_s, p.p99_ms, p.failures or 0, None))
     server = (section.scenarios.get(device) or {}).get("Server")
     if server and server.capacity_req_s:  # the open-loop capacity search (report/serving/scenarios.py)
         points.append(LoadPoint(SERVER, server.source, server.batch_size, None,

@@ -13,6 +13,7 @@ from typing import Any
 
 from trainserve.core import bounds
 from trainserve.core.profile import ProfileRecord
+from trainserve.core.servedparts import LoadParts, RampStep
 from trainserve.core.speedup import (
     DEVICE_LABEL,
     DEVICES,
@@ -108,14 +109,15 @@ def analyse(collection: Collection) -> Report:
 
 # --- one column of a table: a record (or one point of its load ramp) seen through the report ---
 
-def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> Column:
+def view(e: Entry, scenario: str, point: RampStep | None = None) -> Column:
     r = e.record
     lat = dataclasses.asdict(r.speed.latency)
     throughput, requests_s, concurrency = r.speed.throughput_samples_s, r.speed.requests_s, r.concurrency
-    if point is not None:
-        lat = {k: point.get(k) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "mean_ms", "max_ms")}
-        throughput, requests_s = point.get("throughput_samples_s"), point.get("requests_s")
-        concurrency = point.get("users", concurrency)
+    if point is not None:  # a step has no max_ms: its column leaves it out
+        lat = {k: getattr(point, k, None) for k in ("p50_ms", "p90_ms", "p95_ms", "p99_ms", "p999_ms", "mean_ms",
+                                                     "max_ms")}
+        throughput, requests_s = point.throughput_samples_s, point.requests_s
+        concurrency = point.users if point.users is not None else concurrency
     m = r.memory
     # a ramp step's share of the ramp's energy is not known: the record's energy covers every step
     energy = own_energy(r) if point is None else NO_ENERGY
@@ -165,7 +167,7 @@ def view(e: Entry, scenario: str, point: dict[str, Any] | None = None) -> Column
         mfu=r.speed.mfu,
         peak_tflops=r.speed.peak_tflops,
         partial=r.validity.partial,
-        errors=bounds.errors_of(r, point),
+        errors=bounds.errors_of(r) if point is None else withheld.held_out(point),
         warnings=list(r.validity.warnings),
         bound=bound_of(r, point),
     )
@@ -244,18 +246,18 @@ def _infer_views(entries: list[Entry]) -> Served:
         batch1 = view(min(singles, key=lambda e: _p50(e) if _p50(e) is not None else float("inf")), "batch1")
     else:
         for e in entries:
-            first = [p for p in _ramp(e) if p.get("users") == 1 and p.get("rate") is None]
+            first = [p for p in _ramp(e) if p.users == 1 and p.rate is None]
             if e.record.batch_size == 1 and first:
                 batch1 = view(e, "batch1", first[0])
                 break
-    candidates: list[tuple[float, Entry, dict[str, Any] | None]] = []
+    candidates: list[tuple[float, Entry, RampStep | None]] = []
     for e in entries:
         best = withheld.ranking_throughput(e.record)  # a withheld best is still picked, to show its error
         if best is not None:
             candidates.append((best, e, None))
         for p in _ramp(e):
-            if p.get("throughput_samples_s") is not None:
-                candidates.append((p["throughput_samples_s"], e, p))
+            if p.throughput_samples_s is not None:
+                candidates.append((p.throughput_samples_s, e, p))
     saturated = None
     if candidates:
         _, e, p = max(candidates, key=lambda c: c[0])
@@ -267,9 +269,9 @@ def _p50(e: Entry) -> float | None:
     return e.record.speed.latency.p50_ms
 
 
-def _ramp(e: Entry) -> list[dict[str, Any]]:
-    ramp = e.record.extra.get("ramp") if isinstance(e.record.extra, dict) else None
-    return [p for p in ramp if isinstance(p, dict)] if isinstance(ramp, list) else []
+def _ramp(e: Entry) -> list[RampStep]:
+    return LoadParts.of(e.record).ramp if e.record.phase == "infer" else []
+
 
 
 def _speedup(kind: str, cpu: Column | None, gpu: Column | None, metric: str) -> InferSpeedup:
@@ -354,10 +356,10 @@ def _max_batch(entries: list[Entry]) -> dict[str, MaxBatch]:
 def _ramps(entries: list[Entry]) -> list[Ramp]:
     out = []
     for e in entries:
-        points = [p for p in _ramp(e) if p.get("throughput_samples_s") is not None]
+        points = [p for p in _ramp(e) if p.throughput_samples_s is not None]
         if points:
             r = e.record
-            frontends = (r.extra.get("server") or {}).get("frontends") if isinstance(r.extra, dict) else None
+            frontends = LoadParts.of(r).server.frontends
             shown = f" · {frontends} front-end processes" if isinstance(frontends, int) and frontends > 1 else ""
             out.append(Ramp(label=f"{DEVICE_LABEL[r.device]} · {r.backend} · batch {r.batch_size}{shown}",
                             device=r.device, backend=r.backend, batch_size=r.batch_size, source=e.source,

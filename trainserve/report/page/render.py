@@ -19,6 +19,7 @@ from trainserve.report.cost import cost_render
 
 from trainserve.report.serving import scenarios
 
+from trainserve.core.servedparts import RampStep
 from trainserve.core.telemetry import NOT_SAMPLED
 from trainserve.report.common import units as u
 from trainserve.report.common.plot_canvas import alt_text, safe_name
@@ -418,16 +419,16 @@ def _html_ramps(model: ModelSection) -> str:
     return "".join(out)
 
 
-def _ramp_cells(p: dict[str, Any]) -> list[str]:
+def _ramp_cells(p: RampStep) -> list[str]:
     """requests/s, samples/s, p50, p90, p99 of a ramp point; a withheld one is its error."""
     return [withheld.point_text(p, k, f) for k, f in (("requests_s", u.num), ("throughput_samples_s", u.num),
                                                       ("p50_ms", u.ms), ("p90_ms", u.ms), ("p99_ms", u.ms))]
 
 
-def _users_or_rate(p: dict[str, Any]) -> str:
-    if p.get("rate") is not None:
-        return f"{u.num(p['rate'])} req/s offered"
-    users = p.get("users", "?")
+def _users_or_rate(p: RampStep) -> str:
+    if p.rate is not None:
+        return f"{u.num(p.rate)} req/s offered"
+    users = "?" if p.users is None else p.users
     return f"{users} user" if users == 1 else f"{users} users"
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from trainserve.core.bounds import NOBATCH_SUFFIX
 from trainserve.core.profile import ProfileRecord
+from trainserve.core.servedparts import LoadParts
 from trainserve.core.speedup import DEVICES
 from trainserve.core.speedup import ratio as _div
 from trainserve.report.common.collect import Entry
@@ -75,7 +76,7 @@ def _shared_rate(entries: list[Entry]) -> SharedRate | None:
     return SharedRate(rate_req_s=rate, basis=str(on.record.extra["shared_rate"].get("basis") or ""),
                       on_source=on.source, off_source=off.source, on_p50_ms=lon.p50_ms, on_p99_ms=lon.p99_ms,
                       off_p50_ms=loff.p50_ms, off_p99_ms=loff.p99_ms,
-                      duration_s=(on.record.settings or {}).get("duration_s"))
+                      duration_s=LoadParts.of(on.record).settings.duration_s)
 
 
 def _newest_server(entries: list[Entry]) -> BatchingSide | None:
@@ -84,11 +85,12 @@ def _newest_server(entries: list[Entry]) -> BatchingSide | None:
         return None
     e = max(servers, key=lambda e: e.record.created)
     r = e.record
-    search = r.extra.get("search") or {}
+    search = LoadParts.of(r).search
     a = r.served.attribution if r.served is not None else None
-    return BatchingSide(source=e.source, model=r.model, capacity_req_s=search.get("capacity_req_s"),
+    return BatchingSide(source=e.source, model=r.model,
+                        capacity_req_s=None if search is None else search.capacity_req_s,
                         p99_ms=r.speed.latency.p99_ms, mean_batch=a.mean_batch if a is not None else None,
-                        lower_bound=bool(search.get("lower_bound")))
+                        lower_bound=search is not None and bool(search.lower_bound))
 
 
 def placement_of(record: ProfileRecord) -> str | None:

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from trainserve.core.profile import ProfileRecord
+from trainserve.core.servedparts import LoadParts
 from trainserve.loadtest.histogram import Histogram
 from trainserve.report.common.collect import Collection
 
@@ -64,21 +65,19 @@ def _p95_ms(record: ProfileRecord) -> float | None:
 
 def rows(record: ProfileRecord) -> tuple[str, list[dict[str, Any]]]:
     """(first column's name, rows) of one load record: a ramp's steps, or the record itself."""
-    ramp = record.extra.get("ramp") if isinstance(record.extra, dict) else None
-    steps = [p for p in ramp if isinstance(p, dict)] if isinstance(ramp, list) else []
-    by_rate = bool(steps and all(p.get("rate") is not None for p in steps)) or (
-        not steps and record.settings.get("rate") is not None)
+    parts = LoadParts.of(record)
+    steps = parts.ramp
+    by_rate = bool(steps and all(p.rate is not None for p in steps)) or (not steps and parts.settings.rate is not None)
     first = RATE_COLUMN if by_rate else "Concurrency"
     if steps:
-        return first, [{first: p.get("rate") if by_rate else p.get("users"),
-                        "Inferences/Second": p.get("throughput_samples_s"),
-                        "p50 latency": _us(p.get("p50_ms")), "p90 latency": _us(p.get("p90_ms")),
-                        "p95 latency": _us(p.get("p95_ms")), "p99 latency": _us(p.get("p99_ms"))}
-                       for p in steps if p.get("throughput_samples_s") is not None]
+        return first, [{first: p.rate if by_rate else p.users, "Inferences/Second": p.throughput_samples_s,
+                        "p50 latency": _us(p.p50_ms), "p90 latency": _us(p.p90_ms),
+                        "p95 latency": _us(p.p95_ms), "p99 latency": _us(p.p99_ms)}
+                       for p in steps if p.throughput_samples_s is not None]
     lat = record.speed.latency
-    metrics = ((record.extra.get("server") or {}).get("metrics") or {}) if isinstance(record.extra, dict) else {}
+    metrics = parts.server.metrics or {}
     p95 = getattr(lat, "p95_ms", None)
-    row = {first: record.settings.get("rate") if by_rate else (record.concurrency or 1),
+    row = {first: parts.settings.rate if by_rate else (record.concurrency or 1),
            "Inferences/Second": record.speed.throughput_samples_s,
            "p50 latency": _us(lat.p50_ms), "p90 latency": _us(lat.p90_ms),
            "p95 latency": _us(p95 if p95 is not None else _p95_ms(record)), "p99 latency": _us(lat.p99_ms),

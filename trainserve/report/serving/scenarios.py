@@ -18,6 +18,7 @@ from html import escape
 from typing import Any
 
 from trainserve.core.bounds import is_limit
+from trainserve.core.servedparts import LoadParts
 from trainserve.core.speedup import DEVICE_LABEL, DEVICES
 from trainserve.report.common import units as u
 from trainserve.report.common.collect import Entry
@@ -35,14 +36,17 @@ METRICS = {"SingleStream": ("p99_ms", "p99", u.ms), "Server": ("capacity_req_s",
 def scenario_of(e: Entry) -> str | None:
     """The record's scenario: its own label, or for an older record the one its settings imply."""
     r = e.record
-    if r.phase != "infer" or is_limit(r) or not isinstance(r.extra, dict) or r.extra.get("ramp"):
+    if r.phase != "infer" or is_limit(r) or not isinstance(r.extra, dict):
         return None
-    named = (r.settings or {}).get("scenario")
+    parts = LoadParts.of(r)
+    if parts.ramp:
+        return None
+    named = parts.settings.scenario
     if named:
         return named if named in SCENARIOS else None
-    if r.extra.get("search") is not None:
+    if parts.search is not None:
         return "Server"
-    if (r.settings or {}).get("mode") == "closed":
+    if parts.settings.mode == "closed":
         return "SingleStream" if (r.concurrency or 1) == 1 and r.batch_size == 1 else "Offline"
     return None
 
@@ -50,9 +54,10 @@ def scenario_of(e: Entry) -> str | None:
 def row(e: Entry, scenario: str) -> ScenarioRow:
     r = e.record
     lat = r.speed.latency
-    search = r.extra.get("search") or {}
-    reps = r.extra.get("repeats") or []
-    ci = {k: ci95([x.get(k) for x in reps]) for k in ("requests_s", "capacity_req_s", "p50_ms", "p95_ms", "p99_ms")}
+    parts = LoadParts.of(r)
+    search, reps = parts.search, parts.repeats
+    ci = {k: ci95([getattr(x, k) for x in reps]) for k in ("requests_s", "capacity_req_s", "p50_ms", "p95_ms",
+                                                            "p99_ms")}
     ci["throughput_samples_s"] = ci["requests_s"] and {
         k: (v * r.batch_size if k not in ("n",) else v) for k, v in ci["requests_s"].items()}
     stability = r.validity.stability or {}
@@ -61,11 +66,13 @@ def row(e: Entry, scenario: str) -> ScenarioRow:
     return ScenarioRow(
         source=e.source, scenario=scenario, device=r.device, backend=r.backend, batch_size=r.batch_size,
         users=r.concurrency, requests_s=r.speed.requests_s, throughput_samples_s=r.speed.throughput_samples_s,
-        capacity_req_s=search.get("capacity_req_s") if scenario == "Server" else None,
-        lower_bound=bool(search.get("lower_bound")), stop_reason=search.get("stop_reason"),
-        slo_p99_ms=search.get("slo_p99_ms"), p50_ms=lat.p50_ms, p95_ms=lat.p95_ms, p99_ms=lat.p99_ms,
+        capacity_req_s=search.capacity_req_s if search is not None and scenario == "Server" else None,
+        lower_bound=search is not None and bool(search.lower_bound),
+        stop_reason=None if search is None else search.stop_reason,
+        slo_p99_ms=None if search is None else search.slo_p99_ms,
+        p50_ms=lat.p50_ms, p95_ms=lat.p95_ms, p99_ms=lat.p99_ms,
         p999_ms=lat.p999_ms, count=lat.count, warmup_excluded=r.validity.warmup_excluded,
-        percentiles_short=list(r.extra.get("percentiles_short") or []), stable=stability.get("stable"),
+        percentiles_short=list(parts.percentiles_short), stable=stability.get("stable"),
         stability_reason=stability.get("reason"), valid=not reasons, reasons=[x["message"] for x in reasons],
         repeats=len(reps) or 1, ci95={k: v for k, v in ci.items() if v},
         energy_per_sample_j=energy.energy_per_sample_j, energy_source=r.energy.source, energy_status=energy.status)

@@ -19,9 +19,9 @@ def ramp(section: ModelSection) -> bytes | None:
     for i, r in enumerate(ramps):
         color = COLORS.get(r.device) if len({x.device for x in ramps}) == len(ramps) else palette[i % 6]
         _draw_ramp(ax, r, color)
-    _log_where_wide(ax.xaxis, ax.set_xscale, [x for r in ramps for x in (p["throughput_samples_s"] for p in r.points)])
+    _log_where_wide(ax.xaxis, ax.set_xscale, [p.throughput_samples_s for r in ramps for p in r.points])
     _log_where_wide(ax.yaxis, ax.set_yscale,
-                    [y for r in ramps for p in r.points for y in (p.get("p50_ms"), p.get("p99_ms")) if y])
+                    [y for r in ramps for p in r.points for y in (p.p50_ms, p.p99_ms) if y])
     ax.set_xlabel("throughput, samples/s", fontsize=9)
     ax.set_ylabel("latency, ms", fontsize=9)
     ax.legend(fontsize=7.5, frameon=False, loc="upper left")
@@ -31,15 +31,15 @@ def ramp(section: ModelSection) -> bytes | None:
 
 def _draw_ramp(ax, r: Ramp, color: str) -> None:
     """One ramp's p50 and p99 lines against its throughput, its last step's users named."""
-    xs = [p["throughput_samples_s"] for p in r.points]
+    xs = [p.throughput_samples_s for p in r.points]
     for key, style, tag in (("p50_ms", "-", "p50"), ("p99_ms", "--", "p99")):
-        pts = [(x, p.get(key)) for x, p in zip(xs, r.points) if p.get(key) is not None]
+        pts = [(x, getattr(p, key)) for x, p in zip(xs, r.points) if getattr(p, key) is not None]
         if pts:
             ax.plot([a for a, _ in pts], [b for _, b in pts], style, marker="o", markersize=3.5,
                     color=color, label=f"{r.label} {tag}")
     last = r.points[-1]
-    if last.get("p50_ms") is not None:
-        ax.annotate(f"{last.get('users')} users", (xs[-1], last["p50_ms"]), fontsize=7, color="#555",
+    if last.p50_ms is not None:
+        ax.annotate(f"{last.users} users", (xs[-1], last.p50_ms), fontsize=7, color="#555",
                     textcoords="offset points", xytext=(4, -10))
 
 
@@ -77,7 +77,7 @@ def _draw_served(ax, section: ModelSection, d: str) -> tuple[list[float], list[f
     xs: list[float] = []
     ys: list[float] = []
     for r in (r for r in section.ramps if r.device == d):
-        pts = [(p["throughput_samples_s"], p["p50_ms"]) for p in r.points if p.get("p50_ms") is not None]
+        pts = [(p.throughput_samples_s, p.p50_ms) for p in r.points if p.p50_ms is not None]
         if pts:
             ax.plot(*zip(*pts), "-", marker="o", markersize=3.5, color=color, label=f"served ramp p50 ({r.backend})")
             xs += [a for a, _ in pts]

@@ -18,7 +18,8 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.bounds import is_limit
-from trainserve.core.served import IN_FLIGHT_FRACTION, in_flight
+from trainserve.core.served import IN_FLIGHT_FRACTION, BoundKind, in_flight
+from trainserve.core.servedparts import LoadParts
 from trainserve.core.version import UNINSTALLED
 from trainserve.report.common.collect import Entry
 from trainserve.report.common.sections import ModelSection
@@ -77,14 +78,15 @@ def _record(e: Entry) -> list[tuple[str, str]]:
 def _ramp(r) -> list[tuple[str, str]]:
     served = r.served
     bound = served.bound if served is not None else None
-    rows = r.extra.get("ramp") or []
-    if bound is None or bound.kind != "plateau" or not rows:
+    parts = LoadParts.of(r)
+    rows = parts.ramp
+    if bound is None or bound.kind != BoundKind.PLATEAU or not rows:
         return []
-    users = (r.extra.get("saturation") or {}).get("users")
-    i = next((k for k, row in enumerate(rows) if row.get("users") == users), len(rows) - 1)
+    users = parts.saturation.users if parts.saturation is not None else None
+    i = next((k for k, row in enumerate(rows) if row.users == users), len(rows) - 1)
     last = rows[min(i + 1, len(rows) - 1)]
     n = in_flight(last)
-    if n is None or not last.get("users") or n >= IN_FLIGHT_FRACTION * last["users"]:
+    if n is None or not last.users or n >= IN_FLIGHT_FRACTION * last.users:
         return []
-    return [("client_unsaid", f"the ramp's bound says a plateau, but its {last['users']} closed-loop users kept only "
+    return [("client_unsaid", f"the ramp's bound says a plateau, but its {last.users} closed-loop users kept only "
                               f"{n:.1f} requests in flight: the client held them back")]

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from trainserve.core.bounds import is_limit
+from trainserve.core.servedparts import LoadParts
 from trainserve.report.common.collect import Entry
 from trainserve.report.common.sections import HeadlineConclusion, HeadlineSpeedup, ModelSection, Report
 from trainserve.report.verdict.invariants import KINDS as INVARIANT_KINDS
@@ -47,22 +48,24 @@ def reasons_of(e: Entry) -> list[dict[str, Any]]:
     if v.client_saturated:
         add("client_saturated", "the load generator was saturated: the client, not the server, may have limited "
                                 "this figure")
-    if x.get("ramp"):  # a curve of closed-loop steps: no single figure to hold to the checks below
+    parts = LoadParts.of(r)
+    if parts.ramp:  # a curve of closed-loop steps: no single figure to hold to the checks below
         return out
     if v.stability is not None and not v.stability.get("stable", True):
         add("unstable", v.stability.get("reason") or "did not stabilise")
-    search = x.get("search")
+    search = parts.search
     if search is not None:
-        figure = search.get("figure") or {}
-        requests, failures = figure.get("requests") or 0, figure.get("failures") or 0
+        figure = search.figure
+        requests = (figure.requests or 0) if figure is not None else 0
+        failures = (figure.failures or 0) if figure is not None else 0
     else:
         requests, failures = x.get("requests") or 0, x.get("failures") or 0
     if requests and failures / requests > MAX_ERROR_FRACTION:
         add("errors", f"{failures} of {requests} requests failed (more than {MAX_ERROR_FRACTION:.1%})")
     elif v.partial:
         add("errors", "the measurement stopped early (partial)")
-    offline = (r.settings or {}).get("scenario") == "Offline"
-    if not offline and "p99_ms" in (x.get("percentiles_short") or []) and r.speed.latency.count:
+    offline = parts.settings.scenario == "Offline"
+    if not offline and "p99_ms" in parts.percentiles_short and r.speed.latency.count:
         add("too_few_requests", f"{r.speed.latency.count} requests are too few for a p99 (500 needed)")
     return out
 

@@ -12,6 +12,7 @@ from html import escape
 from typing import Any, Self
 
 from trainserve.core import bounds
+from trainserve.core.servedparts import RampStep
 from trainserve.report.common.collect import Collection, Entry
 from trainserve.report.common.sections import Column, RecordRow, Report
 
@@ -120,7 +121,12 @@ def html_tile_value(text: str | None) -> str | None:
     return f"<div class='v small err' title='{escape(text.error, quote=True)}'>{escape(text)}</div>"
 
 
-def point_text(point: dict[str, Any], key: str, fmt: Callable[[Any], str]) -> str:
+def point_text(point: RampStep, key: str, fmt: Callable[[Any], str]) -> str:
     """A ramp point's figure formatted, or its Withheld error."""
-    err = bounds.errors_of(None, point).get(key)  # type: ignore[arg-type]
-    return Withheld(err["short"], err["error"]) if err else fmt(point.get(key))
+    held = (point.out_of_bounds or {}).get(key)
+    return Withheld(held.short, held.error) if held else fmt(getattr(point, key))
+
+
+def held_out(point: RampStep) -> dict[str, dict[str, str]]:
+    """{field: {"short", "error"}} of the figures the screen withheld from a ramp step (as bounds.errors_of)."""
+    return {f: {"short": h.short, "error": h.error} for f, h in (point.out_of_bounds or {}).items()}
