@@ -256,7 +256,7 @@ def _ends_stream_1(s: socket.socket, timeout_s: float) -> bool:
 
 def _refused(metrics_port: int) -> dict[str, int]:
     text = requests.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10).text
-    return {line.split("{", 1)[1].split("}")[0]: int(line.rsplit(" ", 1)[1])
+    return {line.split("{", 1)[1].split("}")[0]: int(float(line.rsplit(" ", 1)[1]))
             for line in text.splitlines() if line.startswith("trainserve_refused_total{")}
 
 

@@ -348,5 +348,5 @@ def test_a_reply_reset_while_parked_on_the_clients_window_is_counted_as_a_refusa
             time.sleep(0.02)
         assert srv.core.refusals.get("grpc", "reply_timeout") == before + 1
         text = urllib.request.urlopen(f"http://127.0.0.1:{ports['metrics']}/metrics", timeout=10).read().decode()
-        assert f'trainserve_refused_total{{frontend="grpc",reason="reply_timeout"}} {before + 1}' in text
+        assert f'trainserve_refused_total{{frontend="grpc",reason="reply_timeout"}} {before + 1:.1f}\n' in text
         assert served(ports["grpc"])
