@@ -1,4 +1,4 @@
-"""Per-rank memory of one-GPU sharded training (issue 44 item 2): DDP, FSDP2 `--shard`, and `--shard --offload`.
+"""Per-rank memory of one-GPU sharded training: DDP, FSDP2 `--shard`, and `--shard --offload`.
 
 Reads the profile.json each `trainserve train --nproc 1 [--shard [--offload]]` run left and writes
 $OUT/fsdp_memory.json and .md: per run the parallelism, the GPU's peak and its split, the state kept in host

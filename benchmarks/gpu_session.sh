@@ -286,7 +286,7 @@ search-default)  # the Server search with its defaults against the default run's
       --metrics-url http://127.0.0.1:18002/metrics
   done
   kill $srv; wait $srv 2>/dev/null ;;
-fsdp)  # issue 44 item 2: one GPU as N=1, DDP against FSDP2 --shard and --shard --offload, 40 steps each of the
+fsdp)  # one GPU as N=1, DDP against FSDP2 --shard and --shard --offload, 40 steps each of the
   # small transformer in bf16; each rank's GPU peak and split, and the host's share under --offload ($R/fsdp_memory.*)
   for v in ddp: shard:--shard offload:--shard\ --offload; do
     step "fsdp_${v%%:*}" 240 bash -c "$py -m trainserve train --model transformer --preset small --precision bf16 \
@@ -294,7 +294,7 @@ fsdp)  # issue 44 item 2: one GPU as N=1, DDP against FSDP2 --shard and --shard 
       --runs-dir '$R/runs' --overwrite"
   done
   step fsdp_memory 60 env OUT="$R" $py benchmarks/fsdp_memory.py --runs-dir "$R/runs" fsdp-ddp fsdp-shard fsdp-offload ;;
-frontier-edge)  # issue 44: the transformer's frontier with a 240 s budget, every series' edge bracketed (measured
+frontier-edge)  # the transformer's frontier with a 240 s budget, every series' edge bracketed (measured
   # just below the predicted edge, and the next size above measured not to fit); $R/frontier-edge.json
   step frontier_edge "${LIMIT:-420}" $py -m trainserve frontier --device cuda --budget-s "${FRONTIER_BUDGET:-240}" --run gpu-frontier --runs-dir "$R/runs"
   cp "$R/runs/gpu-frontier/frontier/cuda.json" "$R/frontier-edge.json" ;;

@@ -69,7 +69,7 @@ NARRATED = {"issue 27": "since issue 27 item 3", "on the H200 host": "on the H20
 def test_the_patterns_catch_history_and_pass_reasons():
     texts = list(NARRATED.values())
     flagged = history_in(f'"""Bounded {texts[0]}."""\n' + "".join(f"x{i} = {i}  # {t}\n" for i, t in enumerate(texts[1:])))
-    assert {word for _, word in flagged} >= set(NARRATED)  # "issue 27" stands in the docstring only
+    assert {word for _, word in flagged} >= set(NARRATED)  # the first sample sits in a docstring
     assert not history_in('"""The queue is bounded so a burst cannot hold every request in memory."""\n'
                           "z = 3  # the buffer is used to read the frame\n"
                           "price = ('H100', 'retrieved 2026-11-09')  # a price's source date is data, not history\n")

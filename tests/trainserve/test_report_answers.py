@@ -177,7 +177,7 @@ def test_a_skipped_comparison_says_why(tmp_path):
 
 
 @pytest.mark.parametrize("host, device, share, verdict", [
-    # cnn/tiny and cnn/small at their sweeps' best batches on an H100 (4 workers, pinned memory)
+    # a small model whose loader cannot keep its steps fed, and a larger one it keeps up with (4 workers, pinned)
     (119806.0, 430246.0, 0.84, "host at 0.28x of device: the data path limits training (it costs 72% of the "
                                "samples/s; its steps waited 28.75 ms longer for their batches)"),
     # a quarter of the step waiting on the host, yet no slower: the wait absorbed GPU work queued ahead

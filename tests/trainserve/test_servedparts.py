@@ -56,7 +56,7 @@ def test_the_json_keeps_the_shape_the_report_reads() -> None:
     assert x["ramp"][1]["bound"] == {"kind": "slo", "detail": "the ramp's stop"}
     assert x["saturation"]["users"] == 1 and x["server"]["frontends"] == 2
     assert (s["scenario"], s["mode"], s["slo_p99_ms"]) == ("Server", "search", 20.0)
-    # a part that does not apply is left out, as before
+    # a part that does not apply is left out of the record
     plain = _written(parts())
     assert not {"search", "ramp", "saturation"} & plain.extra.keys()
 

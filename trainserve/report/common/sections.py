@@ -522,6 +522,15 @@ class ModelSection:
         """The first backend's (analysis.BACKEND_PREFERENCE order) figures on `device`."""
         return next((per[device] for per in self.infer.values() if per.get(device)), None)
 
+    def server_column(self, device: str) -> Column | None:
+        """The served column that stands for the server on `device`: the first backend's saturated figure, else
+        its batch-1 one (what cost, plan and memory set against training)."""
+        for per in self.infer.values():
+            v = per.get(device)
+            if v and (v.saturated or v.batch1):
+                return v.saturated or v.batch1
+        return None
+
 
 # --- run-wide ------------------------------------------------------------------------------------
 

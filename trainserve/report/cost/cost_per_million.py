@@ -325,11 +325,7 @@ def inference_costs(section: ModelSection, opts: CostOptions) -> dict[str, Devic
 
 
 def server_view(section: ModelSection, device: str) -> Column | None:
-    for per in section.infer.values():
-        v = per.get(device)
-        if v and (v.saturated or v.batch1):
-            return v.saturated or v.batch1
-    return None
+    return section.server_column(device)
 
 
 def _busy(section: ModelSection, device: str) -> float | None:

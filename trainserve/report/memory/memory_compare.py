@@ -74,21 +74,13 @@ def _infer_working_set(entries: list[Entry], device: str, batch: int | None) -> 
     return None
 
 
-def _served(section: ModelSection, device: str) -> Column | None:
-    for per in section.infer.values():
-        v = per.get(device)
-        if v and (v.saturated or v.batch1):
-            return v.saturated or v.batch1
-    return None
-
-
 def memory_compare(entries: list[Entry], section: ModelSection) -> dict[str, MemoryCompare]:
     """summary.json's models.<m>.memory_compare.<device>: {train, infer: {working_set, process_total}, ratios,
     notes}; ratios are training over inference, each only between two figures of its own kind."""
     out: dict[str, MemoryCompare] = {}
     for d in DEVICES:
         tv = section.train.get(d)
-        served = _served(section, d)
+        served = section.server_column(d)
         if tv is None and served is None:
             continue
         train, notes = _train(entries, tv, d)

@@ -14,6 +14,8 @@ and a `limit` entry on each served batch-1 / saturated view, so every served fig
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
 
 from trainserve.core.bounds import is_limit
 from trainserve.core.speedup import DEVICE_LABEL, DEVICES
@@ -156,28 +158,24 @@ def _plus_ms(x: float | None) -> str:
     return u.MISSING if x is None else f"{'+' if x >= 0 else '−'}{u.ms(abs(x))}"
 
 
-def row_limit(v: Column) -> str:
-    """Table row "in-process limit": the limit of a served column."""
+def _limit_cell(v: Column, batch1: Callable[[Any], str], saturated: Callable[[Any], str]) -> str:
+    """A served column's limit cell: blank for training, missing without a limit, else by the limit's kind."""
     if v.phase == "train":
         return ""
-    lim = v.limit
-    if not lim:
+    if not v.limit:
         return u.MISSING
-    if isinstance(lim, Batch1Limit):
-        return f"{u.ms(lim.p50_ms)} ({lim.threads} thr)"
-    return f"{u.num(lim.throughput_samples_s)} (b{lim.batch})"
+    return batch1(v.limit) if isinstance(v.limit, Batch1Limit) else saturated(v.limit)
+
+
+def row_limit(v: Column) -> str:
+    """Table row "in-process limit": the limit of a served column."""
+    return _limit_cell(v, lambda lim: f"{u.ms(lim.p50_ms)} ({lim.threads} thr)",
+                       lambda lim: f"{u.num(lim.throughput_samples_s)} (b{lim.batch})")
 
 
 def row_vs_limit(v: Column) -> str:
     """Table row "server vs limit": ms added at batch 1, share of the in-process peak when saturated."""
-    if v.phase == "train":
-        return ""
-    lim = v.limit
-    if not lim:
-        return u.MISSING
-    if isinstance(lim, Batch1Limit):
-        return _plus_ms(lim.overhead_ms)
-    return u.fraction(lim.efficiency)
+    return _limit_cell(v, lambda lim: _plus_ms(lim.overhead_ms), lambda lim: u.fraction(lim.efficiency))
 
 
 def speedup_note(section: ModelSection, key: str) -> str:
